@@ -1,5 +1,5 @@
 //! The monitored training session: TensorFlow's `MonitoredSession` with its hooks and
-//! recovery, with the flaws TensorFlow's has fixed.
+//! recovery, with the flaws of TensorFlow's fixed.
 //!
 //! A [`MonitoredSession`] gets a session with a ready model from a [`SessionManager`] (the
 //! chief initialises or restores, workers wait for it), and runs each step with its
