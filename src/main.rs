@@ -1,6 +1,11 @@
-//! The `tessera` command: run a task's daemon, check a cluster file, ask a task its status.
+//! The `tessera` command: train on the embedded local cluster, run one task of a training
+//! job, run a task's daemon, check a cluster file, ask a task its status.
 //!
 //! ```text
+//! tessera                      (same as `tessera local`)
+//! tessera local [--steps 500 --optimizer adam ...]
+//! tessera train --config cluster.toml --model mlp --hidden 64,32 --steps 1000 [--sync ...]
+//! tessera train --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222 --job_name=worker --task_index=0
 //! tessera serve --config /etc/tessera/ps0.toml [--listen 0.0.0.0:2222]
 //! tessera serve --ps_hosts=h0:2222 --worker_hosts=h1:2222 --job_name=ps --task_index=0
 //! TF_CONFIG='{"cluster": ..., "task": ...}' tessera serve
@@ -29,6 +34,8 @@ use tessera::cluster::{ClassicFlags, TaskConfig};
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::{DeviceAttributes, GetStatusRequest};
 use tessera::server::{Server, MAX_MESSAGE_BYTES};
+use tessera::train::job::launcher::LocalJob;
+use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
 use tracing::info;
 
 #[derive(Debug, Parser)]
@@ -38,12 +45,19 @@ use tracing::info;
     about = "A distributed training runtime with TensorFlow's architecture"
 )]
 struct Cli {
+    /// Without a command, `tessera local` runs with its defaults.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Trains the MLP on the built-in data set with the embedded cluster (1 ps, 2 workers as
+    /// child processes on loopback ports) and reports its accuracy.
+    Local(LocalArgs),
+    /// Runs this task of a training job: its daemon, and (for a worker) its training client.
+    /// Exits 0 when the chief says training is over.
+    Train(TrainArgs),
     /// Runs this task's daemon (MasterService and WorkerService on one port) until SIGTERM.
     Serve(ServeArgs),
     /// Checks a cluster file and names this task; exits 1 with the error when it is bad.
@@ -82,10 +96,145 @@ struct ServeArgs {
     listen: Option<SocketAddr>,
 }
 
+#[derive(Debug, Args)]
+struct TrainArgs {
+    /// The TOML cluster file. Without it, the classic flags, then `TF_CONFIG`, are used.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    classic: ClassicFlags,
+    /// Listen on this address instead of the one the configuration gives.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    #[command(flatten)]
+    training: TrainingFlags,
+}
+
+#[derive(Debug, Args)]
+struct LocalArgs {
+    #[command(flatten)]
+    training: TrainingFlags,
+    /// How long the whole job may take before every task is killed.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+/// The model and training flags, the same for every task of a job.
+#[derive(Clone, Debug, Args)]
+struct TrainingFlags {
+    /// The model: softmax (regression) or mlp.
+    #[arg(long, default_value = "mlp")]
+    model: String,
+    /// Hidden layer widths of the mlp.
+    #[arg(long, value_delimiter = ',', default_value = "64,32")]
+    hidden: Vec<usize>,
+    /// The optimizer: gd, momentum, adagrad, adam or rmsprop.
+    #[arg(long, default_value = "adam")]
+    optimizer: String,
+    #[arg(long = "learning_rate", default_value_t = 0.01)]
+    learning_rate: f64,
+    /// Examples per step and worker.
+    #[arg(long = "batch_size", default_value_t = 64)]
+    batch_size: usize,
+    /// Training ends when the global step reaches this.
+    #[arg(long, default_value_t = 1000)]
+    steps: i64,
+    /// Synchronous replication: average the gradients of `--replicas_to_aggregate` workers per
+    /// update (gradient descent).
+    #[arg(long)]
+    sync: bool,
+    /// Gradients per synchronous update (default: every worker).
+    #[arg(long = "replicas_to_aggregate")]
+    replicas_to_aggregate: Option<usize>,
+    /// The chief saves checkpoints here and restores the latest at start.
+    #[arg(long = "checkpoint_dir")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Save a checkpoint every this many global steps (and at the end).
+    #[arg(long = "save_every", default_value_t = 100)]
+    save_every: u64,
+    /// The data: synthetic, csv:PATH (features, then an integer label) or idx:IMAGES,LABELS.
+    #[arg(long, default_value = "synthetic")]
+    data: String,
+    /// Seeds the data, the initial weights and the batch order.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The fraction of examples held out for the final accuracy.
+    #[arg(long = "held_out", default_value_t = 0.2)]
+    held_out: f64,
+    /// How long a worker waits for the chief to initialise the model.
+    #[arg(long = "wait_for_model", default_value = "120s", value_parser = parse_duration)]
+    wait_for_model: Duration,
+}
+
+impl TrainingFlags {
+    /// The spec for a cluster of `num_workers` workers.
+    fn to_spec(&self, num_workers: usize) -> anyhow::Result<TrainSpec> {
+        let sync = self.sync.then(|| SyncSpec {
+            replicas_to_aggregate: self.replicas_to_aggregate.unwrap_or(num_workers),
+            total_num_replicas: num_workers,
+        });
+        if !self.sync && self.replicas_to_aggregate.is_some() {
+            bail!("--replicas_to_aggregate needs --sync");
+        }
+        Ok(TrainSpec {
+            model: ModelKind::from_name(&self.model, &self.hidden)?,
+            optimizer: self.optimizer.clone(),
+            learning_rate: self.learning_rate,
+            batch_size: self.batch_size,
+            steps: self.steps,
+            sync,
+            checkpoint_dir: self.checkpoint_dir.clone(),
+            save_every_steps: self.save_every,
+            data: DataSource::parse(&self.data)?,
+            seed: self.seed,
+            held_out_fraction: self.held_out,
+            wait_for_model: self.wait_for_model,
+        })
+    }
+
+    /// The same flags as command-line arguments, for the children of `tessera local`.
+    fn to_args(&self) -> Vec<String> {
+        let hidden: Vec<String> = self.hidden.iter().map(usize::to_string).collect();
+        let mut args = vec![
+            format!("--model={}", self.model),
+            format!("--hidden={}", hidden.join(",")),
+            format!("--optimizer={}", self.optimizer),
+            format!("--learning_rate={}", self.learning_rate),
+            format!("--batch_size={}", self.batch_size),
+            format!("--steps={}", self.steps),
+            format!("--save_every={}", self.save_every),
+            format!("--data={}", self.data),
+            format!("--seed={}", self.seed),
+            format!("--held_out={}", self.held_out),
+            format!("--wait_for_model={}ms", self.wait_for_model.as_millis()),
+        ];
+        if self.sync {
+            args.push("--sync".into());
+        }
+        if let Some(n) = self.replicas_to_aggregate {
+            args.push(format!("--replicas_to_aggregate={n}"));
+        }
+        if let Some(dir) = &self.checkpoint_dir {
+            args.push(format!("--checkpoint_dir={}", dir.display()));
+        }
+        args
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let result = match cli.command {
+    // `tessera` alone is `tessera local` with its defaults.
+    let command = cli
+        .command
+        .or_else(|| Cli::parse_from(["tessera", "local"]).command);
+    let Some(command) = command else {
+        eprintln!("tessera: no command; run `tessera --help`");
+        return ExitCode::FAILURE;
+    };
+    let result = match command {
+        Command::Local(args) => local(args),
+        Command::Train(args) => train(args),
         Command::Serve(args) => serve(args),
         Command::Validate { file } => validate(&file),
         Command::Status { target, timeout } => status(&target, timeout),
@@ -132,12 +281,20 @@ fn init_logging() {
 
 /// Loads the task's configuration: `--config`, else the classic flags, else `TF_CONFIG`.
 fn load_config(args: &ServeArgs) -> anyhow::Result<TaskConfig> {
-    let classic = &args.classic;
+    load_task_config(args.config.as_deref(), &args.classic, args.listen)
+}
+
+/// [`load_config`] from its parts.
+fn load_task_config(
+    file: Option<&std::path::Path>,
+    classic: &ClassicFlags,
+    listen: Option<SocketAddr>,
+) -> anyhow::Result<TaskConfig> {
     let has_classic = classic.ps_hosts.is_some()
         || classic.worker_hosts.is_some()
         || classic.job_name.is_some()
         || classic.task_index.is_some();
-    let mut config = match (&args.config, has_classic) {
+    let mut config = match (file, has_classic) {
         (Some(_), true) => {
             bail!("--config and the classic flags (--ps_hosts, ...) exclude each other; pass one")
         }
@@ -151,10 +308,116 @@ fn load_config(args: &ServeArgs) -> anyhow::Result<TaskConfig> {
             ),
         },
     };
-    if let Some(listen) = args.listen {
+    if let Some(listen) = listen {
         config.listen = listen;
     }
     Ok(config)
+}
+
+/// `tessera local` (and `tessera` alone): the embedded cluster as child processes.
+fn local(args: LocalArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find this program's path")?;
+    println!(
+        "tessera: local cluster of 1 ps and 2 workers training {} for {} steps",
+        args.training.model, args.training.steps
+    );
+    tessera::train::job::launcher::run_local(&LocalJob {
+        exe,
+        train_args: args.training.to_args(),
+        deadline: args.timeout,
+    })?;
+    println!("tessera: every task exited 0");
+    Ok(())
+}
+
+/// `tessera train`: this task's daemon and its part of the job; exits once the chief says
+/// training is over (the chief: once it told the others), or on SIGTERM.
+fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let config = load_task_config(args.config.as_deref(), &args.classic, args.listen)?;
+    let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
+    let spec = args.training.to_spec(num_workers)?;
+    tessera::train::job::check(&config, &spec)?;
+    let task = config.task.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot build the signal runtime")?;
+    let mut signals = runtime.block_on(async { Signals::install() })?;
+    let server = match activated_listener()? {
+        Some(listener) => Server::start_with_listener(config.clone(), listener)?,
+        None => Server::start(config.clone())?,
+    };
+    let addr = server.local_addr();
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(
+            stdout,
+            "tessera: serving {} on {addr}",
+            task.device_prefix()
+        )
+        .and_then(|()| stdout.flush())
+        .context("cannot write the readiness line")?;
+    }
+    // The client reaches its own server on loopback when it listens on every interface.
+    let own = if addr.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], addr.port()))
+    } else {
+        addr
+    };
+    let target = format!("grpc://{own}");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tessera-train".into())
+        .spawn(move || {
+            let _ = tx.send(tessera::train::job::run(&config, &target, &spec));
+        })
+        .context("cannot start the training thread")?;
+    let outcome = runtime.block_on(async move {
+        tokio::select! {
+            signal = signals.recv() => Err(signal),
+            finished = rx => Ok(finished),
+        }
+    });
+    server.stop();
+    match outcome {
+        Err(signal) => {
+            info!(task = %task, reason = %signal, "stopped before training ended");
+            Ok(())
+        }
+        Ok(Err(_)) => bail!("{task}: the training thread ended without a result"),
+        Ok(Ok(Err(e))) => Err(anyhow!("{task}: {e}")),
+        Ok(Ok(Ok(finished))) => {
+            if let Finished::Chief(report) = finished {
+                print_report(&report);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The chief's last words, on stdout.
+fn print_report(report: &ChiefReport) {
+    if let Some(from) = &report.restored_from {
+        println!("tessera: started from checkpoint {}", from.display());
+    }
+    println!(
+        "tessera: trained to global step {} ({:.1} steps/s), last batch loss {:.4}",
+        report.global_step, report.steps_per_sec, report.final_loss
+    );
+    println!(
+        "tessera: held-out accuracy {:.2} % on {} examples",
+        100.0 * report.held_out_accuracy,
+        report.held_out_examples
+    );
+    if let Some(checkpoint) = &report.checkpoint {
+        println!("tessera: checkpoint {}", checkpoint.display());
+    }
+    if !report.missing_workers.is_empty() {
+        println!(
+            "tessera: workers {:?} did not report their last step",
+            report.missing_workers
+        );
+    }
 }
 
 /// `tessera serve`: starts the daemon, announces it, and stops it on SIGTERM or SIGINT.

@@ -7,8 +7,10 @@
 //! - [`monitored`]: the monitored training session (chief init or restore, workers waiting for
 //!   the model, hooks, bounded recovery from lost tasks).
 //! - [`sync_replicas`]: synchronous replication (accumulators, the token queue, the chief's loop).
+//! - [`job`]: training jobs, `tessera train` and `tessera local`.
 
 pub mod checkpoint;
+pub mod job;
 pub mod monitored;
 pub mod optimizer;
 pub mod sync_replicas;

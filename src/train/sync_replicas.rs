@@ -426,8 +426,19 @@ impl ChiefQueueRunner {
         ops: &SyncReplicasOps,
         last_step: Option<i64>,
     ) -> Result<Self> {
-        let session = Arc::new(Session::with_options(device, options));
+        let session = Session::with_options(device, options);
         session.extend(graph)?;
+        Self::with_session(session, ops, last_step)
+    }
+
+    /// Starts the loop on `session`, which already holds the chief's graph: a remote session
+    /// on the chief's own master, when the chief is a process of a cluster.
+    pub fn with_session(
+        session: Session,
+        ops: &SyncReplicasOps,
+        last_step: Option<i64>,
+    ) -> Result<Self> {
+        let session = Arc::new(session);
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (session, ops, stop) = (session.clone(), ops.clone(), stop.clone());

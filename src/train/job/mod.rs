@@ -1,0 +1,20 @@
+//! Training jobs: what `tessera train` runs in each task of a ps/worker cluster, and what
+//! `tessera local` starts on one machine.
+//!
+//! - [`spec`]: the [`TrainSpec`] (model, optimizer, data, schedule, sync, checkpoints) and the
+//!   checks that refuse bad input before training starts.
+//! - [`model`]: the between-graph replicated training graph each worker builds.
+//! - [`role`]: what a ps, a worker and the chief do next to their daemon.
+//! - [`signal`]: how the chief tells every task that training is over, through the runtime.
+//! - [`progress`]: the chief's progress line.
+//! - [`launcher`]: `tessera local`, the embedded cluster as child processes.
+
+pub mod launcher;
+pub mod model;
+pub mod progress;
+pub mod role;
+pub mod signal;
+pub mod spec;
+
+pub use role::{check, run, ChiefReport, Finished};
+pub use spec::{DataSource, ModelKind, SyncSpec, TrainSpec, MODEL_NAMES, OPTIMIZER_NAMES};

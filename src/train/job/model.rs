@@ -1,0 +1,309 @@
+//! The graph every worker of a job builds (between-graph replication): the model's variables
+//! on the ps tasks through [`replica_device_setter`], its computation on the worker's own
+//! task, the optimizer's updates next to the variables, and the saver's ops on the ps tasks.
+//!
+//! ```text
+//! x [b, d] float32, y [b] int64                     placeholders, fed per step
+//! layer<k>/w, layer<k>/b                           variables (round robin over the ps tasks)
+//! logits → SparseSoftmaxCrossEntropyWithLogits → loss (mean)
+//! async: <Optimizer> (minimize, global_step += 1)  sync: SyncReplicasOptimizer's ops
+//! save/...                                         the chief's checkpoints
+//! ```
+//!
+//! Every worker builds the same variables with the same names and initial values (seeded),
+//! so whichever worker is chief initialises the model the others wait for.
+
+use std::collections::BTreeMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error::{Result, Status};
+use crate::graph::{replica_device_setter, Graph, Output, Variable};
+use crate::proto::GraphDef;
+use crate::tensor::{DType, PartialShape, Tensor};
+use crate::train::checkpoint::saver::{build_saver_ops, SaverDef};
+use crate::train::monitored::ReadyOp;
+use crate::train::optimizer::{get_or_create_global_step, variable_from_handle};
+use crate::train::sync_replicas::{SyncReplicasOps, SyncReplicasOptimizer};
+
+use super::spec::TrainSpec;
+
+/// The features placeholder.
+pub const X: &str = "x:0";
+/// The labels placeholder.
+pub const Y: &str = "y:0";
+
+/// Where this worker sits in the cluster.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// ps tasks (the variables are spread over them).
+    pub num_ps: u32,
+    /// This worker's task index.
+    pub worker_index: u32,
+    /// Workers in the cluster.
+    pub num_workers: usize,
+}
+
+/// How a step trains.
+#[derive(Clone, Debug)]
+pub enum TrainOp {
+    /// Run this node: apply this worker's gradients and add one to the global step.
+    Async(String),
+    /// Synchronous replication: fetch `ops.train_op`; the chief also runs the aggregation
+    /// loop and enqueues the first tokens with `init_tokens`.
+    Sync {
+        ops: Box<SyncReplicasOps>,
+        init_tokens: String,
+    },
+}
+
+/// The names of what the training graph holds.
+#[derive(Clone, Debug)]
+pub struct TrainGraph {
+    pub graph: GraphDef,
+    /// `[b, classes]` logits.
+    pub logits: String,
+    /// The mean cross-entropy of the batch.
+    pub loss: String,
+    /// A read of the global step.
+    pub global_step: String,
+    pub train: TrainOp,
+    /// Initialises every variable.
+    pub init_op: String,
+    /// Runs in every new session (the sync replicas' local step); `None` for async.
+    pub local_init_op: Option<String>,
+    /// Reports the variables the chief has not yet initialised.
+    pub ready: ReadyOp,
+    /// Names of the variables the checkpoints hold.
+    pub saved: Vec<String>,
+    /// The saver's ops.
+    pub saver: SaverDef,
+}
+
+/// Glorot-uniform weights for a `[fan_in, fan_out]` layer: `U(-l, l)`, `l = √(6 / (in + out))`.
+fn glorot(rng: &mut StdRng, fan_in: usize, fan_out: usize) -> Result<Tensor> {
+    let limit = (6.0 / (fan_in + fan_out) as f32).sqrt();
+    let values = (0..fan_in * fan_out)
+        .map(|_| rng.random_range(-limit..limit))
+        .collect();
+    Tensor::from_vec([fan_in, fan_out], values)
+}
+
+/// Builds worker `placement.worker_index`'s copy of the training graph for examples of
+/// `features` features in `classes` classes.
+pub fn build(
+    spec: &TrainSpec,
+    placement: &Placement,
+    features: usize,
+    classes: usize,
+) -> Result<TrainGraph> {
+    if classes < 2 {
+        return Err(Status::invalid_argument(format!(
+            "the data has {classes} class(es); a classifier needs labels of at least two \
+             classes (0 and 1)"
+        )));
+    }
+    let worker = format!("/job:worker/task:{}", placement.worker_index);
+    let setter = replica_device_setter(placement.num_ps.max(1), &worker)?;
+    let mut g = Graph::new();
+    let built = g.with_device_fn(setter, |g| -> Result<_> {
+        let global_step = get_or_create_global_step(g)?;
+        let x = g.placeholder("x", DType::Float, PartialShape::new([None, Some(features)]))?;
+        let y = g.placeholder("y", DType::Int64, PartialShape::new([None]))?;
+        let mut widths = vec![features];
+        widths.extend(spec.model.hidden());
+        widths.push(classes);
+        let mut rng = StdRng::seed_from_u64(spec.seed);
+        let mut h = x;
+        let mut variables = Vec::new();
+        for (layer, pair) in widths.windows(2).enumerate() {
+            let (fan_in, fan_out) = (pair[0], pair[1]);
+            let w0 = g.constant(&glorot(&mut rng, fan_in, fan_out)?)?;
+            let w = g.variable(&format!("layer{layer}/w"), &w0)?;
+            let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
+            let b = g.variable(&format!("layer{layer}/b"), &b0)?;
+            let z = g.matmul(&h, &w.value)?;
+            h = g.bias_add(&z, &b.value)?;
+            if layer + 2 < widths.len() {
+                h = g.relu(&h)?;
+            }
+            variables.push(w);
+            variables.push(b);
+        }
+        let logits = h;
+        let (xent, _) = g.sparse_softmax_cross_entropy(&logits, &y)?;
+        let loss = g.mean(&xent, &[0], false)?;
+        let train = train_op(g, spec, &loss, &variables, &global_step)?;
+        Ok((global_step, logits, loss, train))
+    })?;
+    let (global_step, logits, loss, train) = built;
+    let saved = saved_variables(&g)?;
+    let saver = build_saver_ops(&mut g, &saved)?;
+    let init_op = g.global_variables_initializer()?;
+    let mut ready = ReadyOp::default();
+    for name in saved.keys() {
+        ready = ready.with_check(name, &format!("{name}/IsInitialized/VarIsInitializedOp:0"));
+    }
+    let (train, local_init_op) = match train {
+        TrainOp::Sync { ops, .. } => {
+            let init_tokens = ops.get_init_tokens_op(&mut g, -1)?;
+            let local = if placement.worker_index == 0 {
+                ops.chief_init_op.clone()
+            } else {
+                ops.local_step_init_op.clone()
+            };
+            (TrainOp::Sync { ops, init_tokens }, Some(local))
+        }
+        other => (other, None),
+    };
+    Ok(TrainGraph {
+        graph: g.to_graph_def(),
+        logits: logits.name(),
+        loss: loss.name(),
+        global_step: global_step.value.name(),
+        train,
+        init_op,
+        local_init_op,
+        ready,
+        saved: saved.keys().cloned().collect(),
+        saver,
+    })
+}
+
+/// The optimizer's ops: `minimize` for asynchronous training, SyncReplicas around gradient
+/// descent for synchronous.
+fn train_op(
+    g: &mut Graph,
+    spec: &TrainSpec,
+    loss: &Output,
+    variables: &[Variable],
+    global_step: &Variable,
+) -> Result<TrainOp> {
+    let optimizer = spec.optimizer()?;
+    match &spec.sync {
+        None => Ok(TrainOp::Async(optimizer.minimize_vars(
+            g,
+            loss,
+            variables,
+            Some(global_step),
+        )?)),
+        Some(sync) => {
+            let grads = optimizer.compute_gradients(g, loss, variables)?;
+            let pairs: Vec<(Output, Variable)> = grads
+                .into_iter()
+                .map(|(grad, var)| {
+                    grad.map(|grad| (grad, var.clone())).ok_or_else(|| {
+                        Status::internal(format!(
+                            "no gradient reaches `{}` from the loss",
+                            var.handle.node
+                        ))
+                    })
+                })
+                .collect::<Result<_>>()?;
+            let opt = SyncReplicasOptimizer::new(
+                spec.learning_rate,
+                sync.replicas_to_aggregate,
+                Some(sync.total_num_replicas),
+            )?;
+            let ops = opt.apply_gradients(g, &pairs, global_step)?;
+            Ok(TrainOp::Sync {
+                ops: Box::new(ops),
+                init_tokens: String::new(),
+            })
+        }
+    }
+}
+
+/// Every variable on a ps task (the model, the optimizer's slots, the global step), by name:
+/// what a checkpoint holds and what the chief must initialise. The sync replicas' local step
+/// lives on each worker and is neither.
+fn saved_variables(g: &Graph) -> Result<BTreeMap<String, Variable>> {
+    let mut saved = BTreeMap::new();
+    for node in g.nodes() {
+        if node.op == "VarHandleOp" && node.device.starts_with("/job:ps") {
+            saved.insert(node.name.clone(), variable_from_handle(g, &node.name)?);
+        }
+    }
+    if saved.is_empty() {
+        return Err(Status::internal(
+            "the training graph placed no variable on a ps task; the cluster needs a ps job",
+        ));
+    }
+    Ok(saved)
+}
+
+/// The fraction of rows of `logits` (`[n, classes]` float32) whose largest entry is at the
+/// row's label.
+pub fn accuracy(logits: &Tensor, labels: &[i64]) -> Result<f64> {
+    let values = logits.values::<f32>()?;
+    if labels.is_empty() || values.len() % labels.len() != 0 {
+        return Err(Status::internal(format!(
+            "{} logits do not make one row per label of {}",
+            values.len(),
+            labels.len()
+        )));
+    }
+    let classes = values.len() / labels.len();
+    let correct = values
+        .chunks_exact(classes)
+        .zip(labels)
+        .filter(|(row, &label)| {
+            let best = row
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(i, _)| i as i64);
+            best == Some(label)
+        })
+        .count();
+    Ok(correct as f64 / labels.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accuracy_counts_rows_whose_argmax_is_the_label() {
+        // Rows' argmaxes: 1, 0, 2; labels 1, 1, 2 → 2 of 3.
+        let logits = Tensor::from_vec(
+            [3, 3],
+            vec![0.1f32, 0.9, 0.0, 5.0, 1.0, 1.0, -1.0, -2.0, 0.5],
+        )
+        .unwrap();
+        let got = accuracy(&logits, &[1, 1, 2]).unwrap();
+        assert!((got - 2.0 / 3.0).abs() < 1e-12, "{got}");
+    }
+
+    #[test]
+    fn variables_go_to_the_ps_and_the_computation_to_the_worker() {
+        let spec = TrainSpec::default();
+        let placement = Placement {
+            num_ps: 2,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        let built = build(&spec, &placement, 4, 3).unwrap();
+        let device = |name: &str| {
+            built
+                .graph
+                .node
+                .iter()
+                .find(|n| n.name == name)
+                .map(|n| n.device.clone())
+                .unwrap_or_else(|| panic!("no node {name}"))
+        };
+        // Round robin over two ps tasks in creation order: global_step, layer0/w, layer0/b...
+        assert_eq!(device("global_step"), "/job:ps/task:0");
+        assert_eq!(device("layer0/w"), "/job:ps/task:1");
+        assert_eq!(device("layer0/b"), "/job:ps/task:0");
+        assert!(
+            device("x").starts_with("/job:worker/task:1"),
+            "{}",
+            device("x")
+        );
+        assert!(built.saved.contains(&"global_step".to_string()));
+        assert!(built.saved.contains(&"layer2/w".to_string()));
+    }
+}

@@ -1,0 +1,345 @@
+//! What each task of a training job does next to its daemon: a ps serves until the chief says
+//! training is over; a worker trains its shard in a [`MonitoredSession`] on its own master, and
+//! worker 0, the chief, also initialises or restores the model, saves checkpoints, shows
+//! progress, evaluates on the held-out set and ends the job.
+//!
+//! ```text
+//! chief (worker 0)                          worker k                       ps
+//! init or restore ──────────────────────►   waits for the model
+//! steps (+ sync: the aggregation loop)      steps on its shard
+//! StopAtStep: global step = last            StopAtStep / token queue closed
+//! waits (bounded) for ◄──────────────────── "finished k" (FINISHED_QUEUE)
+//! held-out accuracy, final checkpoint
+//! closes every DONE_QUEUE ────────────────► exits 0 ─────────────────────► exits 0
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::{ConnectOptions, Session};
+use crate::cluster::{TaskConfig, TaskId};
+use crate::data::{BatchOptions, Dataset};
+use crate::error::{Code, Result, Status};
+use crate::train::checkpoint::saver::Saver;
+use crate::train::checkpoint::state::latest_checkpoint;
+use crate::train::monitored::{
+    Every, Hook, MonitoredSession, NanTensorHook, Scaffold, SessionManager, StopAt, StopAtStepHook,
+    TrainingConfig,
+};
+use crate::train::sync_replicas::ChiefQueueRunner;
+
+use super::model::{self, Placement, TrainGraph, TrainOp, X, Y};
+use super::progress::Progress;
+use super::signal::{self, ChiefSignals};
+use super::spec::TrainSpec;
+
+/// How long the chief waits for the other workers' last steps before its final checkpoint.
+pub const WAIT_FOR_WORKERS: Duration = Duration::from_secs(30);
+/// Checkpoints the chief keeps.
+const MAX_TO_KEEP: usize = 5;
+/// How long one training step may take through the task's master.
+const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the chief reports at the end.
+#[derive(Clone, Debug)]
+pub struct ChiefReport {
+    /// The global step training ended at.
+    pub global_step: i64,
+    /// The accuracy on the held-out examples.
+    pub held_out_accuracy: f64,
+    /// How many examples were held out.
+    pub held_out_examples: usize,
+    /// The batch loss of the chief's last step.
+    pub final_loss: f32,
+    /// Global steps per second seen by the chief over its run.
+    pub steps_per_sec: f64,
+    /// The final checkpoint, when checkpoints are on.
+    pub checkpoint: Option<PathBuf>,
+    /// The checkpoint training started from, when the chief restored one.
+    pub restored_from: Option<PathBuf>,
+    /// Workers that did not report their last step in time.
+    pub missing_workers: Vec<u32>,
+}
+
+/// How a task's part of the job ended.
+#[derive(Clone, Debug)]
+pub enum Finished {
+    /// A ps told that training is over.
+    Ps,
+    /// A worker (not the chief) that trained and was told that training is over.
+    Worker { global_step: i64 },
+    /// The chief.
+    Chief(ChiefReport),
+}
+
+/// Runs this task's part of the job, the task's daemon serving at `target` (`grpc://...`).
+pub fn run(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<Finished> {
+    let task = &config.task;
+    match task.job.as_str() {
+        "ps" => {
+            signal::wait_for_done(target, task)?;
+            Ok(Finished::Ps)
+        }
+        "worker" => train_worker(config, target, spec),
+        other => Err(Status::invalid_argument(format!(
+            "{task}: tessera train runs jobs `ps` and `worker` (worker 0 is the chief), not \
+             `{other}`; rename the job in the cluster file"
+        ))),
+    }
+}
+
+/// Checks the job's shape and the spec before the daemon starts, so bad input fails at once.
+pub fn check(config: &TaskConfig, spec: &TrainSpec) -> Result<()> {
+    let cluster = &config.cluster;
+    let num_ps = cluster.num_tasks("ps").unwrap_or(0);
+    let num_workers = cluster.num_tasks("worker").unwrap_or(0);
+    if num_ps == 0 || num_workers == 0 {
+        return Err(Status::invalid_argument(format!(
+            "tessera train needs a cluster with a `ps` job and a `worker` job; this one has {} \
+             ps and {} worker tasks",
+            num_ps, num_workers
+        )));
+    }
+    spec.validate(num_workers)?;
+    if config.task.job == "worker" && config.task.index == 0 {
+        spec.check_checkpoint_dir()?;
+    }
+    Ok(())
+}
+
+fn connect_options() -> ConnectOptions {
+    ConnectOptions {
+        connect_timeout: Duration::from_secs(10),
+        call_timeout: STEP_TIMEOUT,
+        ..ConnectOptions::default()
+    }
+}
+
+/// A worker's training, then its part of the ending.
+fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<Finished> {
+    check(config, spec)?;
+    let cluster = &config.cluster;
+    let num_ps = cluster.num_tasks("ps")?;
+    let num_workers = cluster.num_tasks("worker")?;
+    let index = config.task.index;
+    let is_chief = index == 0;
+    let (train, held_out) = spec.load_data()?;
+    let classes = train.num_classes().max(held_out.num_classes());
+    let shard = train.shard(num_workers, index as usize)?;
+    if shard.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{}: its shard of {} training examples over {num_workers} workers is empty; use \
+             more data or fewer workers",
+            config.task,
+            train.len()
+        )));
+    }
+    let placement = Placement {
+        num_ps: num_ps as u32,
+        worker_index: index,
+        num_workers,
+    };
+    let built = model::build(spec, &placement, train.num_features(), classes)?;
+    let restored_from = if is_chief {
+        match &spec.checkpoint_dir {
+            Some(dir) => latest_checkpoint(dir)?,
+            None => None,
+        }
+    } else {
+        None
+    };
+    let mut session = monitored_session(target, spec, &built, is_chief)?;
+    if let Some(prefix) = &restored_from {
+        tracing::info!(checkpoint = %prefix.display(), "restored the model");
+    }
+    let runner = match (&built.train, is_chief) {
+        (TrainOp::Sync { ops, init_tokens }, true) => {
+            let raw = session
+                .raw_session()
+                .ok_or_else(|| Status::internal("the monitored session has no session"))?;
+            raw.run(&[], &[], &[init_tokens])?;
+            let own = Session::connect_with(target, connect_options())?;
+            own.extend(&built.graph)?;
+            Some(ChiefQueueRunner::with_session(own, ops, Some(spec.steps))?)
+        }
+        _ => None,
+    };
+    let progress = is_chief.then(|| Progress::new(spec.steps));
+    let outcome = train_loop(&mut session, &built, spec, &shard, index, progress);
+    if let Some(runner) = &runner {
+        if let Err(e) = runner.stop() {
+            tracing::warn!(error = %e, "the synchronous aggregation loop ended with an error");
+        }
+    }
+    let (global_step, final_loss, steps_per_sec) = outcome?;
+    if !is_chief {
+        session.close()?;
+        let chief = TaskId::new("worker", 0);
+        if let Err(e) = signal::report_finished(target, &chief, index) {
+            tracing::warn!(error = %e, "cannot tell the chief this worker finished");
+        }
+        signal::wait_for_done(target, &config.task)?;
+        return Ok(Finished::Worker { global_step });
+    }
+
+    let others: Vec<TaskId> = cluster
+        .all_tasks()
+        .map(|(t, _)| t)
+        .filter(|t| *t != config.task)
+        .collect();
+    let signals = ChiefSignals::connect(target, &config.task, &others)?;
+    let reported = signals.wait_for_workers(num_workers - 1, WAIT_FOR_WORKERS);
+    let missing_workers = (1..num_workers as u32)
+        .filter(|w| !reported.contains(w))
+        .collect();
+    let held_out_accuracy = evaluate(&session, &built, &held_out)?;
+    let final_step = read_step(&session, &built)?.unwrap_or(global_step);
+    // Closing runs the checkpoint saver's `end`: the final checkpoint.
+    session.close()?;
+    let checkpoint = match &spec.checkpoint_dir {
+        Some(dir) => latest_checkpoint(dir)?,
+        None => None,
+    };
+    if let Err(e) = signals.announce_done() {
+        tracing::warn!(error = %e, "ending the job");
+    }
+    Ok(Finished::Chief(ChiefReport {
+        global_step: final_step,
+        held_out_accuracy,
+        held_out_examples: held_out.len(),
+        final_loss,
+        steps_per_sec,
+        checkpoint,
+        restored_from,
+        missing_workers,
+    }))
+}
+
+/// The monitored session: StopAtStep and NanTensor on every worker; the chief's step counter
+/// and checkpoint saver (restoring the latest checkpoint first) on the chief.
+fn monitored_session(
+    target: &str,
+    spec: &TrainSpec,
+    built: &TrainGraph,
+    is_chief: bool,
+) -> Result<MonitoredSession> {
+    let graph = built.graph.clone();
+    let target_owned = target.to_string();
+    let create = Box::new(move || {
+        let session = Session::connect_with(&target_owned, connect_options())?;
+        session.extend(&graph)?;
+        Ok(session)
+    });
+    let scaffold = Scaffold {
+        init_op: Some(built.init_op.clone()),
+        local_init_op: built.local_init_op.clone(),
+        ready_op: built.ready.clone(),
+    };
+    let mut manager = SessionManager::new(create, scaffold, is_chief)
+        .with_wait(Duration::from_secs(1), spec.wait_for_model);
+    let mut config = TrainingConfig::new(&built.global_step);
+    config.log_step_count = None;
+    if is_chief {
+        if let Some(dir) = &spec.checkpoint_dir {
+            let saver = Arc::new(Saver::new(built.saver.clone(), MAX_TO_KEEP));
+            let (restorer, restore_dir) = (saver.clone(), dir.clone());
+            manager = manager.with_restore(Arc::new(move |session: &Session| {
+                Ok(restorer.restore_latest(session, &restore_dir)?.is_some())
+            }));
+            let save_dir = dir.clone();
+            let save: crate::train::monitored::SaveFn =
+                Arc::new(move |session: &Session, step: i64| {
+                    saver.save(session, &save_dir, Some(step)).map(|_| ())
+                });
+            config.checkpoint = Some((save, Every::Steps(spec.save_every_steps.max(1))));
+        }
+        config.log_step_count = Some(Every::Steps(1000));
+    }
+    let hooks: Vec<Box<dyn Hook>> = vec![
+        Box::new(StopAtStepHook::new(
+            &built.global_step,
+            StopAt::LastStep(spec.steps),
+        )),
+        Box::new(NanTensorHook::new(&built.loss, true)),
+    ];
+    config.hooks = hooks;
+    MonitoredSession::training(manager, config)
+}
+
+/// Steps until a hook stops (the global step reached the last step) or, in synchronous
+/// training, until the chief closes the token queue. Returns the last global step seen, the
+/// last batch loss, and the steps per second.
+fn train_loop(
+    session: &mut MonitoredSession,
+    built: &TrainGraph,
+    spec: &TrainSpec,
+    shard: &Dataset,
+    index: u32,
+    mut progress: Option<Progress>,
+) -> Result<(i64, f32, f64)> {
+    let options = BatchOptions::new(spec.batch_size)
+        .seed(spec.seed.wrapping_add(u64::from(index)).wrapping_add(1))
+        .drop_remainder(shard.len() >= spec.batch_size);
+    let (mut step, mut loss) = (0i64, f32::NAN);
+    let mut epoch = 0;
+    let mut batches = shard.batches(&options, epoch)?;
+    while !session.should_stop() {
+        let batch = match batches.next() {
+            Some(batch) => batch,
+            None => {
+                epoch += 1;
+                batches = shard.batches(&options, epoch)?;
+                continue;
+            }
+        };
+        let feeds = [(X, batch.x), (Y, batch.y)];
+        let result = match &built.train {
+            TrainOp::Async(op) => session.run(&feeds, &[&built.loss, &built.global_step], &[op]),
+            TrainOp::Sync { ops, .. } => session.run(
+                &feeds,
+                &[&built.loss, &built.global_step, &ops.train_op],
+                &[],
+            ),
+        };
+        match result {
+            Ok(values) => {
+                loss = values[0].scalar_value::<f32>()?;
+                step = values[1].scalar_value::<i64>()?;
+                if let Some(progress) = &mut progress {
+                    progress.update(step, loss);
+                }
+            }
+            // The chief closed the token queue: synchronous training is over.
+            Err(e)
+                if e.code() == Code::OutOfRange && matches!(built.train, TrainOp::Sync { .. }) =>
+            {
+                tracing::info!("the token queue is closed; synchronous training is over");
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let rate = progress.as_mut().map_or(0.0, |p| p.finish(step));
+    Ok((step, loss, rate))
+}
+
+/// The global step now, if the session is up.
+fn read_step(session: &MonitoredSession, built: &TrainGraph) -> Result<Option<i64>> {
+    match session.raw_session() {
+        Some(s) => Ok(Some(
+            s.run(&[], &[&built.global_step], &[])?[0].scalar_value::<i64>()?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The model's accuracy on `held_out`, in one step.
+fn evaluate(session: &MonitoredSession, built: &TrainGraph, held_out: &Dataset) -> Result<f64> {
+    let raw = session
+        .raw_session()
+        .ok_or_else(|| Status::internal("the monitored session has no session to evaluate in"))?;
+    let batch = held_out.to_batch()?;
+    let logits = raw.run(&[(X, batch.x), (Y, batch.y)], &[&built.logits], &[])?;
+    model::accuracy(&logits[0], held_out.labels())
+}

@@ -1,0 +1,207 @@
+//! How a job ends: the chief tells every task that training is over, through the runtime.
+//!
+//! Each task has a `FIFOQueueV2` shared as [`DONE_QUEUE`] on its own CPU. A ps, and a worker
+//! that finished its steps, watch their own queue through their own server: a dequeue with a
+//! bounded wait ([`POLL`]), again and again. When the chief is done (its final checkpoint
+//! written) it closes every task's queue; the next dequeue there fails with OUT_OF_RANGE,
+//! which is the signal, and the task's process exits 0. A closed queue stays closed, so a
+//! task that looks only later (it was busy, or its watcher reconnected) still sees it.
+//!
+//! Until then a ps keeps serving, whatever else happens: a chief that failed may be restarted
+//! and restore from its checkpoint. SIGTERM still ends any task.
+//!
+//! The other way round, each worker that finished its last step enqueues its index into the
+//! chief's [`FINISHED_QUEUE`]; the chief waits for them a bounded time before its final save,
+//! so the checkpoint holds their last updates, and then goes on without the ones that did not
+//! answer (a dead or slow worker must not keep the job from ending).
+//!
+//! Every signal has a graph of its own, run in a session of its own on the task's master,
+//! apart from the training graph.
+
+use std::time::{Duration, Instant};
+
+use crate::client::{ConnectOptions, Session};
+use crate::cluster::TaskId;
+use crate::error::{Code, Result, Status};
+use crate::graph::Graph;
+use crate::tensor::{DType, PartialShape, Tensor};
+
+/// The shared name of every task's "training is over" queue.
+pub const DONE_QUEUE: &str = "tessera_training_done";
+/// The shared name of the chief's "this worker finished" queue.
+pub const FINISHED_QUEUE: &str = "tessera_workers_finished";
+/// How long one dequeue waits before the watcher asks again.
+pub const POLL: Duration = Duration::from_secs(2);
+/// How long one signal call may take in all (connection, step).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The CPU of `task`, where its queues live.
+fn cpu(task: &TaskId) -> String {
+    format!("{}/device:CPU:0", task.device_prefix())
+}
+
+/// Adds the queue `shared_name` on `task`'s CPU, under node name `name`. Every graph creates
+/// it with the same attributes: whichever runs first creates the resource.
+fn queue(
+    g: &mut Graph,
+    name: &str,
+    task: &TaskId,
+    shared_name: &str,
+) -> Result<crate::graph::Output> {
+    g.with_device(&cpu(task), |g| {
+        g.fifo_queue(
+            name,
+            &[DType::Int32],
+            &[PartialShape::new(Vec::<Option<usize>>::new())],
+            None,
+            shared_name,
+            Some(POLL.as_millis() as u64),
+        )
+    })
+}
+
+/// A session on the master at `target` holding `graph`.
+fn session(target: &str, graph: &Graph) -> Result<Session> {
+    let options = ConnectOptions {
+        connect_timeout: Duration::from_secs(10),
+        call_timeout: CALL_TIMEOUT,
+        ..ConnectOptions::default()
+    };
+    let session = Session::connect_with(target, options)?;
+    session.extend(&graph.to_graph_def())?;
+    Ok(session)
+}
+
+/// Blocks until the chief closes `task`'s done queue (or puts anything in it), watching it
+/// through the task's own master at `target`. Failures of the watch itself (a step that
+/// failed, a master restarting) are logged and the watch starts over after a pause: only the
+/// signal, or the process ending, ends it.
+pub fn wait_for_done(target: &str, task: &TaskId) -> Result<()> {
+    let mut g = Graph::new();
+    let q = queue(&mut g, "done_queue", task, DONE_QUEUE)?;
+    let dequeue = g.with_device(&cpu(task), |g| {
+        g.queue_dequeue("done_dequeue", &q, &[DType::Int32])
+    })?;
+    let dequeue = dequeue[0].name();
+    tracing::info!(task = %task, "serving until the chief says training is over");
+    loop {
+        let watch = session(target, &g).and_then(|s| loop {
+            match s.run(&[], &[&dequeue], &[]) {
+                Ok(_) => break Ok(()),
+                Err(e) if e.code() == Code::OutOfRange => break Ok(()),
+                Err(e) if e.code() == Code::DeadlineExceeded => continue,
+                Err(e) => break Err(e),
+            }
+        });
+        match watch {
+            Ok(()) => {
+                tracing::info!(task = %task, "the chief says training is over");
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::warn!(task = %task, error = %e, "watching for the end of training failed; watching again");
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+}
+
+/// A worker's "I finished my last step": enqueues `worker_index` into the chief's queue,
+/// through this worker's master at `target`. Bounded by the call timeout.
+pub fn report_finished(target: &str, chief: &TaskId, worker_index: u32) -> Result<()> {
+    let mut g = Graph::new();
+    let q = queue(&mut g, "finished_queue", chief, FINISHED_QUEUE)?;
+    let index = g.with_device(&cpu(chief), |g| {
+        g.constant(&Tensor::scalar(worker_index as i32))
+    })?;
+    let enqueue = g.with_device(&cpu(chief), |g| {
+        g.queue_enqueue("finished_enqueue", &q, &[index])
+    })?;
+    let s = session(target, &g)?;
+    s.run(&[], &[], &[&enqueue])?;
+    let _ = s.close();
+    Ok(())
+}
+
+/// The chief's end of the signals, on its own master.
+pub struct ChiefSignals {
+    session: Session,
+    finished: String,
+    closes: Vec<(TaskId, String)>,
+}
+
+impl ChiefSignals {
+    /// Connects to the chief's master at `target`; `others` are the tasks to tell at the end
+    /// (every ps and every other worker).
+    pub fn connect(target: &str, chief: &TaskId, others: &[TaskId]) -> Result<Self> {
+        let mut g = Graph::new();
+        let q = queue(&mut g, "finished_queue", chief, FINISHED_QUEUE)?;
+        let dequeue = g.with_device(&cpu(chief), |g| {
+            g.queue_dequeue("finished_dequeue", &q, &[DType::Int32])
+        })?;
+        let mut closes = Vec::with_capacity(others.len());
+        for (k, task) in others.iter().enumerate() {
+            let q = queue(&mut g, &format!("done_queue_{k}"), task, DONE_QUEUE)?;
+            let close = g.with_device(&cpu(task), |g| {
+                g.queue_close(&format!("done_close_{k}"), &q, false)
+            })?;
+            closes.push((task.clone(), close));
+        }
+        Ok(Self {
+            session: session(target, &g)?,
+            finished: dequeue[0].name(),
+            closes,
+        })
+    }
+
+    /// Waits up to `deadline` for `expected` workers to report their last step; returns the
+    /// indices of those that did.
+    pub fn wait_for_workers(&self, expected: usize, deadline: Duration) -> Vec<u32> {
+        let started = Instant::now();
+        let mut finished = Vec::new();
+        while finished.len() < expected && started.elapsed() < deadline {
+            match self.session.run(&[], &[&self.finished], &[]) {
+                Ok(values) => match values.first().map(|v| v.scalar_value::<i32>()) {
+                    Some(Ok(index)) => finished.push(index as u32),
+                    _ => tracing::warn!("a worker's finished report was not an int32 scalar"),
+                },
+                Err(e) if e.code() == Code::DeadlineExceeded => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for the workers' last steps failed");
+                    break;
+                }
+            }
+        }
+        if finished.len() < expected {
+            tracing::warn!(
+                finished = ?finished,
+                expected,
+                waited_s = started.elapsed().as_secs_f64(),
+                "not every worker reported its last step; ending without them"
+            );
+        }
+        finished
+    }
+
+    /// Tells every other task that training is over. A task that cannot be told (it is gone)
+    /// is named in the error; every other task is told anyway.
+    pub fn announce_done(&self) -> Result<()> {
+        let mut failed = Vec::new();
+        for (task, close) in &self.closes {
+            if let Err(e) = self.session.run(&[], &[], &[close]) {
+                tracing::warn!(task = %task, error = %e, "cannot tell the task that training is over");
+                failed.push(format!("{task} ({})", e.message()));
+            }
+        }
+        let _ = self.session.close();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::unavailable(format!(
+                "training finished, but these tasks could not be told to exit: {}; stop them \
+                 with SIGTERM",
+                failed.join(", ")
+            )))
+        }
+    }
+}

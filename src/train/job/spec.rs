@@ -1,0 +1,347 @@
+//! What a training job is asked to do: the [`TrainSpec`] every task of a job is started with
+//! (the model, the optimizer, the data, the schedule, synchronous or not, checkpoints), and
+//! the checks that refuse bad input before any task starts training.
+//!
+//! Every task of a job gets the same spec (the same flags), so every worker builds the same
+//! graph and reads the same data set, of which it trains on its own shard.
+
+use std::path::PathBuf;
+
+use crate::data::csv::{read_csv, CsvOptions};
+use crate::data::idx::read_mnist;
+use crate::data::{blobs, BlobOptions, Dataset};
+use crate::error::{Result, Status};
+use crate::train::checkpoint::saver::ensure_writable;
+use crate::train::optimizer::Optimizer;
+
+/// The built-in models, by the names `--model` accepts.
+pub const MODEL_NAMES: [&str; 2] = ["softmax", "mlp"];
+
+/// The optimizers `--optimizer` accepts (aliases such as `sgd` work too).
+pub const OPTIMIZER_NAMES: [&str; 5] = ["gd", "momentum", "adagrad", "adam", "rmsprop"];
+
+/// A built-in model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// Softmax regression: one dense layer from the features to the classes.
+    Softmax,
+    /// A perceptron with ReLU hidden layers of these widths.
+    Mlp {
+        /// Hidden layer widths, input side first; at least one.
+        hidden: Vec<usize>,
+    },
+}
+
+impl ModelKind {
+    /// The model called `name` (one of [`MODEL_NAMES`], `softmax_regression` too) with these
+    /// hidden widths (used by `mlp` only); an unknown name lists the known ones.
+    pub fn from_name(name: &str, hidden: &[usize]) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "softmax" | "softmax_regression" | "linear" => Ok(Self::Softmax),
+            "mlp" => {
+                if hidden.is_empty() || hidden.contains(&0) {
+                    return Err(Status::invalid_argument(format!(
+                        "--hidden {hidden:?}: an mlp needs at least one hidden layer, each of \
+                         at least one unit (e.g. --hidden 64,32)"
+                    )));
+                }
+                Ok(Self::Mlp {
+                    hidden: hidden.to_vec(),
+                })
+            }
+            _ => Err(Status::invalid_argument(format!(
+                "unknown model `{name}`; choose one of {} (--model)",
+                MODEL_NAMES.join(", ")
+            ))),
+        }
+    }
+
+    /// The hidden widths (empty for softmax regression).
+    pub fn hidden(&self) -> &[usize] {
+        match self {
+            Self::Softmax => &[],
+            Self::Mlp { hidden } => hidden,
+        }
+    }
+}
+
+/// Where the examples come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DataSource {
+    /// The built-in seeded data set: Gaussian blobs (examples, classes, features, noise).
+    Synthetic {
+        examples: usize,
+        classes: usize,
+        features: usize,
+        std: f32,
+    },
+    /// A CSV file of numeric features with the integer label last.
+    Csv(PathBuf),
+    /// MNIST's IDX files: images, labels.
+    Idx { images: PathBuf, labels: PathBuf },
+}
+
+impl DataSource {
+    /// The built-in data set: 4000 examples of 32 features in 10 overlapping classes.
+    pub fn builtin() -> Self {
+        Self::Synthetic {
+            examples: 4000,
+            classes: 10,
+            features: 32,
+            std: 6.0,
+        }
+    }
+
+    /// Parses `--data`: `synthetic`, `csv:PATH` or `idx:IMAGES,LABELS`.
+    pub fn parse(text: &str) -> Result<Self> {
+        if text == "synthetic" {
+            return Ok(Self::builtin());
+        }
+        if let Some(path) = text.strip_prefix("csv:") {
+            if path.is_empty() {
+                return Err(Status::invalid_argument(
+                    "--data csv: needs a file, as csv:PATH",
+                ));
+            }
+            return Ok(Self::Csv(PathBuf::from(path)));
+        }
+        if let Some(rest) = text.strip_prefix("idx:") {
+            if let Some((images, labels)) = rest.split_once(',') {
+                if !images.is_empty() && !labels.is_empty() {
+                    return Ok(Self::Idx {
+                        images: PathBuf::from(images),
+                        labels: PathBuf::from(labels),
+                    });
+                }
+            }
+            return Err(Status::invalid_argument(format!(
+                "--data {text}: write idx:IMAGES,LABELS (two IDX files, e.g. MNIST's \
+                 train-images-idx3-ubyte,train-labels-idx1-ubyte)"
+            )));
+        }
+        Err(Status::invalid_argument(format!(
+            "--data {text}: unknown data source; use synthetic, csv:PATH or idx:IMAGES,LABELS"
+        )))
+    }
+
+    /// Reads (or generates, with `seed`) every example.
+    pub fn load(&self, seed: u64) -> Result<Dataset> {
+        match self {
+            Self::Synthetic {
+                examples,
+                classes,
+                features,
+                std,
+            } => blobs(
+                &BlobOptions::new(*examples, *classes, *features)
+                    .seed(seed)
+                    .std(*std),
+            ),
+            Self::Csv(path) => read_csv(path, &CsvOptions::default()),
+            Self::Idx { images, labels } => read_mnist(images, labels),
+        }
+    }
+}
+
+/// Synchronous replication: gradients of `replicas_to_aggregate` workers averaged per update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncSpec {
+    /// Gradients per update.
+    pub replicas_to_aggregate: usize,
+    /// Workers training (more than `replicas_to_aggregate`: backups).
+    pub total_num_replicas: usize,
+}
+
+/// Everything a task needs to know about the job.
+#[derive(Clone, Debug)]
+pub struct TrainSpec {
+    /// The model.
+    pub model: ModelKind,
+    /// The optimizer's name (one of [`OPTIMIZER_NAMES`]).
+    pub optimizer: String,
+    /// The learning rate.
+    pub learning_rate: f64,
+    /// Examples per step and worker.
+    pub batch_size: usize,
+    /// Training ends when the global step reaches this.
+    pub steps: i64,
+    /// Synchronous replication, or `None` for asynchronous.
+    pub sync: Option<SyncSpec>,
+    /// Where the chief saves checkpoints and restores from (`None`: no checkpoints).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Save every this many global steps (and at the end).
+    pub save_every_steps: u64,
+    /// The examples.
+    pub data: DataSource,
+    /// Seeds the data, the initial weights and the batch order.
+    pub seed: u64,
+    /// The fraction of examples held out for the final accuracy.
+    pub held_out_fraction: f64,
+    /// How long a non-chief worker waits for the chief to initialise the model.
+    pub wait_for_model: std::time::Duration,
+}
+
+impl Default for TrainSpec {
+    /// The main job's defaults: an MLP (64, 32) trained by Adam, 0.01, batches of 64, 1000
+    /// steps, asynchronously, on the built-in data set, a fifth held out.
+    fn default() -> Self {
+        Self {
+            model: ModelKind::Mlp {
+                hidden: vec![64, 32],
+            },
+            optimizer: "adam".into(),
+            learning_rate: 0.01,
+            batch_size: 64,
+            steps: 1000,
+            sync: None,
+            checkpoint_dir: None,
+            save_every_steps: 100,
+            data: DataSource::builtin(),
+            seed: 1,
+            held_out_fraction: 0.2,
+            wait_for_model: std::time::Duration::from_secs(120),
+        }
+    }
+}
+
+impl TrainSpec {
+    /// Checks what can be checked without the data or the cluster: the optimizer's name, the
+    /// numbers, and that synchronous training fits the workers (`num_workers`).
+    pub fn validate(&self, num_workers: usize) -> Result<()> {
+        self.optimizer()?;
+        if self.batch_size == 0 {
+            return Err(Status::invalid_argument(
+                "--batch_size 0: a step needs at least one example",
+            ));
+        }
+        if self.steps < 1 {
+            return Err(Status::invalid_argument(format!(
+                "--steps {}: train for at least one step",
+                self.steps
+            )));
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return Err(Status::invalid_argument(format!(
+                "--learning_rate {}: must be a positive number",
+                self.learning_rate
+            )));
+        }
+        if !(0.0 < self.held_out_fraction && self.held_out_fraction < 1.0) {
+            return Err(Status::invalid_argument(format!(
+                "--held_out {}: the held-out fraction must be in (0, 1)",
+                self.held_out_fraction
+            )));
+        }
+        if let Some(sync) = &self.sync {
+            let name = self.optimizer.to_ascii_lowercase();
+            if !matches!(name.as_str(), "gd" | "sgd" | "gradientdescent") {
+                return Err(Status::invalid_argument(format!(
+                    "--sync averages gradients and applies them with gradient descent; \
+                     --optimizer {} cannot be used with it (pass --optimizer gd)",
+                    self.optimizer
+                )));
+            }
+            if sync.replicas_to_aggregate == 0 || sync.replicas_to_aggregate > num_workers {
+                return Err(Status::invalid_argument(format!(
+                    "--replicas_to_aggregate {}: must be between 1 and the {num_workers} \
+                     workers of the cluster",
+                    sync.replicas_to_aggregate
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The optimizer, or INVALID_ARGUMENT listing the known ones.
+    pub fn optimizer(&self) -> Result<Optimizer> {
+        let name = match self.optimizer.to_ascii_lowercase().as_str() {
+            "gd" => "sgd".to_string(),
+            other => other.to_string(),
+        };
+        Optimizer::from_name(&name, self.learning_rate).map_err(|_| {
+            Status::invalid_argument(format!(
+                "unknown optimizer `{}`; choose one of {} (--optimizer)",
+                self.optimizer,
+                OPTIMIZER_NAMES.join(", ")
+            ))
+        })
+    }
+
+    /// The chief's check before training: the checkpoint directory exists (or can be
+    /// created) and takes new files. Nothing already in it is touched.
+    pub fn check_checkpoint_dir(&self) -> Result<()> {
+        match &self.checkpoint_dir {
+            Some(dir) => ensure_writable(dir),
+            None => Ok(()),
+        }
+    }
+
+    /// Loads the data and splits it: `(training set, held-out set)`, the same split on every
+    /// task. Refuses a data set too small to hold out anything or to fill a batch.
+    pub fn load_data(&self) -> Result<(Dataset, Dataset)> {
+        let data = self.data.load(self.seed)?;
+        let (train, held_out) = data.split(self.held_out_fraction, self.seed)?;
+        if train.is_empty() || held_out.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "{} examples are too few to hold out {} of them and train on the rest; \
+                 use more data or change --held_out",
+                data.len(),
+                self.held_out_fraction
+            )));
+        }
+        Ok((train, held_out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_list_the_known_ones() {
+        let err = ModelKind::from_name("resnet", &[]).unwrap_err();
+        assert!(err.message().contains("softmax, mlp"), "{err}");
+        let spec = TrainSpec {
+            optimizer: "lbfgs".into(),
+            ..TrainSpec::default()
+        };
+        let err = spec.validate(2).unwrap_err();
+        assert!(
+            err.message()
+                .contains("gd, momentum, adagrad, adam, rmsprop"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn data_sources_parse() {
+        assert_eq!(
+            DataSource::parse("csv:/tmp/a.csv").unwrap(),
+            DataSource::Csv("/tmp/a.csv".into())
+        );
+        assert_eq!(
+            DataSource::parse("idx:a,b").unwrap(),
+            DataSource::Idx {
+                images: "a".into(),
+                labels: "b".into()
+            }
+        );
+        assert!(DataSource::parse("idx:a").is_err());
+        assert!(DataSource::parse("parquet:x").is_err());
+    }
+
+    #[test]
+    fn sync_needs_gradient_descent_and_enough_workers() {
+        let mut spec = TrainSpec {
+            sync: Some(SyncSpec {
+                replicas_to_aggregate: 2,
+                total_num_replicas: 2,
+            }),
+            ..TrainSpec::default()
+        };
+        assert!(spec.validate(2).is_err(), "adam with --sync");
+        spec.optimizer = "gd".into();
+        spec.validate(2).unwrap();
+        assert!(spec.validate(1).is_err(), "2 replicas of 1 worker");
+    }
+}
