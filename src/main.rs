@@ -38,6 +38,9 @@ use tessera::train::job::launcher::LocalJob;
 use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
 use tracing::info;
 
+/// How long a ps or worker keeps serving after the chief said training is over.
+const LINGER: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tessera",
@@ -378,6 +381,11 @@ fn train(args: TrainArgs) -> anyhow::Result<()> {
             finished = rx => Ok(finished),
         }
     });
+    if let Ok(Ok(Ok(Finished::Ps | Finished::Worker { .. }))) = &outcome {
+        // The chief's session that told this task is closed right after; serving a moment
+        // longer lets that close reach it instead of a refused connection.
+        std::thread::sleep(LINGER);
+    }
     server.stop();
     match outcome {
         Err(signal) => {

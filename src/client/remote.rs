@@ -184,7 +184,7 @@ impl RemoteSession {
                 .iter()
                 .map(|(name, tensor)| tensor.to_named_proto(*name))
                 .collect(),
-            fetch: fetches.iter().map(|f| f.to_string()).collect(),
+            fetch: unique_fetches(fetches),
             target: targets.iter().map(|t| t.to_string()).collect(),
             options: Some(Default::default()),
             store_errors_in_response_body: true,
@@ -548,6 +548,22 @@ fn new_request_id() -> i64 {
             return id;
         }
     }
+}
+
+/// The fetches to ask the master for: each tensor once, by its canonical name (`y:0` for `y`),
+/// as a tensor fetched twice (two hooks reading the global step) is still one tensor; the
+/// reply is matched back to every fetch by name.
+fn unique_fetches(fetches: &[&str]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::with_capacity(fetches.len());
+    fetches
+        .iter()
+        .map(|f| {
+            TensorRef::parse(f)
+                .map(|t| t.canonical())
+                .unwrap_or_else(|_| f.to_string())
+        })
+        .filter(|f| seen.insert(f.clone()))
+        .collect()
 }
 
 #[cfg(test)]

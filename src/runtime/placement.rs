@@ -125,7 +125,15 @@ fn is_resource_source(node: &NodeDef) -> bool {
             .unwrap_or(false)
     };
     match node.op.as_str() {
-        "VarHandleOp" => true,
+        // Variables, and the other resources a graph creates and then uses by handle: the
+        // ops using a queue or an accumulator run where it lives (the sync token queue and the
+        // accumulators on the ps, when replica_device_setter put their users on a worker).
+        "VarHandleOp"
+        | "FIFOQueueV2"
+        | "PaddingFIFOQueueV2"
+        | "RandomShuffleQueueV2"
+        | "PriorityQueueV2"
+        | "ResourceConditionalAccumulator" => true,
         "Placeholder" | "PlaceholderWithDefault" => typed("dtype"),
         "_Recv" | "_HostRecv" => typed("tensor_type"),
         "_Arg" => typed("T"),

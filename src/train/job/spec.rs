@@ -82,13 +82,14 @@ pub enum DataSource {
 }
 
 impl DataSource {
-    /// The built-in data set: 4000 examples of 32 features in 10 overlapping classes.
+    /// The built-in data set: 4000 examples of 32 features in 10 overlapping classes (centers
+    /// about 46 apart, noise 10 per feature: the nearest center is right about 9 times in 10).
     pub fn builtin() -> Self {
         Self::Synthetic {
             examples: 4000,
             classes: 10,
             features: 32,
-            std: 6.0,
+            std: 10.0,
         }
     }
 
