@@ -1,0 +1,507 @@
+//! `tessera train` and `tessera local` end to end: real processes of the binary on loopback,
+//! each task on a port this test bound and passed as fd 3 (socket activation), as
+//! `tests/support/cluster.rs` does for `tessera serve`.
+//!
+//! The data is the built-in set (4000 examples, 32 features, 10 Gaussian blobs whose centers
+//! are about 46 apart with noise 10 per feature, a fifth held out). A nearest-center
+//! classifier, the best there is for such blobs, is right about 90 % of the time (pairwise
+//! error Φ(-46/(2·10)) ≈ 1 % against each of 9 other classes); guessing is right 10 % of the
+//! time. The tests ask for 75 % after a few hundred steps, far above chance and a little
+//! below what a converged model reaches, so they do not flake on a slow machine.
+//!
+//! Each test keeps its step count small: the whole file runs in about a minute in the dev
+//! profile on two cores.
+
+mod support;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::cluster::{Cluster, BIN};
+use tessera::client::Session;
+use tessera::graph::attr::value;
+use tessera::proto::{GraphDef, NodeDef};
+use tessera::train::checkpoint::{latest_checkpoint, BundleReader, Saver};
+use tessera::train::job::model::{self, Placement};
+use tessera::train::job::TrainSpec;
+
+/// How long a whole training job may take (a cold debug binary on a busy two-core machine).
+const JOB_DEADLINE: Duration = Duration::from_secs(180);
+
+/// What a finished task left behind.
+struct Ended {
+    name: String,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs a training job: one `tessera train` per task of `jobs`, all with `args`; waits for
+/// every process (killing all past the deadline) and returns how each ended.
+fn run_job(jobs: &[(&str, usize)], args: &[&str]) -> Vec<Ended> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    let mut text = String::from("[cluster]\n");
+    for (job, count) in jobs {
+        let mut addrs = Vec::new();
+        for index in 0..*count {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            addrs.push(format!("\"{}\"", listener.local_addr().unwrap()));
+            listeners.push((job.to_string(), index, listener));
+        }
+        text.push_str(&format!("{job} = [{}]\n", addrs.join(", ")));
+    }
+    text.push_str("[devices]\ngpu = 0\n");
+    let config = dir.path().join("cluster.toml");
+    std::fs::write(&config, text).unwrap();
+
+    let mut children = Vec::new();
+    for (job, index, listener) in &listeners {
+        let child = spawn_train(&config, job, *index, listener, args);
+        children.push((format!("/job:{job}/task:{index}"), child));
+    }
+    drop(listeners);
+    wait_all(children)
+}
+
+/// `tessera train --config CONFIG ARGS` as task `job`/`index`, `listener` as fd 3.
+fn spawn_train(
+    config: &Path,
+    job: &str,
+    index: usize,
+    listener: &TcpListener,
+    args: &[&str],
+) -> Child {
+    let fd = listener.as_raw_fd();
+    let mut command = Command::new("/bin/sh");
+    command
+        .args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#])
+        .arg(BIN)
+        .args(["train", "--config"])
+        .arg(config)
+        .args(args)
+        .env("LISTEN_FDS", "1")
+        .env("TESSERA__TASK__JOB", job)
+        .env("TESSERA__TASK__INDEX", index.to_string())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
+    unsafe {
+        command.pre_exec(move || {
+            if fd == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.spawn().expect("spawn tessera train")
+}
+
+/// Waits for every child with one deadline; reads their output to the end.
+fn wait_all(children: Vec<(String, Child)>) -> Vec<Ended> {
+    let (tx, rx) = mpsc::channel();
+    let mut pids = Vec::new();
+    for (slot, (name, mut child)) in children.into_iter().enumerate() {
+        pids.push((name.clone(), child.id() as libc::pid_t));
+        let mut stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let err = thread::spawn(move || {
+                let mut s = String::new();
+                let _ = stderr.read_to_string(&mut s);
+                s
+            });
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            let status = child.wait().unwrap();
+            let err = err.join().unwrap_or_default();
+            let _ = tx.send((slot, name, status, out, err));
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + JOB_DEADLINE;
+    let mut ended: Vec<Option<Ended>> = pids.iter().map(|_| None).collect();
+    while ended.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((slot, name, status, stdout, stderr)) => {
+                ended[slot] = Some(Ended {
+                    name,
+                    status,
+                    stdout,
+                    stderr,
+                })
+            }
+            Err(_) => {
+                let late: Vec<&str> = pids
+                    .iter()
+                    .zip(&ended)
+                    .filter(|(_, e)| e.is_none())
+                    .map(|((name, pid), _)| {
+                        // SAFETY: our child, not yet reaped (its waiter has not answered).
+                        unsafe { libc::kill(*pid, libc::SIGKILL) };
+                        name.as_str()
+                    })
+                    .collect();
+                panic!("{late:?} still running after {JOB_DEADLINE:?} (killed)");
+            }
+        }
+    }
+    ended.into_iter().map(Option::unwrap).collect()
+}
+
+/// Asserts every task exited 0, showing the failures' output otherwise.
+fn assert_all_exited_0(ended: &[Ended]) {
+    for e in ended {
+        assert!(
+            e.status.success(),
+            "{} ended with {:?}\nstdout:\n{}\nstderr:\n{}",
+            e.name,
+            e.status,
+            e.stdout,
+            e.stderr
+        );
+    }
+}
+
+/// The chief's `held-out accuracy X %` line, as a fraction.
+fn held_out_accuracy(chief: &Ended) -> f64 {
+    let line = chief
+        .stdout
+        .lines()
+        .find(|l| l.contains("held-out accuracy"))
+        .unwrap_or_else(|| panic!("no accuracy line in the chief's stdout:\n{}", chief.stdout));
+    let number = line
+        .split("held-out accuracy ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("unparsable accuracy line `{line}`"));
+    number / 100.0
+}
+
+fn chief(ended: &[Ended]) -> &Ended {
+    ended
+        .iter()
+        .find(|e| e.name == "/job:worker/task:0")
+        .expect("the chief")
+}
+
+#[test]
+fn async_training_of_the_mlp_reaches_the_stated_accuracy_and_every_task_exits_0() {
+    let ended = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &[
+            "--model",
+            "mlp",
+            "--hidden",
+            "64,32",
+            "--optimizer",
+            "adam",
+            "--steps",
+            "300",
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let chief = chief(&ended);
+    let accuracy = held_out_accuracy(chief);
+    assert!(
+        accuracy >= 0.75,
+        "held-out accuracy {accuracy}:\n{}",
+        chief.stdout
+    );
+    assert!(
+        chief.stdout.contains("trained to global step 3"),
+        "the global step reached the last step (300, or a little more: the workers are \
+         asynchronous):\n{}",
+        chief.stdout
+    );
+}
+
+#[test]
+fn sync_training_with_two_replicas_reaches_the_stated_accuracy_and_every_task_exits_0() {
+    let ended = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &[
+            "--sync",
+            "--replicas_to_aggregate",
+            "2",
+            "--optimizer",
+            "gd",
+            "--learning_rate",
+            "0.05",
+            "--steps",
+            "200",
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let chief = chief(&ended);
+    let accuracy = held_out_accuracy(chief);
+    assert!(
+        accuracy >= 0.75,
+        "held-out accuracy {accuracy}:\n{}",
+        chief.stdout
+    );
+    // Synchronous: one update per aggregated pair of gradients, so exactly the last step.
+    assert!(
+        chief.stdout.contains("trained to global step 200 "),
+        "{}",
+        chief.stdout
+    );
+}
+
+/// A graph of one `ReadVariableOp` per checkpointed variable, named `check/<name>`.
+fn reads(entries: &[(String, tessera::tensor::DType)]) -> GraphDef {
+    GraphDef {
+        node: entries
+            .iter()
+            .map(|(name, dtype)| NodeDef {
+                name: format!("check/{name}"),
+                op: "ReadVariableOp".into(),
+                input: vec![name.clone()],
+                attr: [("dtype".to_string(), value::dtype(*dtype))].into(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_chiefs_checkpoint_restores_into_a_fresh_cluster_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let ckpt_arg = ckpt.to_str().unwrap();
+    let ended = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &[
+            "--steps",
+            "60",
+            "--save_every",
+            "25",
+            "--checkpoint_dir",
+            ckpt_arg,
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let prefix = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
+    let prefix_str = prefix.to_str().unwrap().to_string();
+    let bundle = BundleReader::open(&prefix_str).unwrap();
+    let expected: Vec<(String, tessera::tensor::Tensor)> = bundle
+        .entries()
+        .keys()
+        .map(|name| (name.clone(), bundle.read(name).unwrap()))
+        .collect();
+    // The model (3 layers of weights and biases), Adam's two slots per variable, its two
+    // powers, and the global step.
+    assert_eq!(
+        expected.len(),
+        6 * 3 + 2 + 1,
+        "{:?}",
+        bundle.entries().keys()
+    );
+    let step = expected
+        .iter()
+        .find(|(n, _)| n == "global_step")
+        .map(|(_, t)| t.scalar_value::<i64>().unwrap())
+        .unwrap();
+    assert!(step >= 60, "final checkpoint at step {step}");
+    assert!(
+        prefix_str.ends_with(&format!("model.ckpt-{step}")),
+        "{prefix_str}"
+    );
+
+    // A fresh cluster of plain daemons; the same graph (the default flags), restored.
+    let cluster = Cluster::start(&[("ps", 1), ("worker", 2)]);
+    let placement = Placement {
+        num_ps: 1,
+        worker_index: 0,
+        num_workers: 2,
+    };
+    let built = model::build(&TrainSpec::default(), &placement, 32, 10).unwrap();
+    let session = Session::connect(&cluster.target("worker", 0)).unwrap();
+    session.extend(&built.graph).unwrap();
+    Saver::new(built.saver.clone(), 5)
+        .restore(&session, &prefix)
+        .unwrap();
+    let entries: Vec<_> = expected
+        .iter()
+        .map(|(n, t)| (n.clone(), t.dtype()))
+        .collect();
+    session.extend(&reads(&entries)).unwrap();
+    let fetches: Vec<String> = entries
+        .iter()
+        .map(|(n, _)| format!("check/{n}:0"))
+        .collect();
+    let fetch_refs: Vec<&str> = fetches.iter().map(String::as_str).collect();
+    let restored = session.run(&[], &fetch_refs, &[]).unwrap();
+    for ((name, want), got) in expected.iter().zip(&restored) {
+        assert_eq!(got.dtype(), want.dtype(), "{name}");
+        assert_eq!(got.shape(), want.shape(), "{name}");
+        assert_eq!(got.bytes(), want.bytes(), "{name}: values differ");
+    }
+}
+
+#[test]
+fn tessera_local_runs_the_embedded_cluster_to_the_end_and_exits_0() {
+    let child = Command::new(BIN)
+        .args(["local", "--steps", "60", "--timeout", "150s"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = wait_all(vec![("tessera local".into(), child)]);
+    let local = &ended[0];
+    assert_all_exited_0(&ended);
+    // Three readiness lines: 1 ps and 2 workers, each on the port the launcher bound.
+    let serving = local
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("tessera: serving /job:"))
+        .count();
+    assert_eq!(serving, 3, "{}", local.stdout);
+    let accuracy = held_out_accuracy(local);
+    assert!(
+        accuracy > 0.1,
+        "better than chance after 60 steps: {accuracy}"
+    );
+    assert!(
+        local.stdout.contains("every task exited 0"),
+        "{}",
+        local.stdout
+    );
+}
+
+/// Runs the chief alone (`worker` 0 of a 1 ps + 1 worker cluster file whose ports are 0,
+/// nothing else started) with `args`; returns how it ended.
+fn run_chief_alone(args: &[&str]) -> Ended {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cluster.toml");
+    std::fs::write(
+        &config,
+        "[cluster]\nps = [\"127.0.0.1:0\"]\nworker = [\"127.0.0.1:0\"]\n[devices]\ngpu = 0\n",
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args(["train", "--config"])
+        .arg(&config)
+        .args(args)
+        .env("TESSERA__TASK__JOB", "worker")
+        .env("TESSERA__TASK__INDEX", "0")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_all(vec![("chief".into(), child)]).remove(0)
+}
+
+fn assert_fails_with(ended: &Ended, needles: &[&str]) {
+    assert!(
+        !ended.status.success(),
+        "exited 0:\n{}\n{}",
+        ended.stdout,
+        ended.stderr
+    );
+    for needle in needles {
+        assert!(
+            ended.stderr.contains(needle),
+            "stderr lacks `{needle}`:\n{}",
+            ended.stderr
+        );
+    }
+}
+
+#[test]
+fn an_unknown_model_or_optimizer_is_refused_naming_the_known_ones() {
+    let ended = run_chief_alone(&["--model", "resnet"]);
+    assert_fails_with(&ended, &["unknown model `resnet`", "softmax, mlp"]);
+    let ended = run_chief_alone(&["--optimizer", "lbfgs"]);
+    assert_fails_with(
+        &ended,
+        &[
+            "unknown optimizer `lbfgs`",
+            "gd, momentum, adagrad, adam, rmsprop",
+        ],
+    );
+}
+
+#[test]
+fn a_csv_with_a_bad_row_is_refused_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("bad.csv");
+    std::fs::write(&csv, "0.5,1.5,0\n2.5,0.25,1\n1.0,oops,1\n").unwrap();
+    let data = format!("csv:{}", csv.display());
+    let ended = run_chief_alone(&["--data", &data]);
+    assert_fails_with(&ended, &[&format!("{}:3", csv.display())]);
+}
+
+/// Every file under `dir` with its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn an_unwritable_checkpoint_dir_is_refused_before_training_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // A path whose parent is a file: no process can create the directory, root included.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"precious").unwrap();
+    let under_file = file.join("ckpt");
+    let ended = run_chief_alone(&["--checkpoint_dir", under_file.to_str().unwrap()]);
+    assert_fails_with(&ended, &["not writable", "--checkpoint_dir"]);
+    assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+    assert!(
+        !ended.stdout.contains("tessera: serving"),
+        "refused before the daemon started:\n{}",
+        ended.stdout
+    );
+
+    // A read-only directory holding a checkpoint (permissions bind only without root).
+    let ckpt = dir.path().join("ckpt");
+    std::fs::create_dir(&ckpt).unwrap();
+    std::fs::write(
+        ckpt.join("checkpoint"),
+        "model_checkpoint_path: \"model.ckpt-7\"\n",
+    )
+    .unwrap();
+    std::fs::write(ckpt.join("model.ckpt-7.index"), b"index bytes").unwrap();
+    let before = snapshot(&ckpt);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ckpt, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        let ended = run_chief_alone(&["--checkpoint_dir", ckpt.to_str().unwrap()]);
+        assert_fails_with(&ended, &["not writable"]);
+    }
+    std::fs::set_permissions(&ckpt, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(snapshot(&ckpt), before);
+}
