@@ -14,7 +14,7 @@
 
 mod support;
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -46,6 +46,25 @@ struct Ended {
 /// Runs a training job: one `tessera train` per task of `jobs`, all with `args`; waits for
 /// every process (killing all past the deadline) and returns how each ended.
 fn run_job(jobs: &[(&str, usize)], args: &[&str]) -> Vec<Ended> {
+    let job = start_job(jobs, args);
+    wait_all(job.tasks.into_iter().map(|t| (t.name, t.child)).collect())
+}
+
+/// A started task: its name, address and process.
+struct Started {
+    name: String,
+    addr: std::net::SocketAddr,
+    child: Child,
+}
+
+/// Started tasks and their cluster file's directory.
+struct Job {
+    tasks: Vec<Started>,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts one `tessera train` per task of `jobs`, all with `args`, each on a port bound here.
+fn start_job(jobs: &[(&str, usize)], args: &[&str]) -> Job {
     let dir = tempfile::tempdir().unwrap();
     let mut listeners = Vec::new();
     let mut text = String::from("[cluster]\n");
@@ -62,13 +81,16 @@ fn run_job(jobs: &[(&str, usize)], args: &[&str]) -> Vec<Ended> {
     let config = dir.path().join("cluster.toml");
     std::fs::write(&config, text).unwrap();
 
-    let mut children = Vec::new();
+    let mut tasks = Vec::new();
     for (job, index, listener) in &listeners {
         let child = spawn_train(&config, job, *index, listener, args);
-        children.push((format!("/job:{job}/task:{index}"), child));
+        tasks.push(Started {
+            name: format!("/job:{job}/task:{index}"),
+            addr: listener.local_addr().unwrap(),
+            child,
+        });
     }
-    drop(listeners);
-    wait_all(children)
+    Job { tasks, _dir: dir }
 }
 
 /// `tessera train --config CONFIG ARGS` as task `job`/`index`, `listener` as fd 3.
@@ -504,4 +526,92 @@ fn an_unwritable_checkpoint_dir_is_refused_before_training_and_loses_nothing() {
     }
     std::fs::set_permissions(&ckpt, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_eq!(snapshot(&ckpt), before);
+}
+
+#[test]
+fn a_ps_whose_chief_failed_keeps_serving_and_sigterm_ends_it_with_status_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("bad.csv");
+    std::fs::write(&csv, "0.5,1.5,0\n1.0,oops,1\n").unwrap();
+    let data = format!("csv:{}", csv.display());
+    let mut job = start_job(&[("ps", 1), ("worker", 1)], &["--data", &data]);
+    let mut ps = job.tasks.remove(0);
+    let chief = job.tasks.remove(0);
+    let ended = wait_all(vec![(chief.name, chief.child)]);
+    assert!(
+        !ended[0].status.success(),
+        "the chief with a bad CSV exited 0"
+    );
+
+    // The ps was never told that training is over: it still serves (a restarted chief could
+    // go on with it).
+    let mut stdout = BufReader::new(ps.child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(
+        line.trim_end(),
+        format!("tessera: serving /job:ps/replica:0/task:0 on {}", ps.addr)
+    );
+    let status = Command::new(BIN)
+        .args(["status", &format!("grpc://{}", ps.addr), "--timeout", "10s"])
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "the ps stopped serving: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(ps.child.try_wait().unwrap().is_none(), "the ps exited");
+
+    // SAFETY: our child, not yet reaped.
+    assert_eq!(
+        unsafe { libc::kill(ps.child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = support::cluster::wait_with_deadline(ps.child, "the ps after SIGTERM");
+    assert!(status.success(), "the ps after SIGTERM: {status:?}");
+}
+
+#[test]
+fn a_chief_started_again_restores_the_latest_checkpoint_and_goes_on_from_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let ckpt_arg = ckpt.to_str().unwrap();
+    let first = run_job(
+        &[("ps", 1), ("worker", 1)],
+        &["--steps", "30", "--checkpoint_dir", ckpt_arg],
+    );
+    assert_all_exited_0(&first);
+    let saved = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
+    // One worker: the global step ends exactly at the last step.
+    assert!(
+        saved.to_str().unwrap().ends_with("model.ckpt-30"),
+        "{saved:?}"
+    );
+
+    // A new cluster, the same directory, a later last step.
+    let second = run_job(
+        &[("ps", 1), ("worker", 1)],
+        &["--steps", "50", "--checkpoint_dir", ckpt_arg],
+    );
+    assert_all_exited_0(&second);
+    let chief = chief(&second);
+    assert!(
+        chief
+            .stdout
+            .contains(&format!("started from checkpoint {}", saved.display())),
+        "{}",
+        chief.stdout
+    );
+    // 20 more steps, not 50: training went on from step 30.
+    assert!(
+        chief.stdout.contains("trained to global step 50 "),
+        "{}",
+        chief.stdout
+    );
+    let last = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
+    assert!(
+        last.to_str().unwrap().ends_with("model.ckpt-50"),
+        "{last:?}"
+    );
 }
