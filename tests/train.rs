@@ -615,3 +615,69 @@ fn a_chief_started_again_restores_the_latest_checkpoint_and_goes_on_from_its_ste
         "{last:?}"
     );
 }
+
+#[test]
+fn the_chiefs_signals_reach_every_task_through_its_own_server_and_stay_set() {
+    use support::cluster::InProcessCluster;
+    use tessera::cluster::TaskId;
+    use tessera::train::job::signal::{report_finished, wait_for_done, ChiefSignals};
+
+    let cluster = InProcessCluster::start(&[("ps", 1), ("worker", 2)]);
+    let ps = TaskId::new("ps", 0);
+    let chief = TaskId::new("worker", 0);
+    let worker = TaskId::new("worker", 1);
+    let (ps_target, worker_target) = (cluster.target("ps", 0), cluster.target("worker", 1));
+
+    // Worker 1 reports its last step through its own server; the chief sees it.
+    report_finished(&worker_target, &chief, 1).unwrap();
+    let signals = ChiefSignals::connect(
+        &cluster.target("worker", 0),
+        &chief,
+        &[ps.clone(), worker.clone()],
+    )
+    .unwrap();
+    assert_eq!(signals.wait_for_workers(1, Duration::from_secs(20)), [1]);
+
+    // The ps watches its own queue until the chief closes it.
+    let (tx, rx) = mpsc::channel();
+    let watched = ps.clone();
+    let target = ps_target.clone();
+    thread::spawn(move || {
+        let _ = tx.send(wait_for_done(&target, &watched));
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the ps saw an end nobody announced"
+    );
+    signals.announce_done().unwrap();
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the ps was told within 20 s")
+        .unwrap();
+    // A task that looks only now (worker 1 finished late) sees the signal at once, and so
+    // does a watcher that starts over: the queue stays closed.
+    let started = Instant::now();
+    wait_for_done(&worker_target, &worker).unwrap();
+    wait_for_done(&ps_target, &ps).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn the_chiefs_wait_for_workers_that_never_report_is_bounded() {
+    use support::cluster::InProcessCluster;
+    use tessera::cluster::TaskId;
+    use tessera::train::job::signal::ChiefSignals;
+
+    let cluster = InProcessCluster::start(&[("ps", 1), ("worker", 2)]);
+    let chief = TaskId::new("worker", 0);
+    let signals = ChiefSignals::connect(&cluster.target("worker", 0), &chief, &[]).unwrap();
+    let started = Instant::now();
+    // Worker 1 never reports: the wait ends after its bound (polls of 2 s each) with nobody.
+    assert!(signals
+        .wait_for_workers(1, Duration::from_secs(3))
+        .is_empty());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_secs(15),
+        "{waited:?}"
+    );
+}

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use crate::client::{ConnectOptions, Session};
 use crate::cluster::TaskId;
 use crate::error::{Code, Result, Status};
-use crate::graph::Graph;
+use crate::graph::attr::value;
+use crate::graph::{Graph, NodeSpec, Output};
 use crate::tensor::{DType, PartialShape, Tensor};
 
 /// The shared name of every task's "training is over" queue.
@@ -42,12 +43,7 @@ fn cpu(task: &TaskId) -> String {
 
 /// Adds the queue `shared_name` on `task`'s CPU, under node name `name`. Every graph creates
 /// it with the same attributes: whichever runs first creates the resource.
-fn queue(
-    g: &mut Graph,
-    name: &str,
-    task: &TaskId,
-    shared_name: &str,
-) -> Result<crate::graph::Output> {
+fn queue(g: &mut Graph, name: &str, task: &TaskId, shared_name: &str) -> Result<Output> {
     g.with_device(&cpu(task), |g| {
         g.fifo_queue(
             name,
@@ -58,6 +54,18 @@ fn queue(
             Some(POLL.as_millis() as u64),
         )
     })
+}
+
+/// A dequeue of one element waiting at most [`POLL`]: the op's own timeout, which wins over
+/// the step's deadline (the whole call's), so each poll ends on time.
+fn dequeue(g: &mut Graph, name: &str, queue: &Output) -> Result<Vec<Output>> {
+    g.add_node(
+        NodeSpec::new("QueueDequeueV2")
+            .name(name)
+            .input(queue)
+            .attr("component_types", value::dtype_list(&[DType::Int32]))
+            .attr("timeout_ms", value::int(POLL.as_millis() as i64)),
+    )
 }
 
 /// A session on the master at `target` holding `graph`.
@@ -79,9 +87,7 @@ fn session(target: &str, graph: &Graph) -> Result<Session> {
 pub fn wait_for_done(target: &str, task: &TaskId) -> Result<()> {
     let mut g = Graph::new();
     let q = queue(&mut g, "done_queue", task, DONE_QUEUE)?;
-    let dequeue = g.with_device(&cpu(task), |g| {
-        g.queue_dequeue("done_dequeue", &q, &[DType::Int32])
-    })?;
+    let dequeue = g.with_device(&cpu(task), |g| dequeue(g, "done_dequeue", &q))?;
     let dequeue = dequeue[0].name();
     tracing::info!(task = %task, "serving until the chief says training is over");
     loop {
@@ -136,9 +142,7 @@ impl ChiefSignals {
     pub fn connect(target: &str, chief: &TaskId, others: &[TaskId]) -> Result<Self> {
         let mut g = Graph::new();
         let q = queue(&mut g, "finished_queue", chief, FINISHED_QUEUE)?;
-        let dequeue = g.with_device(&cpu(chief), |g| {
-            g.queue_dequeue("finished_dequeue", &q, &[DType::Int32])
-        })?;
+        let dequeue = g.with_device(&cpu(chief), |g| dequeue(g, "finished_dequeue", &q))?;
         let mut closes = Vec::with_capacity(others.len());
         for (k, task) in others.iter().enumerate() {
             let q = queue(&mut g, &format!("done_queue_{k}"), task, DONE_QUEUE)?;
