@@ -693,6 +693,52 @@ mod tests {
     }
 
     #[test]
+    fn local_hands_its_children_the_training_flags_it_was_given() {
+        let given = [
+            "tessera",
+            "local",
+            "--model",
+            "softmax",
+            "--optimizer",
+            "gd",
+            "--sync",
+            "--replicas_to_aggregate",
+            "1",
+            "--steps",
+            "7",
+            "--checkpoint_dir",
+            "/tmp/c",
+            "--wait_for_model",
+            "3s",
+            "--hidden",
+            "8,4",
+        ];
+        let Some(Command::Local(local)) = Cli::parse_from(given).command else {
+            panic!("not parsed as local");
+        };
+        let args = local.training.to_args();
+        let mut train = vec!["tessera".to_string(), "train".into()];
+        train.extend(args.iter().cloned());
+        let Some(Command::Train(child)) = Cli::parse_from(train).command else {
+            panic!("not parsed as train");
+        };
+        assert_eq!(child.training.to_args(), args);
+        let spec = child.training.to_spec(2).unwrap();
+        assert_eq!(spec.steps, 7);
+        assert_eq!(spec.wait_for_model, Duration::from_secs(3));
+        assert_eq!(
+            spec.model.hidden(),
+            &[] as &[usize],
+            "softmax has no hidden layers"
+        );
+        let sync = spec.sync.unwrap();
+        assert_eq!(
+            (sync.replicas_to_aggregate, sync.total_num_replicas),
+            (1, 2)
+        );
+    }
+
+    #[test]
     fn the_cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();

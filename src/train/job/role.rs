@@ -108,9 +108,11 @@ pub fn check(config: &TaskConfig, spec: &TrainSpec) -> Result<()> {
     Ok(())
 }
 
-fn connect_options() -> ConnectOptions {
+/// How this task's client reaches its own master: the cluster file's connect timeout, and
+/// [`STEP_TIMEOUT`] per step.
+fn connect_options(config: &TaskConfig) -> ConnectOptions {
     ConnectOptions {
-        connect_timeout: Duration::from_secs(10),
+        connect_timeout: config.timeouts.connect,
         call_timeout: STEP_TIMEOUT,
         ..ConnectOptions::default()
     }
@@ -149,7 +151,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
     } else {
         None
     };
-    let mut session = monitored_session(target, spec, &built, is_chief)?;
+    let mut session = monitored_session(config, target, spec, &built, is_chief)?;
     if let Some(prefix) = &restored_from {
         tracing::info!(checkpoint = %prefix.display(), "restored the model");
     }
@@ -159,7 +161,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
                 .raw_session()
                 .ok_or_else(|| Status::internal("the monitored session has no session"))?;
             raw.run(&[], &[], &[init_tokens])?;
-            let own = Session::connect_with(target, connect_options())?;
+            let own = Session::connect_with(target, connect_options(config))?;
             own.extend(&built.graph)?;
             Some(ChiefQueueRunner::with_session(own, ops, Some(spec.steps))?)
         }
@@ -219,6 +221,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
 /// The monitored session: StopAtStep and NanTensor on every worker; the chief's step counter
 /// and checkpoint saver (restoring the latest checkpoint first) on the chief.
 fn monitored_session(
+    config: &TaskConfig,
     target: &str,
     spec: &TrainSpec,
     built: &TrainGraph,
@@ -226,8 +229,9 @@ fn monitored_session(
 ) -> Result<MonitoredSession> {
     let graph = built.graph.clone();
     let target_owned = target.to_string();
+    let options = connect_options(config);
     let create = Box::new(move || {
-        let session = Session::connect_with(&target_owned, connect_options())?;
+        let session = Session::connect_with(&target_owned, options.clone())?;
         session.extend(&graph)?;
         Ok(session)
     });
@@ -238,8 +242,8 @@ fn monitored_session(
     };
     let mut manager = SessionManager::new(create, scaffold, is_chief)
         .with_wait(Duration::from_secs(1), spec.wait_for_model);
-    let mut config = TrainingConfig::new(&built.global_step);
-    config.log_step_count = None;
+    let mut training = TrainingConfig::new(&built.global_step);
+    training.log_step_count = None;
     if is_chief {
         if let Some(dir) = &spec.checkpoint_dir {
             let saver = Arc::new(Saver::new(built.saver.clone(), MAX_TO_KEEP));
@@ -252,9 +256,9 @@ fn monitored_session(
                 Arc::new(move |session: &Session, step: i64| {
                     saver.save(session, &save_dir, Some(step)).map(|_| ())
                 });
-            config.checkpoint = Some((save, Every::Steps(spec.save_every_steps.max(1))));
+            training.checkpoint = Some((save, Every::Steps(spec.save_every_steps.max(1))));
         }
-        config.log_step_count = Some(Every::Steps(1000));
+        training.log_step_count = Some(Every::Steps(1000));
     }
     let hooks: Vec<Box<dyn Hook>> = vec![
         Box::new(StopAtStepHook::new(
@@ -263,8 +267,8 @@ fn monitored_session(
         )),
         Box::new(NanTensorHook::new(&built.loss, true)),
     ];
-    config.hooks = hooks;
-    MonitoredSession::training(manager, config)
+    training.hooks = hooks;
+    MonitoredSession::training(manager, training)
 }
 
 /// Steps until a hook stops (the global step reached the last step) or, in synchronous
