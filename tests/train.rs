@@ -681,3 +681,36 @@ fn the_chiefs_wait_for_workers_that_never_report_is_bounded() {
         "{waited:?}"
     );
 }
+
+#[test]
+fn tessera_local_names_the_task_that_failed_and_how() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.csv");
+    let data = format!("csv:{}", missing.display());
+    let child = Command::new(BIN)
+        .args(["local", "--data", &data, "--timeout", "120s"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = wait_all(vec![("tessera local".into(), child)]);
+    // Both workers read the data and fail; whichever the launcher hears of first is named,
+    // with its exit status, and the other tasks (the ps would serve on) are stopped.
+    assert_fails_with(
+        &ended[0],
+        &["exited with status 1", "the other tasks were stopped"],
+    );
+    assert!(
+        ended[0].stderr.contains("/job:worker/task:0 exited")
+            || ended[0].stderr.contains("/job:worker/task:1 exited"),
+        "{}",
+        ended[0].stderr
+    );
+    assert!(
+        ended[0].stderr.contains(&missing.display().to_string()),
+        "the worker's own error names the file:\n{}",
+        ended[0].stderr
+    );
+}
