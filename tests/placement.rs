@@ -143,6 +143,33 @@ fn resource_consumers_follow_their_variable() {
 }
 
 #[test]
+fn queue_and_accumulator_users_follow_the_resource() {
+    // SyncReplicas under replica_device_setter: the token queue and the accumulators sit on
+    // the ps (colocated with their variables), their users are requested on the worker.
+    let placed = run(
+        vec![
+            node("q", "FIFOQueueV2", "/job:ps/task:1", &[]),
+            node("q_Dequeue", "QueueDequeueV2", "/job:worker/task:0", &["q"]),
+            node("q_Close", "QueueCloseV2", "/job:worker/task:0", &["q"]),
+            node("acc", "ResourceConditionalAccumulator", "/job:ps/task:1", &[]),
+            node("step", "Const", "/job:worker/task:0", &[]),
+            node(
+                "acc_SetGlobalStep",
+                "ResourceAccumulatorSetGlobalStep",
+                "/job:worker/task:0",
+                &["acc", "step"],
+            ),
+        ],
+        false,
+    )
+    .unwrap();
+    for name in ["q", "q_Dequeue", "q_Close", "acc", "acc_SetGlobalStep"] {
+        assert_eq!(device_of(&placed, name), PS1, "{name}");
+    }
+    assert_eq!(device_of(&placed, "step"), W0);
+}
+
+#[test]
 fn class_groups_merge_their_requests() {
     let placed = run(
         vec![
