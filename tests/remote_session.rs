@@ -385,3 +385,23 @@ fn calls_from_inside_an_async_runtime_fail_instead_of_panicking() {
         .unwrap();
     assert_eq!(values(&fetched[0]), [22., 28.]);
 }
+
+#[test]
+fn a_tensor_fetched_twice_is_returned_twice() {
+    // Two hooks of a monitored session both read the global step in one step.
+    let server = tessera::server::Server::local().unwrap();
+    let session = Session::connect(&server.target()).unwrap();
+    let mut g = Graph::new();
+    let c = g.constant(&Tensor::scalar(7i64)).unwrap();
+    session.extend(&g.to_graph_def()).unwrap();
+    let (tensor, node) = (c.name(), c.node.clone());
+    // `Const` and `Const:0` are one tensor too.
+    let out = session.run(&[], &[&tensor, &node, &tensor], &[]).unwrap();
+    let got: Vec<i64> = out
+        .iter()
+        .map(|t| t.scalar_value::<i64>().unwrap())
+        .collect();
+    assert_eq!(got, [7, 7, 7]);
+    session.close().unwrap();
+    server.stop();
+}
