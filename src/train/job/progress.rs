@@ -24,6 +24,8 @@ pub struct Progress {
     rate: f64,
     last_drawn: Option<Instant>,
     first_step: Option<i64>,
+    /// The last update not drawn yet (throttled).
+    pending: Option<(i64, f32)>,
 }
 
 impl Progress {
@@ -43,6 +45,7 @@ impl Progress {
             rate: 0.0,
             last_drawn: None,
             first_step: None,
+            pending: None,
         }
     }
 
@@ -63,8 +66,14 @@ impl Progress {
             .is_some_and(|t| now.duration_since(t) < every)
             && step < self.last_step
         {
+            self.pending = Some((step, loss));
             return;
         }
+        self.draw(step, loss, now);
+    }
+
+    fn draw(&mut self, step: i64, loss: f32, now: Instant) {
+        self.pending = None;
         let elapsed = now.duration_since(self.mark.1).as_secs_f64();
         if elapsed > 0.0 && step > self.mark.0 {
             self.rate = (step - self.mark.0) as f64 / elapsed;
@@ -80,8 +89,12 @@ impl Progress {
         };
     }
 
-    /// Ends the display (the terminal line is kept) and returns the mean steps per second.
+    /// Draws the last update if it was throttled, ends the display (the terminal line is
+    /// kept) and returns the mean steps per second up to `step`.
     pub fn finish(&mut self, step: i64) -> f64 {
+        if let Some((step, loss)) = self.pending {
+            self.draw(step, loss, Instant::now());
+        }
         if self.terminal && self.last_drawn.is_some() {
             let _ = writeln!(std::io::stderr());
         }

@@ -324,6 +324,13 @@ fn train_loop(
             Err(e) => return Err(e),
         }
     }
+    if let Some(progress) = &mut progress {
+        // The step fetched last was read while the update ran; show where training ended.
+        if let Ok(Some(now)) = read_step(session, built) {
+            step = step.max(now);
+        }
+        progress.update(step, loss);
+    }
     let rate = progress.as_mut().map_or(0.0, |p| p.finish(step));
     Ok((step, loss, rate))
 }
