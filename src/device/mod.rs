@@ -10,6 +10,7 @@
 //! drive it with made-up GPUs; [`discover`] plugs in the real CUDA probe.
 
 pub mod cuda;
+pub mod memory;
 
 use tracing::{info, warn};
 
@@ -18,6 +19,7 @@ use crate::error::{Code, Result, Status};
 use crate::proto::{DeviceAttributes, DeviceLocality};
 
 pub use cuda::CudaProbe;
+pub use memory::{Charge, MemoryBudget};
 
 /// The memory limit every CPU device reports: TensorFlow's CPU devices report 256 MiB
 /// (`ThreadPoolDevice` is created with `Bytes(256 << 20)`), not the host's memory, and

@@ -7,8 +7,10 @@
 //! - [`monitored`]: the monitored training session (chief init or restore, workers waiting for
 //!   the model, hooks, bounded recovery from lost tasks).
 //! - [`sync_replicas`]: synchronous replication (accumulators, the token queue, the chief's loop).
+//! - [`towers`]: in-graph replication over the devices of one task (the multi-tower pattern).
 
 pub mod checkpoint;
 pub mod monitored;
 pub mod optimizer;
 pub mod sync_replicas;
+pub mod towers;
