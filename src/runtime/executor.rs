@@ -549,13 +549,26 @@ struct StepState {
 }
 
 impl StepState {
-    /// Records the step's first error; later ones are dropped.
+    /// Records the step's first error; later ones are dropped. The first also aborts the
+    /// step's rendezvous, so that the step's other executors (other devices, other tasks)
+    /// blocked in a `_Recv` for a value this one will now never send fail at once with the
+    /// root cause, and so does this executor's own pending `_Recv`, which would otherwise hold
+    /// the step until its deadline.
     fn fail(&self, status: Status) {
-        let mut slot = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(status);
-        }
+        let first = {
+            let mut slot = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            let first = slot.is_none();
+            if first {
+                *slot = Some(status.clone());
+            }
+            first
+        };
         self.failed.store(true, Ordering::Release);
+        if first {
+            if let Some(rendezvous) = &self.options.rendezvous {
+                rendezvous.abort(status);
+            }
+        }
     }
 
     /// Whether no new node may start (failed, cancelled or past the deadline), recording why.
