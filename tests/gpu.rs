@@ -60,7 +60,11 @@ fn run(
     let factory = kernel_for(&node.op, device_type)
         .unwrap_or_else(|| panic!("no {device_type:?} kernel for {}", node.op));
     let kernel = factory(node).unwrap();
-    let device = if device_type == DeviceType::Gpu { GPU } else { CPU };
+    let device = if device_type == DeviceType::Gpu {
+        GPU
+    } else {
+        CPU
+    };
     let mut ctx = OpContext::new(node, inputs.to_vec(), resources, device, 1);
     kernel
         .compute(&mut ctx)
@@ -189,7 +193,10 @@ fn gradient_descent_matches_the_cpu() {
         let resources = ResourceMgr::new();
         let var: Arc<Var> = resources
             .lookup_or_create("localhost", "w", || {
-                Ok(Var::new(DType::Float, PartialShape::new(vec![Some(8), Some(3)])))
+                Ok(Var::new(
+                    DType::Float,
+                    PartialShape::new(vec![Some(8), Some(3)]),
+                ))
             })
             .unwrap();
         *var.value.write().unwrap() = Some(start.clone());

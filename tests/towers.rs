@@ -361,7 +361,11 @@ fn a_step_over_the_devices_memory_limit_is_resource_exhausted_naming_node_and_si
     // limit y fits and z does not (y is released when z takes it, so z asks for 2048 alone).
     let mut g = Graph::new();
     let x = g
-        .placeholder("x", DType::Float, PartialShape::new(vec![Some(16), Some(16)]))
+        .placeholder(
+            "x",
+            DType::Float,
+            PartialShape::new(vec![Some(16), Some(16)]),
+        )
         .unwrap();
     let y = g.matmul(&x, &x).unwrap();
     let z = g
@@ -402,7 +406,11 @@ fn a_step_over_the_devices_memory_limit_is_resource_exhausted_naming_node_and_si
     assert!(out[0].values::<f32>().unwrap().iter().all(|&v| v == 16.0));
     let budget = session.device().memory().unwrap();
     assert_eq!(budget.in_use(), 0, "charges are given back after the step");
-    assert!(budget.peak() >= 2048 && budget.peak() <= 4096, "{}", budget.peak());
+    assert!(
+        budget.peak() >= 2048 && budget.peak() <= 4096,
+        "{}",
+        budget.peak()
+    );
 }
 
 #[test]

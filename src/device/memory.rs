@@ -131,8 +131,13 @@ mod tests {
         let _held = budget.charge("a", "MatMul", 600).unwrap();
         let err = budget.charge("dense/MatMul", "MatMul", 401).unwrap_err();
         assert_eq!(err.code(), Code::ResourceExhausted);
-        for part in ["`dense/MatMul`", "401 bytes", "600 bytes are in use", "1000 bytes", "GPU:0"]
-        {
+        for part in [
+            "`dense/MatMul`",
+            "401 bytes",
+            "600 bytes are in use",
+            "1000 bytes",
+            "GPU:0",
+        ] {
             assert!(err.message().contains(part), "{part} missing: {err}");
         }
         // The failed charge took nothing.

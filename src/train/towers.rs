@@ -35,7 +35,9 @@ pub fn tower_scope(i: usize) -> String {
 
 /// `n` devices of type `device_type` (`"CPU"` or `"GPU"`): `/device:TYPE:0..n-1`.
 pub fn local_devices(device_type: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("/device:{device_type}:{i}")).collect()
+    (0..n)
+        .map(|i| format!("/device:{device_type}:{i}"))
+        .collect()
 }
 
 /// The devices `--towers N` uses: `/device:CPU:0..N-1` (a GPU host would pass its GPUs to

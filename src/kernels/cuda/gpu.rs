@@ -89,7 +89,9 @@ impl Gpu {
         let blas = CudaBlas::new(Arc::clone(&stream))
             .map_err(|e| Status::internal(format!("GPU {ordinal}: cuBLAS: {e}")))?;
         let ptx = cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| {
-            Status::internal(format!("GPU {ordinal}: NVRTC cannot compile the kernels: {e}"))
+            Status::internal(format!(
+                "GPU {ordinal}: NVRTC cannot compile the kernels: {e}"
+            ))
         })?;
         let module = ctx.load_module(ptx).map_err(driver)?;
         let mut functions = HashMap::new();

@@ -45,7 +45,10 @@ fn floats(ctx: &OpContext<'_>, i: usize) -> Result<(Shape, Vec<f32>)> {
     if t.dtype() != DType::Float {
         return Err(unsupported(
             ctx,
-            &format!("input {i} is {}; the GPU kernels take float32 only", t.dtype()),
+            &format!(
+                "input {i} is {}; the GPU kernels take float32 only",
+                t.dtype()
+            ),
         ));
     }
     Ok((t.shape().clone(), t.values::<f32>()?.into_owned()))
@@ -252,7 +255,9 @@ impl OpKernel for ReluGrad {
         let (dg, dx) = (inner.upload(&node, &g)?, inner.upload(&node, &x)?);
         let mut out = inner.zeros(&node, g.len())?;
         let n = i64s(g.len());
-        let mut launch = inner.stream.launch_builder(inner.function("relu_grad_f32")?);
+        let mut launch = inner
+            .stream
+            .launch_builder(inner.function("relu_grad_f32")?);
         launch.arg(&dg).arg(&dx).arg(&mut out).arg(&n);
         // SAFETY: matches relu_grad_f32(g, x, out, n); all three hold n floats.
         unsafe { launch.launch(launch_config(g.len())) }.map_err(driver_error)?;
@@ -297,7 +302,10 @@ impl OpKernel for MatMul {
             )));
         }
         if [m, n, k].iter().any(|&d| d > i32::MAX as usize) {
-            return Err(unsupported(ctx, "a MatMul dimension is past cuBLAS's int range"));
+            return Err(unsupported(
+                ctx,
+                "a MatMul dimension is past cuBLAS's int range",
+            ));
         }
         let values = if m * n == 0 {
             Vec::new()
@@ -414,7 +422,9 @@ impl OpKernel for Reduce {
             let dx = inner.upload(&node, &x)?;
             let mut out = inner.zeros(&node, n)?;
             let (o, r64, i) = (i64s(outer), i64s(r), i64s(inner_len));
-            let mut launch = inner.stream.launch_builder(inner.function("reduce_sum_f32")?);
+            let mut launch = inner
+                .stream
+                .launch_builder(inner.function("reduce_sum_f32")?);
             launch
                 .arg(&dx)
                 .arg(&mut out)
@@ -534,7 +544,10 @@ impl OpKernel for ApplyGradientDescent {
             .map_err(|e| ctx.invalid(e.message()))?;
         let alpha_t = ctx.input(1)?;
         if alpha_t.dtype() != DType::Float || alpha_t.num_elements() != 1 {
-            return Err(unsupported(ctx, "alpha must be a float32 scalar on the GPU"));
+            return Err(unsupported(
+                ctx,
+                "alpha must be a float32 scalar on the GPU",
+            ));
         }
         let alpha = alpha_t.scalar_value::<f32>()?;
         let (delta_shape, delta) = floats(ctx, 2)?;
