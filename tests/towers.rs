@@ -277,6 +277,33 @@ fn each_towers_ops_run_on_its_own_device() {
 }
 
 #[test]
+fn a_multi_device_session_takes_short_names_and_repeated_fetches() {
+    // c = a + b with a on CPU:0 and b, c on CPU:1; fetch `c` (no `:0`) twice and `a:0`.
+    let mut g = Graph::new();
+    let a = g
+        .with_device("/device:CPU:0", |g| g.scalar("a", DType::Float, 2.0))
+        .unwrap();
+    let c = g
+        .with_device("/device:CPU:1", |g| {
+            let b = g.scalar("b", DType::Float, 3.0)?;
+            g.with_name_scope("c", |g| g.add(&a, &b))
+        })
+        .unwrap();
+    let session = two_cpu_session();
+    session.extend(&g.to_graph_def()).unwrap();
+    let out = session.run(&[], &[&c.node, &c.name(), "a:0"], &[]).unwrap();
+    let values: Vec<f32> = out.iter().map(|t| t.scalar_value().unwrap()).collect();
+    assert_eq!(values, [5.0, 5.0, 2.0]);
+    // Feeding the CPU:0 input replaces it on both devices: 10 + 3.
+    let out = session
+        .run(&[("a", Tensor::scalar(10f32))], &[&c.node], &[])
+        .unwrap();
+    assert_eq!(out[0].scalar_value::<f32>().unwrap(), 13.0);
+    let placement = session.as_local().unwrap().placement().unwrap();
+    assert!(placement[&c.node].ends_with("CPU:1"), "{placement:?}");
+}
+
+#[test]
 fn a_batch_the_towers_do_not_divide_fails_the_step_naming_the_split() {
     let session = two_cpu_session();
     let model = tower_model(2);

@@ -21,7 +21,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::graph::registry;
 use crate::proto::{GraphDef, NodeDef};
-use crate::runtime::executor::{Executor, KernelLookup, StepOptions};
+use crate::runtime::executor::{Executor, KernelLookup, StepOptions, TensorRef};
 use crate::runtime::partition::{self, rendezvous_key_of, PartitionOptions};
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::rendezvous::{ParsedKey, Rendezvous};
@@ -74,9 +74,26 @@ impl MultiDeviceStep {
             let canonical = crate::cluster::DeviceName::parse(device).ok()?.to_string();
             local.incarnations.get(&canonical).copied()
         };
+        // Client endpoints are named by canonical tensor name (`x:0`), one per tensor however
+        // often it is fetched.
+        let canonical = |names: &[String], role: &str| {
+            names
+                .iter()
+                .map(|n| {
+                    Ok(TensorRef::parse(n)
+                        .map_err(|e| e.context(role))?
+                        .canonical())
+                })
+                .collect::<Result<Vec<String>>>()
+        };
+        let feeds = canonical(feeds, "feed")?;
+        let fetches = canonical(fetches, "fetch")?;
+        let mut unique_fetches = fetches.clone();
+        unique_fetches.sort();
+        unique_fetches.dedup();
         let signature = ClientSignature {
-            feeds,
-            fetches,
+            feeds: &feeds,
+            fetches: &unique_fetches,
             targets,
             client_device: client.name(),
             client_incarnation: incarnation(client.name()).unwrap_or(1),
@@ -107,19 +124,19 @@ impl MultiDeviceStep {
                 .map_err(|e| e.context(format!("on {loc}")))?;
             executors.push(Arc::new(executor));
         }
-        let keys = |names: &[String], table: &mut HashMap<String, ParsedKey>, role: &str| {
+        let keys = |names: &[String], table: &HashMap<String, ParsedKey>, role: &str| {
             names
                 .iter()
                 .map(|name| {
-                    table.remove(name).ok_or_else(|| {
+                    table.get(name).cloned().ok_or_else(|| {
                         Status::internal(format!("{role} `{name}` has no client endpoint"))
                     })
                 })
                 .collect::<Result<Vec<_>>>()
         };
         Ok(Self {
-            feeds: keys(feeds, &mut feed_keys, "feed")?,
-            fetches: keys(fetches, &mut fetch_keys, "fetch")?,
+            feeds: keys(&feeds, &feed_keys, "feed")?,
+            fetches: keys(&fetches, &fetch_keys, "fetch")?,
             executors,
         })
     }
@@ -194,11 +211,20 @@ impl MultiDeviceStep {
             return Err(status);
         }
         // Every executor finished, so every fetch was sent: the receives do not wait.
+        // A tensor fetched twice was sent once.
         let soon = Instant::now() + Duration::from_secs(1);
-        self.fetches
+        let mut received: HashMap<&str, Tensor> = HashMap::with_capacity(self.fetches.len());
+        for key in &self.fetches {
+            if !received.contains_key(key.as_str()) {
+                let (tensor, _) = rendezvous.recv_blocking(key, soon)?;
+                received.insert(key.as_str(), tensor);
+            }
+        }
+        Ok(self
+            .fetches
             .iter()
-            .map(|key| rendezvous.recv_blocking(key, soon).map(|(t, _)| t))
-            .collect()
+            .map(|key| received[key.as_str()].clone())
+            .collect())
     }
 }
 

@@ -340,6 +340,13 @@ impl OpKernel for MatMul {
                 beta: 0.0f32,
                 ldc: n as i32,
             };
+            // cuBLAS runs in the calling thread's current context, which the copies above
+            // made current; say so explicitly rather than rely on it.
+            inner
+                .stream
+                .context()
+                .bind_to_thread()
+                .map_err(driver_error)?;
             // SAFETY: the buffers hold rb·cb, ra·ca and m·n floats, which the dimensions and
             // leading dimensions above address exactly.
             unsafe { inner.blas.gemm(config, &db, &da, &mut dc) }
