@@ -5,9 +5,10 @@
 //! Tensors live in host memory between kernels (tessera's `Tensor` is host bytes), so each
 //! kernel copies its inputs to the GPU, runs there and copies its outputs back, all under the
 //! GPU's lock. Shapes and attrs are checked on the host first, with the same messages as the
-//! CPU kernels' checks; a case a GPU kernel does not cover (another dtype, a broadcast other
-//! than by suffix, non-adjacent reduction axes) is UNIMPLEMENTED naming the node, so the user
-//! can place it on the CPU.
+//! CPU kernels' checks. Nodes of another dtype than float32 run the CPU kernel (see
+//! [`kernel_for`]); a case a GPU kernel does not cover (a broadcast other than by suffix,
+//! non-adjacent reduction axes) is UNIMPLEMENTED naming the node, so the user can place it on
+//! the CPU.
 
 use std::sync::Arc;
 
@@ -23,7 +24,33 @@ use crate::runtime::resource::Var;
 use crate::tensor::{DType, Shape, Tensor};
 
 /// Returns the factory of `op`'s GPU kernel, if tessera has one.
+///
+/// The kernels compute float32. A node of another dtype (`T` attr), such as the int32 shape
+/// arithmetic of gradient graphs, gets the CPU kernel instead: tessera's tensors are host
+/// memory, so it runs in place, as TensorFlow keeps int32 tensors of GPU ops in host memory.
 pub fn kernel_for(op: &str) -> Option<KernelFactory> {
+    gpu_factory(op)?;
+    Some(create)
+}
+
+/// Builds the GPU kernel of a float32 node, the CPU kernel of any other.
+fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+    let missing = || {
+        Status::unimplemented(format!(
+            "no GPU kernel for op {} (node `{}`)",
+            node.op, node.name
+        ))
+    };
+    let gpu = gpu_factory(&node.op).ok_or_else(missing)?;
+    if attr::dtype(node, "T").is_ok_and(|t| t == DType::Float) {
+        return gpu(node);
+    }
+    let cpu = crate::kernels::cpu::kernel_for(&node.op).ok_or_else(missing)?;
+    cpu(node)
+}
+
+/// The factory of `op`'s float32 GPU kernel.
+fn gpu_factory(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
         "MatMul" => MatMul::create,
         "Add" | "AddV2" | "Sub" | "Mul" | "RealDiv" | "Maximum" | "Minimum" => Binary::create,
@@ -611,6 +638,36 @@ impl OpKernel for ApplyGradientDescent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::resource::ResourceMgr;
+
+    #[test]
+    fn an_int32_node_gets_the_cpu_kernel_and_needs_no_gpu() {
+        // Shape arithmetic of a gradient graph: [2, 3] * [4, 5] = [8, 15], on a GPU device
+        // name, on a host without CUDA.
+        let node = NodeDef {
+            name: "gradients/Mul".into(),
+            op: "Mul".into(),
+            attr: [("T".to_string(), attr::value::dtype(DType::Int32))].into(),
+            ..Default::default()
+        };
+        let kernel = kernel_for("Mul").unwrap()(&node).unwrap();
+        let inputs = vec![
+            Tensor::from_vec([2], vec![2i32, 3]).unwrap(),
+            Tensor::from_vec([2], vec![4i32, 5]).unwrap(),
+        ];
+        let resources = ResourceMgr::new();
+        let mut ctx = OpContext::new(
+            &node,
+            inputs,
+            &resources,
+            "/job:w/replica:0/task:0/device:GPU:0",
+            1,
+        );
+        kernel.compute(&mut ctx).unwrap();
+        let out = ctx.take_outputs().remove(0).unwrap();
+        assert_eq!(out.values::<i32>().unwrap().as_ref(), &[8, 15]);
+        assert!(kernel_for("Conv2D").is_none());
+    }
 
     #[test]
     fn suffix_broadcasts_are_the_ones_modulo_indexing_covers() {
