@@ -1,10 +1,17 @@
-//! The in-process session (TensorFlow's target `""`): a growing graph, run step by step on one
-//! device through cached executors.
+//! The in-process session (TensorFlow's target `""`): a growing graph, run step by step on its
+//! devices through cached executors.
 //!
 //! A [`LocalSession`] owns its graph (extended, never edited), an executor cache keyed by the
 //! step's signature (sorted feeds, fetches, targets) and the graph version, and the callables
-//! made from it. It runs on one [`Device`]: [`LocalSession::local`] makes its own CPU:0 with its own
-//! variables; [`LocalSession::on_device`] shares a daemon's device, so variables outlive the session.
+//! made from it. [`LocalSession::local`] makes its own CPU:0 with its own variables;
+//! [`LocalSession::on_device`] shares a daemon's device, so variables outlive the session.
+//!
+//! With [`SessionOptions::device_count`] above 1 ([`LocalSession::local_with`]) the session has
+//! `CPU:0..N-1`, each with its own variables and thread of control, as TensorFlow's
+//! `ConfigProto.device_count = {"CPU": N}`: the graph is placed on them (a node's `device`
+//! request, `/device:CPU:1`, is honoured; the rest goes to CPU:0) and each signature runs as one
+//! executor per device joined by `_Send`/`_Recv` ([`super::multi_device`]). Placement is kept
+//! across extends, so a node never moves once it has run.
 //!
 //! Calls are synchronous and may come from several threads at once (a training loop and its
 //! hooks); executors are built outside the locks, so a slow build does not stall other steps.
@@ -14,8 +21,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use super::multi_device::{LocalDevices, MultiDeviceStep};
 use crate::error::{Result, Status};
-use crate::proto::{CallableOptions, GraphDef};
+use crate::kernels::DeviceType;
+use crate::proto::{CallableOptions, DeviceAttributes, GraphDef};
+use crate::runtime::placement::{place, registered_kernel, PlacementOptions};
 use crate::runtime::{CancellationToken, Device, Executor, KernelLookup, StepOptions, TensorRef};
 use crate::tensor::Tensor;
 
@@ -34,6 +44,13 @@ pub struct SessionOptions {
     pub step_timeout: Option<Duration>,
     /// Creates the kernels; [`crate::kernels::create_kernel`] unless a test injects others.
     pub kernels: Arc<KernelLookup>,
+    /// How many CPU devices [`LocalSession::local_with`] makes (`CPU:0..N-1`, TensorFlow's
+    /// `device_count = {"CPU": N}`); at least 1. Sessions on an existing device ignore it.
+    pub device_count: u32,
+    /// A memory limit in bytes for each CPU device [`LocalSession::local_with`] makes: a step
+    /// whose kernel outputs would go over it fails with RESOURCE_EXHAUSTED naming the node.
+    /// `None` (the default) leaves CPU memory unaccounted.
+    pub cpu_memory_limit: Option<u64>,
 }
 
 impl Default for SessionOptions {
@@ -42,6 +59,8 @@ impl Default for SessionOptions {
             allow_soft_placement: true,
             step_timeout: None,
             kernels: Arc::new(crate::kernels::create_kernel),
+            device_count: 1,
+            cpu_memory_limit: None,
         }
     }
 }
@@ -60,7 +79,27 @@ struct GraphState {
     graph: Arc<GraphDef>,
     names: HashSet<String>,
     version: u64,
-    executors: HashMap<Signature, Arc<Executor>>,
+    executors: HashMap<Signature, Arc<Runner>>,
+    /// The graph placed on the session's devices (multi-device sessions), made on first use
+    /// after each extend.
+    placed: Option<Arc<GraphDef>>,
+    /// Every node's device since it was first placed; later placements keep it.
+    placements: HashMap<String, String>,
+}
+
+/// What runs one signature: one executor, or one per device.
+enum Runner {
+    Single(Executor),
+    Multi(MultiDeviceStep),
+}
+
+impl Runner {
+    fn run(&self, feeds: Vec<Tensor>, options: &StepOptions) -> Result<Vec<Tensor>> {
+        match self {
+            Runner::Single(executor) => executor.run(feeds, options),
+            Runner::Multi(step) => step.run(feeds, options),
+        }
+    }
 }
 
 /// Whether the session is open and how many calls are running in it.
@@ -68,13 +107,17 @@ struct GraphState {
 struct Lifecycle {
     closed: bool,
     running: usize,
-    callables: HashMap<i64, Arc<Executor>>,
+    callables: HashMap<i64, Arc<Runner>>,
     next_handle: i64,
 }
 
 /// An in-process session running a growing graph on one device; `Send + Sync`.
 pub struct LocalSession {
     device: Arc<Device>,
+    /// Every device of the session, `device` first; more than one makes a multi-device session.
+    devices: Vec<Arc<Device>>,
+    /// Each device's incarnation, for the `_Send`/`_Recv` pairs between them.
+    incarnations: HashMap<String, u64>,
     /// Whether the session made its device (its variables die with it).
     owns_device: bool,
     options: SessionOptions,
@@ -101,8 +144,31 @@ impl LocalSession {
     /// A session with its own CPU device and variables
     /// (`/job:localhost/replica:0/task:0/device:CPU:0`): TensorFlow's `tf.Session("")`.
     pub fn local() -> Self {
-        let mut session =
-            Self::with_options(Arc::new(Device::local_cpu()), SessionOptions::default());
+        Self::local_with(SessionOptions::default())
+    }
+
+    /// A session with its own `options.device_count` CPU devices
+    /// (`/job:localhost/replica:0/task:0/device:CPU:i`), each with its own variables and, with
+    /// `options.cpu_memory_limit`, its own memory limit.
+    pub fn local_with(options: SessionOptions) -> Self {
+        let devices: Vec<Arc<Device>> = (0..options.device_count.max(1))
+            .map(|i| {
+                let device = Device::new(
+                    format!("/job:localhost/replica:0/task:0/device:CPU:{i}"),
+                    DeviceType::Cpu,
+                );
+                Arc::new(match options.cpu_memory_limit {
+                    Some(limit) => device.with_memory_limit(limit),
+                    None => device,
+                })
+            })
+            .collect();
+        let mut session = Self::with_options(Arc::clone(&devices[0]), options);
+        session.incarnations = devices
+            .iter()
+            .map(|d| (d.name().to_string(), rand::random::<u64>() | 1))
+            .collect();
+        session.devices = devices;
         session.owns_device = true;
         session
     }
@@ -114,7 +180,10 @@ impl LocalSession {
 
     /// A session on `device` with these options.
     pub fn with_options(device: Arc<Device>, options: SessionOptions) -> Self {
+        let incarnations = HashMap::from([(device.name().to_string(), 1)]);
         Self {
+            devices: vec![Arc::clone(&device)],
+            incarnations,
             device,
             owns_device: false,
             options,
@@ -125,9 +194,36 @@ impl LocalSession {
         }
     }
 
-    /// Returns the device the session runs on.
+    /// Returns the device the session runs on (its first, for a multi-device session).
     pub fn device(&self) -> &Arc<Device> {
         &self.device
+    }
+
+    /// Returns every device of the session, in `CPU:i` order.
+    pub fn devices(&self) -> &[Arc<Device>] {
+        &self.devices
+    }
+
+    /// Returns the full device name each node of the current graph runs on (every node on the
+    /// session's device when it has one). Placing the graph may fail, as a step would, with
+    /// INVALID_ARGUMENT naming a node whose device request no device meets.
+    pub fn placement(&self) -> Result<HashMap<String, String>> {
+        let _running = self.enter()?;
+        if self.devices.len() == 1 {
+            let state = self.graph.read().unwrap_or_else(|e| e.into_inner());
+            return Ok(state
+                .graph
+                .node
+                .iter()
+                .map(|n| (n.name.clone(), self.device.name().to_string()))
+                .collect());
+        }
+        let placed = self.placed()?.0;
+        Ok(placed
+            .node
+            .iter()
+            .map(|n| (n.name.clone(), n.device.clone()))
+            .collect())
     }
 
     /// Returns the graph version: 0 when empty, one more after each [`extend`](Self::extend).
@@ -162,6 +258,7 @@ impl LocalSession {
             .names
             .extend(graph.node.iter().map(|n| n.name.clone()));
         state.version += 1;
+        state.placed = None;
         // Executors of the old version are rebuilt on next use (their nodes are unchanged,
         // but a signature that failed to build may now succeed).
         state.executors.clear();
@@ -208,12 +305,7 @@ impl LocalSession {
                 "CallableOptions.tensor_connection is not supported; feed the tensor instead",
             ));
         }
-        let graph = self
-            .graph
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .graph
-            .clone();
+        let graph = self.graph_to_run()?.0;
         let executor = Arc::new(self.build(
             &graph,
             &Signature {
@@ -289,7 +381,9 @@ impl LocalSession {
         drop(life);
         *self.graph.write().unwrap_or_else(|e| e.into_inner()) = GraphState::default();
         if self.owns_device {
-            self.device.resources().clear(&[]);
+            for device in &self.devices {
+                device.resources().clear(&[]);
+            }
         }
         Ok(())
     }
@@ -316,14 +410,14 @@ impl LocalSession {
     }
 
     /// Returns the cached executor for `signature`, building it on first use.
-    fn executor(&self, signature: Signature) -> Result<Arc<Executor>> {
-        let (graph, version) = {
+    fn executor(&self, signature: Signature) -> Result<Arc<Runner>> {
+        {
             let state = self.graph.read().unwrap_or_else(|e| e.into_inner());
             if let Some(executor) = state.executors.get(&signature) {
                 return Ok(executor.clone());
             }
-            (state.graph.clone(), state.version)
-        };
+        }
+        let (graph, version) = self.graph_to_run()?;
         let executor = Arc::new(self.build(&graph, &signature)?);
         let mut state = self.graph.write().unwrap_or_else(|e| e.into_inner());
         if state.version == version {
@@ -334,9 +428,80 @@ impl LocalSession {
         Ok(executor)
     }
 
-    fn build(&self, graph: &GraphDef, signature: &Signature) -> Result<Executor> {
+    /// The graph steps run: the session's graph, placed when the session has several devices;
+    /// with its version.
+    fn graph_to_run(&self) -> Result<(Arc<GraphDef>, u64)> {
+        if self.devices.len() > 1 {
+            return self.placed();
+        }
+        let state = self.graph.read().unwrap_or_else(|e| e.into_inner());
+        Ok((state.graph.clone(), state.version))
+    }
+
+    /// The graph placed on the session's devices, placed on first use after each extend; nodes
+    /// placed before keep their device.
+    fn placed(&self) -> Result<(Arc<GraphDef>, u64)> {
+        {
+            let state = self.graph.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(placed) = &state.placed {
+                return Ok((placed.clone(), state.version));
+            }
+        }
+        let mut state = self.graph.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(placed) = &state.placed {
+            return Ok((placed.clone(), state.version));
+        }
+        let mut graph = (*state.graph).clone();
+        for node in &mut graph.node {
+            if let Some(device) = state.placements.get(&node.name) {
+                node.device = device.clone();
+            }
+        }
+        let attributes: Vec<DeviceAttributes> = self
+            .devices
+            .iter()
+            .map(|d| DeviceAttributes {
+                name: d.name().to_string(),
+                device_type: d.device_type().as_str().to_string(),
+                incarnation: self.incarnations.get(d.name()).copied().unwrap_or(1),
+                ..Default::default()
+            })
+            .collect();
+        let has_kernel = registered_kernel;
+        let options = PlacementOptions {
+            default_device: self.device.name(),
+            allow_soft_placement: self.options.allow_soft_placement,
+            has_kernel: &has_kernel,
+        };
+        let placed = Arc::new(place(&graph, &attributes, &options)?);
+        for node in &placed.node {
+            state
+                .placements
+                .insert(node.name.clone(), node.device.clone());
+        }
+        state.placed = Some(placed.clone());
+        Ok((placed, state.version))
+    }
+
+    fn build(&self, graph: &GraphDef, signature: &Signature) -> Result<Runner> {
         fn strs(v: &[String]) -> Vec<&str> {
             v.iter().map(String::as_str).collect()
+        }
+        if self.devices.len() > 1 {
+            let local = LocalDevices {
+                devices: &self.devices,
+                incarnations: &self.incarnations,
+            };
+            let mut counter = next_free_suffix(graph);
+            return Ok(Runner::Multi(MultiDeviceStep::build(
+                graph,
+                &signature.feeds,
+                &signature.fetches,
+                &signature.targets,
+                &local,
+                self.options.kernels.as_ref(),
+                &mut counter,
+            )?));
         }
         let executor = Executor::new(
             graph,
@@ -360,7 +525,7 @@ impl LocalSession {
                 }
             }
         }
-        Ok(executor)
+        Ok(Runner::Single(executor))
     }
 }
 
@@ -368,6 +533,19 @@ impl Drop for LocalSession {
     fn drop(&mut self) {
         let _ = self.close();
     }
+}
+
+/// One past the largest `n` of any node named `..._S<n>` in `graph`, so that the `_Send`/`_Recv`
+/// nodes partitioning adds never take a name the graph uses.
+fn next_free_suffix(graph: &GraphDef) -> u64 {
+    graph
+        .node
+        .iter()
+        .filter_map(|n| n.name.rsplit_once("_S"))
+        .filter_map(|(_, n)| n.parse::<u64>().ok())
+        .map(|n| n + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 /// A fresh step id: random, with the top 7 bits clear as TensorFlow's master does.

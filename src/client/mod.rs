@@ -3,6 +3,7 @@
 //! [`RemoteSession`]).
 
 pub mod local;
+pub mod multi_device;
 pub mod remote;
 pub mod session;
 

@@ -31,6 +31,12 @@ impl Session {
         Self::from(LocalSession::local())
     }
 
+    /// An in-process session with its own `options.device_count` CPU devices (`CPU:0..N-1`),
+    /// each with its own variables: TensorFlow's `device_count = {"CPU": N}`.
+    pub fn local_with(options: SessionOptions) -> Self {
+        Self::from(LocalSession::local_with(options))
+    }
+
     /// An in-process session on an existing device, sharing its variables with every other
     /// session on it.
     pub fn on_device(device: Arc<Device>) -> Self {

@@ -10,6 +10,10 @@
 //! drive it with made-up GPUs; [`discover`] plugs in the real CUDA probe.
 
 pub mod cuda;
+pub mod memory;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use tracing::{info, warn};
 
@@ -18,6 +22,7 @@ use crate::error::{Code, Result, Status};
 use crate::proto::{DeviceAttributes, DeviceLocality};
 
 pub use cuda::CudaProbe;
+pub use memory::{Charge, MemoryBudget};
 
 /// The memory limit every CPU device reports: TensorFlow's CPU devices report 256 MiB
 /// (`ThreadPoolDevice` is created with `Bytes(256 << 20)`), not the host's memory, and
@@ -59,9 +64,39 @@ pub trait GpuProbe {
     fn scan(&self) -> GpuScan;
 }
 
-/// Builds the task's devices with the real CUDA probe: CPUs first, then GPUs.
+/// Builds the task's devices with the real CUDA probe: CPUs first, then GPUs. Each GPU's
+/// driver ordinal is recorded for [`gpu_ordinal`], which the GPU kernels ask.
 pub fn discover(task: &TaskId, config: &DeviceConfig) -> Result<Vec<DeviceAttributes>> {
-    build_devices(task, config, &CudaProbe)
+    let devices = build_devices(task, config, &CudaProbe)?;
+    let mut ordinals = gpu_ordinals().lock().unwrap_or_else(|e| e.into_inner());
+    for device in devices.iter().filter(|d| d.device_type == "GPU") {
+        // `physical_device_desc` starts with "device: <ordinal>, " (see `gpu_attributes`).
+        let ordinal = device
+            .physical_device_desc
+            .strip_prefix("device: ")
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(ordinal) = ordinal {
+            ordinals.insert(device.name.clone(), ordinal);
+        }
+    }
+    Ok(devices)
+}
+
+/// The driver ordinal of the GPU device named `device` (full name) that [`discover`] created
+/// in this process, if any: `visible_gpus = [3]` makes `GPU:0` ordinal 3.
+pub fn gpu_ordinal(device: &str) -> Option<u32> {
+    let canonical = crate::cluster::DeviceName::parse(device).ok()?.to_string();
+    gpu_ordinals()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&canonical)
+        .copied()
+}
+
+fn gpu_ordinals() -> &'static Mutex<HashMap<String, u32>> {
+    static ORDINALS: OnceLock<Mutex<HashMap<String, u32>>> = OnceLock::new();
+    ORDINALS.get_or_init(Mutex::default)
 }
 
 /// Builds the task's devices from `config` and what `probe` finds: `CPU:0..cpu_count`, then

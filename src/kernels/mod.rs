@@ -5,6 +5,8 @@
 //! [`kernel_for`] finds the factory for an op on a device type.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use std::sync::Arc;
 
@@ -165,6 +167,9 @@ impl DeviceType {
 pub fn kernel_for(op: &str, device_type: DeviceType) -> Option<KernelFactory> {
     match device_type {
         DeviceType::Cpu => cpu::kernel_for(op),
+        #[cfg(feature = "cuda")]
+        DeviceType::Gpu => cuda::kernel_for(op),
+        #[cfg(not(feature = "cuda"))]
         DeviceType::Gpu => None,
     }
 }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::cluster::DeviceName;
+use crate::device::memory::MemoryBudget;
 use crate::error::Result;
 use crate::kernels::DeviceType;
 use crate::runtime::resource::ResourceMgr;
@@ -17,6 +18,8 @@ pub struct Device {
     name: String,
     device_type: DeviceType,
     resources: Arc<ResourceMgr>,
+    /// The device's memory limit, when it has one the executor enforces.
+    memory: Option<Arc<MemoryBudget>>,
 }
 
 impl Device {
@@ -35,7 +38,20 @@ impl Device {
             name: name.into(),
             device_type,
             resources,
+            memory: None,
         }
+    }
+
+    /// The same device with a memory limit of `bytes`: kernel outputs that would take the
+    /// device's steps over it fail with RESOURCE_EXHAUSTED (see [`MemoryBudget`]).
+    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory = Some(MemoryBudget::new(self.name.clone(), bytes));
+        self
+    }
+
+    /// Returns the device's memory budget, when it has a limit.
+    pub fn memory(&self) -> Option<&Arc<MemoryBudget>> {
+        self.memory.as_ref()
     }
 
     /// The CPU of an in-process session: `/job:localhost/replica:0/task:0/device:CPU:0`.

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use crate::device::memory::Charge;
 use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{DeviceType, OpContext, OpKernel};
@@ -391,6 +392,7 @@ impl Executor {
                     Mutex::new(Outputs {
                         values: Vec::new(),
                         reads_left: n.readers,
+                        charge: None,
                     })
                 })
                 .collect(),
@@ -525,6 +527,8 @@ struct Outputs {
     values: Vec<Option<Tensor>>,
     /// Reads still to come; `None` when fetched (kept until the step ends).
     reads_left: Option<usize>,
+    /// The device memory the values hold, given back with them.
+    charge: Option<Charge>,
 }
 
 /// The state of one step, shared by the threads running its nodes.
@@ -545,13 +549,26 @@ struct StepState {
 }
 
 impl StepState {
-    /// Records the step's first error; later ones are dropped.
+    /// Records the step's first error; later ones are dropped. The first also aborts the
+    /// step's rendezvous, so that the step's other executors (other devices, other tasks)
+    /// blocked in a `_Recv` for a value this one will now never send fail at once with the
+    /// root cause, and so does this executor's own pending `_Recv`, which would otherwise hold
+    /// the step until its deadline.
     fn fail(&self, status: Status) {
-        let mut slot = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(status);
-        }
+        let first = {
+            let mut slot = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            let first = slot.is_none();
+            if first {
+                *slot = Some(status.clone());
+            }
+            first
+        };
         self.failed.store(true, Ordering::Release);
+        if first {
+            if let Some(rendezvous) = &self.options.rendezvous {
+                rendezvous.abort(status);
+            }
+        }
     }
 
     /// Whether no new node may start (failed, cancelled or past the deadline), recording why.
@@ -642,6 +659,7 @@ impl StepState {
         };
         if last {
             outputs.values = Vec::new();
+            outputs.charge = None;
         }
         tensor.ok_or_else(|| {
             let def = &self.plan.nodes[node].def;
@@ -696,10 +714,22 @@ impl StepState {
         match result {
             Ok(Ok(())) => {
                 let values = ctx.take_outputs();
-                self.outputs[n]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .values = values;
+                let charge = match device.memory() {
+                    Some(budget) => {
+                        let bytes = allocated_bytes(ctx.inputs(), &values);
+                        match budget.charge(&node.def.name, &node.def.op, bytes) {
+                            Ok(charge) => Some(charge),
+                            Err(e) => {
+                                self.fail(e);
+                                return false;
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                let mut outputs = self.outputs[n].lock().unwrap_or_else(|e| e.into_inner());
+                outputs.values = values;
+                outputs.charge = charge;
                 true
             }
             Ok(Err(e)) => {
@@ -720,6 +750,26 @@ impl StepState {
             }
         }
     }
+}
+
+/// The bytes of a kernel's outputs that are new allocations: outputs whose buffer lies inside
+/// one of the inputs' (Identity, Reshape, a forwarded input) are views and cost nothing.
+fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
+    let range = |t: &Tensor| {
+        t.bytes()
+            .filter(|b| !b.is_empty())
+            .map(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len()))
+    };
+    let held: Vec<(usize, usize)> = inputs.iter().filter_map(range).collect();
+    outputs
+        .iter()
+        .flatten()
+        .filter(|t| match range(t) {
+            Some((start, _)) => !held.iter().any(|&(lo, hi)| lo <= start && start < hi),
+            None => true,
+        })
+        .map(|t| t.byte_size() as u64)
+        .sum()
 }
 
 /// Runs node `first`, then keeps running one successor it made ready on this thread and hands

@@ -8,9 +8,11 @@
 //!   the model, hooks, bounded recovery from lost tasks).
 //! - [`sync_replicas`]: synchronous replication (accumulators, the token queue, the chief's loop).
 //! - [`job`]: training jobs, `tessera train` and `tessera local`.
+//! - [`towers`]: in-graph replication over the devices of one task (the multi-tower pattern).
 
 pub mod checkpoint;
 pub mod job;
 pub mod monitored;
 pub mod optimizer;
 pub mod sync_replicas;
+pub mod towers;

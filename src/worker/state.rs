@@ -130,7 +130,13 @@ impl WorkerState {
                     Some(store) if d.name == cpu0 => Arc::clone(store),
                     _ => Arc::new(ResourceMgr::new()),
                 };
-                Arc::new(Device::with_resources(&d.name, device_type, resources))
+                let device = Device::with_resources(&d.name, device_type, resources);
+                // A GPU's limit (from gpu_memory_fraction) is enforced; a CPU's 256 MiB is
+                // only what TensorFlow reports.
+                Arc::new(match device_type {
+                    DeviceType::Gpu => device.with_memory_limit(d.memory_limit.max(0) as u64),
+                    DeviceType::Cpu => device,
+                })
             })
             .collect();
         let incarnations = devices

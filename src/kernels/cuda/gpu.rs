@@ -1,0 +1,181 @@
+//! One GPU as the kernels use it: a CUDA context and stream, a cuBLAS handle and the NVRTC-
+//! compiled module of `kernels.cu`, made once per GPU per process on first use.
+//!
+//! A GPU is a serial stream: kernels lock [`Gpu::lock`] for their whole computation (copies in,
+//! launches, copies out), so concurrent steps on one GPU take turns, and a cuBLAS handle is
+//! never used from two threads at once. Driver, cuBLAS and NVRTC failures become statuses; an
+//! allocation the driver refuses is RESOURCE_EXHAUSTED naming the node and the bytes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig,
+};
+
+use crate::cluster::DeviceName;
+use crate::error::{Result, Status};
+
+/// The CUDA C source of every kernel; entry points are `extern "C"`.
+const SOURCE: &str = include_str!("kernels.cu");
+
+/// The entry points of [`SOURCE`].
+const FUNCTIONS: [&str; 7] = [
+    "binary_f32",
+    "relu_f32",
+    "relu_grad_f32",
+    "reduce_sum_f32",
+    "softmax_f32",
+    "softmax_xent_f32",
+    "apply_gd_f32",
+];
+
+/// Threads per block of the element-wise launches.
+const BLOCK: u32 = 256;
+
+/// The GPU's handles, used under [`Gpu::lock`].
+pub struct GpuInner {
+    /// The stream every copy and launch goes to.
+    pub stream: Arc<CudaStream>,
+    /// cuBLAS on that stream.
+    pub blas: CudaBlas,
+    functions: HashMap<&'static str, CudaFunction>,
+}
+
+/// One GPU, shared by the kernels of every node placed on it.
+pub struct Gpu {
+    ordinal: usize,
+    inner: Mutex<GpuInner>,
+}
+
+/// The GPUs opened so far, by driver ordinal.
+fn opened() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
+    static OPENED: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    OPENED.get_or_init(Mutex::default)
+}
+
+impl Gpu {
+    /// The GPU behind the device named `device` (`.../device:GPU:i`): its driver ordinal is
+    /// the one device discovery recorded for that name (`visible_gpus` may remap), else `i`.
+    pub fn for_device(device: &str) -> Result<Arc<Gpu>> {
+        let ordinal = match crate::device::gpu_ordinal(device) {
+            Some(ordinal) => ordinal as usize,
+            None => {
+                let name = DeviceName::parse(device)?;
+                match (name.device_type.as_deref(), name.id) {
+                    (Some("GPU"), Some(id)) => id as usize,
+                    _ => {
+                        return Err(Status::invalid_argument(format!(
+                            "a GPU kernel was asked to run on `{device}`, which is not a GPU"
+                        )))
+                    }
+                }
+            }
+        };
+        Gpu::open(ordinal)
+    }
+
+    /// Opens GPU `ordinal` (once per process): context, stream, cuBLAS, and the kernels
+    /// compiled by NVRTC for it.
+    pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
+        let mut all = opened().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gpu) = all.get(&ordinal) {
+            return Ok(Arc::clone(gpu));
+        }
+        let driver = |e: DriverError| Status::internal(format!("GPU {ordinal}: {e}"));
+        let ctx = CudaContext::new(ordinal).map_err(driver)?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(Arc::clone(&stream))
+            .map_err(|e| Status::internal(format!("GPU {ordinal}: cuBLAS: {e}")))?;
+        let ptx = cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| {
+            Status::internal(format!(
+                "GPU {ordinal}: NVRTC cannot compile the kernels: {e}"
+            ))
+        })?;
+        let module = ctx.load_module(ptx).map_err(driver)?;
+        let mut functions = HashMap::new();
+        for name in FUNCTIONS {
+            functions.insert(name, module.load_function(name).map_err(driver)?);
+        }
+        let gpu = Arc::new(Gpu {
+            ordinal,
+            inner: Mutex::new(GpuInner {
+                stream,
+                blas,
+                functions,
+            }),
+        });
+        all.insert(ordinal, Arc::clone(&gpu));
+        Ok(gpu)
+    }
+
+    /// Returns the driver ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Takes the GPU for one kernel's computation.
+    pub fn lock(&self) -> MutexGuard<'_, GpuInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl GpuInner {
+    /// Copies `host` to a new device buffer; `node` is named if the GPU is out of memory.
+    pub fn upload(&self, node: &str, host: &[f32]) -> Result<CudaSlice<f32>> {
+        self.stream
+            .clone_htod(host)
+            .map_err(|e| alloc_error(e, node, std::mem::size_of_val(host)))
+    }
+
+    /// A new zeroed device buffer of `len` floats.
+    pub fn zeros(&self, node: &str, len: usize) -> Result<CudaSlice<f32>> {
+        // A zero-length allocation is an error in the driver; keep one element instead.
+        self.stream
+            .alloc_zeros::<f32>(len.max(1))
+            .map_err(|e| alloc_error(e, node, len * 4))
+    }
+
+    /// Copies a device buffer back to the host (waits for the stream).
+    pub fn download(&self, device: &CudaSlice<f32>, len: usize) -> Result<Vec<f32>> {
+        let mut host = self.stream.clone_dtoh(device).map_err(driver_error)?;
+        host.truncate(len);
+        Ok(host)
+    }
+
+    /// Returns the compiled kernel `name`.
+    pub fn function(&self, name: &str) -> Result<&CudaFunction> {
+        self.functions
+            .get(name)
+            .ok_or_else(|| Status::internal(format!("no GPU kernel `{name}` was compiled")))
+    }
+}
+
+/// A launch of `n` threads in blocks of [`BLOCK`].
+pub fn launch_config(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(BLOCK as usize).max(1);
+    LaunchConfig {
+        grid_dim: (blocks.min(u32::MAX as usize) as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A driver error as a status.
+pub fn driver_error(e: DriverError) -> Status {
+    Status::internal(format!("CUDA driver: {e}"))
+}
+
+/// An allocation failure: RESOURCE_EXHAUSTED naming the node and bytes when the GPU is out of
+/// memory, else the driver's error.
+fn alloc_error(e: DriverError, node: &str, bytes: usize) -> Status {
+    if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        Status::resource_exhausted(format!(
+            "OOM when allocating {bytes} bytes on the GPU for node `{node}`; use a smaller \
+             batch or more towers"
+        ))
+    } else {
+        driver_error(e)
+    }
+}
