@@ -38,6 +38,7 @@ use crate::runtime::resource::ResourceMgr;
 use crate::tensor::Tensor;
 
 use super::graphs::RegisteredGraph;
+use crate::ops::metrics;
 use super::session::{isolated_devices, WorkerSession, LEGACY_SESSION};
 use super::step::{run_executors, RemoteFetcher};
 
@@ -357,7 +358,14 @@ impl WorkerState {
         let budget = timeout.map_or(self.inner.options.step_timeout, |t| {
             t.min(self.inner.options.step_timeout)
         });
-        match self.run_graph_step(request, budget).await {
+        let started = Instant::now();
+        let result = self.run_graph_step(request, budget).await;
+        metrics::seconds(
+            metrics::WORKER_STEP_SECONDS,
+            &self.inner.task.device_prefix(),
+            started.elapsed(),
+        );
+        match result {
             Ok(response) => Ok(response),
             Err(status) if in_body => Ok(RunGraphResponse {
                 status_code: status.code() as i32,
@@ -449,9 +457,12 @@ impl WorkerState {
         )?;
         let rendezvous = self.inner.rendezvous.find_or_create(request.step_id);
         let wait = timeout.unwrap_or(self.inner.options.recv_timeout);
-        let (tensor, is_dead) = rendezvous
+        let started = Instant::now();
+        let received = rendezvous
             .recv(&key, tokio::time::Instant::now() + wait)
-            .await?;
+            .await;
+        metrics::rendezvous_wait(&self.inner.task.device_prefix(), started.elapsed());
+        let (tensor, is_dead) = received?;
         let send_start_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
