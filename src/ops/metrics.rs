@@ -159,21 +159,23 @@ pub async fn serve(listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
             },
         };
         tokio::spawn(async move {
-            let service = service_fn(|request: hyper::Request<hyper::body::Incoming>| async move {
-                let body = match request.uri().path() {
-                    "/health" => String::from("OK\n"),
-                    // Rendering walks every series; keep it off the runtime's async threads.
-                    _ => tokio::task::spawn_blocking(render)
-                        .await
-                        .unwrap_or_default(),
-                };
-                let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
-                response.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                Ok::<_, std::convert::Infallible>(response)
-            });
+            let service = service_fn(
+                |request: hyper::Request<hyper::body::Incoming>| async move {
+                    let body = match request.uri().path() {
+                        "/health" => String::from("OK\n"),
+                        // Rendering walks every series; keep it off the runtime's async threads.
+                        _ => tokio::task::spawn_blocking(render)
+                            .await
+                            .unwrap_or_default(),
+                    };
+                    let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+                    );
+                    Ok::<_, std::convert::Infallible>(response)
+                },
+            );
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(false)
                 .serve_connection(TokioIo::new(stream), service);

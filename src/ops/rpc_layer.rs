@@ -138,7 +138,9 @@ fn method_of(path: &str) -> (&'static str, String) {
     match known {
         // Methods are a fixed set per service, but a client may still send any name: keep
         // only names that look like one (letters), capped in length.
-        Some((_, short)) if method.len() <= 64 && method.chars().all(|c| c.is_ascii_alphabetic()) => {
+        Some((_, short))
+            if method.len() <= 64 && method.chars().all(|c| c.is_ascii_alphabetic()) =>
+        {
             (short, method.to_owned())
         }
         Some((_, short)) => (short, "unknown".into()),
@@ -191,10 +193,7 @@ fn replace_status(headers: &mut http::HeaderMap, status: &tonic::Status) {
     headers.remove("grpc-status-details-bin");
     if status.add_header(headers).is_err() {
         // Only unencodable details fail; the code alone still goes out.
-        headers.insert(
-            "grpc-status",
-            http::HeaderValue::from(status.code() as i32),
-        );
+        headers.insert("grpc-status", http::HeaderValue::from(status.code() as i32));
     }
 }
 
@@ -212,7 +211,10 @@ mod tests {
             method_of("/grpc.health.v1.Health/Check"),
             ("Health", "Check".to_owned())
         );
-        assert_eq!(method_of("/evil.Service/X"), ("unknown", "unknown".to_owned()));
+        assert_eq!(
+            method_of("/evil.Service/X"),
+            ("unknown", "unknown".to_owned())
+        );
         assert_eq!(
             method_of("/tensorflow.WorkerService/a%20b"),
             ("WorkerService", "unknown".to_owned())

@@ -226,7 +226,11 @@ mod tests {
 
     #[test]
     fn the_exceeded_message_names_key_value_and_request() {
-        let status = Limits::exceeded("max_graph_nodes", 10, "CreateSession: the graph has 12 nodes");
+        let status = Limits::exceeded(
+            "max_graph_nodes",
+            10,
+            "CreateSession: the graph has 12 nodes",
+        );
         assert_eq!(status.code(), crate::Code::ResourceExhausted);
         assert_eq!(
             status.message(),
