@@ -101,7 +101,7 @@ impl Admission {
                 "max_steps_in_flight",
                 self.max_steps_in_flight,
                 &format!(
-                    "session {handle} already runs {running} steps; wait for one to finish \
+                    "session {handle} already runs {running} step(s); wait for one to finish \
                      before starting another"
                 ),
             ));
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(err.code(), Code::ResourceExhausted);
         assert!(
             err.message()
-                .starts_with("session s already runs 2 steps; wait for one to finish"),
+                .starts_with("session s already runs 2 step(s); wait for one to finish"),
             "{err}"
         );
         assert!(err.message().contains("limits.max_steps_in_flight = 2"));
