@@ -179,7 +179,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // not kill the process with the default action.
     let mut signals = runtime.block_on(async { Signals::install() })?;
     let notifier = Notifier::from_env().context("cannot use NOTIFY_SOCKET")?;
-    notify(&notifier, &format!("STATUS=starting {}", task.device_prefix()));
+    notify(
+        &notifier,
+        &format!("STATUS=starting {}", task.device_prefix()),
+    );
 
     let server = Arc::new(match activated_listener()? {
         Some(listener) => Server::start_with_listener(config, listener)?,
@@ -212,7 +215,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     });
     info!(task = %task, reason = %reason, "shutting down");
-    notify(&notifier, &format!("STOPPING=1\nSTATUS=stopping ({reason})"));
+    notify(
+        &notifier,
+        &format!("STOPPING=1\nSTATUS=stopping ({reason})"),
+    );
     server.stop();
     Ok(())
 }

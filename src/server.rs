@@ -194,8 +194,14 @@ impl Server {
             thread::Builder::new()
                 .name("tessera-grpc".into())
                 .spawn(move || {
-                    let result =
-                        run_grpc(listener, mailboxes, operations, shutdown_rx, grace, ready_tx);
+                    let result = run_grpc(
+                        listener,
+                        mailboxes,
+                        operations,
+                        shutdown_rx,
+                        grace,
+                        ready_tx,
+                    );
                     if let Err(e) = result {
                         warn!(task = %task, error = %e, "grpc server failed");
                     }

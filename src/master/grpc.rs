@@ -84,7 +84,11 @@ impl MasterService for MasterGrpc {
         let request = r.into_inner();
         metrics::received(&self.task, "RunStep", prost::Message::encoded_len(&request));
         let response = forward(&self.run_step, RunStep(request)).await?;
-        metrics::sent(&self.task, "RunStep", prost::Message::encoded_len(response.get_ref()));
+        metrics::sent(
+            &self.task,
+            "RunStep",
+            prost::Message::encoded_len(response.get_ref()),
+        );
         Ok(response)
     }
 

@@ -211,7 +211,9 @@ mod tests {
         store.lookup_or_create("", "a", || Ok(var_with(4))).unwrap();
         store.lookup_or_create("", "b", || Ok(var_with(2))).unwrap();
         store
-            .lookup_or_create("", "c", || Ok(Var::new(DType::Float, PartialShape::unknown())))
+            .lookup_or_create("", "c", || {
+                Ok(Var::new(DType::Float, PartialShape::unknown()))
+            })
             .unwrap();
         // 4 + 2 floats of 4 bytes; the uninitialized variable holds nothing.
         assert_eq!(store.variable_usage(), (3, 24));
@@ -228,7 +230,9 @@ mod tests {
         assert!(store.check_var_bytes("w", 0, 24).is_ok());
         // Replacing a's 16 bytes by 40 leaves 40: allowed; by 44, not.
         assert!(store.check_var_bytes("a", 16, 40).is_ok());
-        let err = store.check_var_bytes("node `x`: variable `w`", 0, 28).unwrap_err();
+        let err = store
+            .check_var_bytes("node `x`: variable `w`", 0, 28)
+            .unwrap_err();
         assert_eq!(err.code(), crate::Code::ResourceExhausted);
         assert!(
             err.message().starts_with(

@@ -150,9 +150,17 @@ impl WorkerService for WorkerGrpc {
     ) -> Result<Response<RunGraphResponse>, tonic::Status> {
         let timeout = grpc_timeout(&request);
         let request = request.into_inner();
-        metrics::received(&self.task, "RunGraph", prost::Message::encoded_len(&request));
+        metrics::received(
+            &self.task,
+            "RunGraph",
+            prost::Message::encoded_len(&request),
+        );
         let response = self.call(RunGraph { request, timeout }).await?;
-        metrics::sent(&self.task, "RunGraph", prost::Message::encoded_len(response.get_ref()));
+        metrics::sent(
+            &self.task,
+            "RunGraph",
+            prost::Message::encoded_len(response.get_ref()),
+        );
         Ok(response)
     }
 
@@ -177,7 +185,11 @@ impl WorkerService for WorkerGrpc {
         let timeout = grpc_timeout(&request);
         let request = request.into_inner();
         let response = self.call(RecvTensor { request, timeout }).await?;
-        metrics::sent(&self.task, "RecvTensor", prost::Message::encoded_len(response.get_ref()));
+        metrics::sent(
+            &self.task,
+            "RecvTensor",
+            prost::Message::encoded_len(response.get_ref()),
+        );
         Ok(response)
     }
 

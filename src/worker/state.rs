@@ -38,9 +38,9 @@ use crate::runtime::resource::ResourceMgr;
 use crate::tensor::Tensor;
 
 use super::graphs::RegisteredGraph;
-use crate::ops::metrics;
 use super::session::{isolated_devices, WorkerSession, LEGACY_SESSION};
 use super::step::{run_executors, RemoteFetcher};
+use crate::ops::metrics;
 
 /// The worker's deadlines and collection periods.
 #[derive(Clone, Debug, PartialEq)]
