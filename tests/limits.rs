@@ -14,6 +14,7 @@ use tessera::proto::master_service_client::MasterServiceClient;
 use tessera::proto::*;
 use tessera::server::Server;
 use tessera::tensor::{DType, PartialShape, Tensor};
+use tessera::Code;
 use tonic::transport::Channel;
 
 /// Deadline of one RPC.
@@ -330,4 +331,62 @@ async fn a_variable_over_the_shard_limit_is_refused() {
         .into_inner();
     assert_eq!(reply.status_code, 0, "{}", reply.status_error_message);
     stop(server).await;
+}
+
+const CLUSTER: &str =
+    "[cluster]\nworker = [\"127.0.0.1:0\"]\n[task]\njob = \"worker\"\nindex = 0\n";
+
+#[test]
+fn limits_and_metrics_come_from_the_file_and_the_environment() {
+    let text = format!(
+        "{CLUSTER}[metrics]\nlisten = \"127.0.0.1:0\"\n[limits]\nmax_sessions = 3\n\
+         max_shard_bytes = 1048576\n"
+    );
+    let env = [(
+        "TESSERA__LIMITS__MAX_STEPS_IN_FLIGHT".to_owned(),
+        "7".to_owned(),
+    )];
+    let config = TaskConfig::from_toml_with_env(&text, "t.toml", env).unwrap();
+    assert_eq!(config.metrics.listen, Some("127.0.0.1:0".parse().unwrap()));
+    assert_eq!(
+        config.limits,
+        Limits {
+            max_sessions: 3,
+            max_shard_bytes: 1 << 20,
+            max_steps_in_flight: 7,
+            ..Limits::default()
+        }
+    );
+    // Without the sections: metrics off, default limits.
+    let plain = TaskConfig::from_toml_with_env(CLUSTER, "t.toml", Vec::new()).unwrap();
+    assert_eq!(plain.metrics.listen, None);
+    assert_eq!(plain.limits, Limits::default());
+}
+
+#[test]
+fn bad_limits_are_refused_naming_the_key() {
+    let cases = [
+        (
+            "[limits]\nmax_sessions = 0\n",
+            "t.toml: limits.max_sessions: 0 is not positive; set limits.max_sessions to 1 or \
+             more, or remove it for the default 1024",
+        ),
+        (
+            "[limits]\nmax_graph_nodes = \"many\"\n",
+            "t.toml: limits.max_graph_nodes: expected an integer, found string \"many\"; set \
+             limits.max_graph_nodes to an integer",
+        ),
+        (
+            "[limits]\nmax_memory = 5\n",
+            "t.toml: limits.max_memory: unknown key; the keys allowed in [limits] are \
+             max_message_bytes, max_graph_nodes, max_graph_bytes, max_sessions, \
+             max_steps_in_flight, max_shard_bytes",
+        ),
+    ];
+    for (section, message) in cases {
+        let text = format!("{CLUSTER}{section}");
+        let err = TaskConfig::from_toml_with_env(&text, "t.toml", Vec::new()).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(err.to_string(), message);
+    }
 }
