@@ -348,7 +348,10 @@ fn start_actors(
                     task.clone(),
                     devices,
                     Some(Arc::clone(&resources)),
-                    WorkerOptions::from_timeouts(&timeouts),
+                    WorkerOptions {
+                        max_sessions: limits.max_sessions,
+                        ..WorkerOptions::from_timeouts(&timeouts)
+                    },
                 );
                 // The worker pulls tensors from other tasks through the cluster's peers, and
                 // the master drives them through the same ones; the own task is the worker's

@@ -8,12 +8,14 @@
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use tessera::cluster::TaskId;
 use tessera::cluster::{Limits, TaskConfig};
 use tessera::graph::builder::Graph;
 use tessera::proto::master_service_client::MasterServiceClient;
 use tessera::proto::*;
 use tessera::server::Server;
 use tessera::tensor::{DType, PartialShape, Tensor};
+use tessera::worker::{WorkerOptions, WorkerState};
 use tessera::Code;
 use tonic::transport::Channel;
 
@@ -389,4 +391,50 @@ fn bad_limits_are_refused_naming_the_key() {
         assert_eq!(err.code(), Code::InvalidArgument);
         assert_eq!(err.to_string(), message);
     }
+}
+
+#[test]
+fn worker_sessions_over_the_limit_are_refused() {
+    let worker = WorkerState::with_options(
+        TaskId::new("worker", 0),
+        vec![DeviceAttributes {
+            name: "/job:worker/replica:0/task:0/device:CPU:0".into(),
+            device_type: "CPU".into(),
+            incarnation: 1,
+            ..Default::default()
+        }],
+        None,
+        WorkerOptions {
+            max_sessions: 1,
+            ..Default::default()
+        },
+    );
+    let create = |handle: &str| CreateWorkerSessionRequest {
+        session_handle: handle.into(),
+        master_task: "/job:chief/replica:0/task:0".into(),
+        master_incarnation: 7,
+        ..Default::default()
+    };
+    worker.create_worker_session(&create("a")).unwrap();
+    let err = worker.create_worker_session(&create("b")).unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(
+        err.message().starts_with(
+            "CreateWorkerSession: /job:worker/replica:0/task:0 already holds 1 worker sessions, \
+             over limits.max_sessions = 1"
+        ),
+        "{err}"
+    );
+    worker
+        .delete_worker_session(&DeleteWorkerSessionRequest {
+            session_handle: "a".into(),
+        })
+        .unwrap();
+    worker.create_worker_session(&create("b")).unwrap();
+    // A restarted master's new session replaces its old ones: not refused.
+    let restarted = CreateWorkerSessionRequest {
+        master_incarnation: 8,
+        ..create("c")
+    };
+    worker.create_worker_session(&restarted).unwrap();
 }

@@ -54,6 +54,9 @@ pub struct WorkerOptions {
     pub step_ttl: Duration,
     /// A worker session whose master sent nothing for this long is collected with its graphs.
     pub session_ttl: Duration,
+    /// Most worker sessions the task holds at once (`limits.max_sessions`); the legacy
+    /// session does not count.
+    pub max_sessions: usize,
 }
 
 impl Default for WorkerOptions {
@@ -71,6 +74,7 @@ impl WorkerOptions {
             recv_timeout: timeouts.rpc,
             step_ttl: (timeouts.rpc * 2).max(Duration::from_secs(60)),
             session_ttl: Duration::from_secs(3600),
+            max_sessions: crate::cluster::Limits::default().max_sessions,
         }
     }
 }
@@ -244,6 +248,18 @@ impl WorkerState {
                 })
                 .map(|(h, _)| h.clone())
                 .collect();
+            // The legacy session is always there and the retired ones are about to go.
+            let held = sessions.len().saturating_sub(1 + stale.len());
+            if held >= self.inner.options.max_sessions {
+                return Err(crate::cluster::Limits::exceeded(
+                    "max_sessions",
+                    self.inner.options.max_sessions,
+                    &format!(
+                        "CreateWorkerSession: {} already holds {held} worker sessions",
+                        self.inner.task.device_prefix()
+                    ),
+                ));
+            }
             let retired: Vec<(String, WorkerSession)> = stale
                 .into_iter()
                 .filter_map(|h| sessions.remove(&h).map(|s| (h, s)))

@@ -74,7 +74,7 @@ impl Limits {
     /// the request asked for (`"the graph has 12 nodes"`).
     pub fn exceeded(key: &str, limit: impl std::fmt::Display, what: &str) -> Status {
         Status::resource_exhausted(format!(
-            "{what}, over limits.{key} = {limit}; send less, or raise limits.{key} in the \
+            "{what}, over limits.{key} = {limit}; stay within it, or raise limits.{key} in the \
              task's [limits] section"
         ))
     }
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(status.code(), crate::Code::ResourceExhausted);
         assert_eq!(
             status.message(),
-            "CreateSession: the graph has 12 nodes, over limits.max_graph_nodes = 10; send less, \
+            "CreateSession: the graph has 12 nodes, over limits.max_graph_nodes = 10; stay within it, \
              or raise limits.max_graph_nodes in the task's [limits] section"
         );
     }
