@@ -211,7 +211,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::select! {
             signal = signals.recv() => signal,
             _ = tokio::task::spawn_blocking(move || joined.join()) => "server stopped",
-            () = keep_watchdog(notifier.as_ref(), watchdog) => "watchdog stopped",
+            () = keep_watchdog(&server, notifier.as_ref(), watchdog) => "watchdog stopped",
         }
     });
     info!(task = %task, reason = %reason, "shutting down");
@@ -234,10 +234,9 @@ fn notify(notifier: &Option<Notifier>, state: &str) {
 }
 
 /// Sends `WATCHDOG=1` every `interval` (half of systemd's `WatchdogSec=`) for as long as the
-/// daemon serves; never returns when there is no watchdog. The pings come from the same loop
-/// that waits for signals and for the server, so a daemon wedged there misses them and
-/// systemd restarts it.
-async fn keep_watchdog(notifier: Option<&Notifier>, interval: Option<Duration>) {
+/// daemon answers; never returns. Each ping follows a [`Server::probe`] of the actors, so a
+/// daemon whose actors stopped answering misses its pings and systemd restarts it.
+async fn keep_watchdog(server: &Server, notifier: Option<&Notifier>, interval: Option<Duration>) {
     let (Some(notifier), Some(interval)) = (notifier, interval) else {
         return std::future::pending().await;
     };
@@ -245,6 +244,10 @@ async fn keep_watchdog(notifier: Option<&Notifier>, interval: Option<Duration>) 
     let mut ticks = tokio::time::interval(interval);
     loop {
         ticks.tick().await;
+        if let Err(e) = server.probe(interval).await {
+            warn!(error = %e, "not answering: skipping the watchdog ping");
+            continue;
+        }
         if let Err(e) = notifier.notify("WATCHDOG=1") {
             warn!(error = %e, "sd_notify WATCHDOG=1 failed");
         }

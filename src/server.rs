@@ -26,7 +26,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use actix::{Actor, Addr, Arbiter};
+use actix::{Actor, Addr, Arbiter, Recipient};
 use tokio::sync::watch;
 use tonic::server::NamedService;
 use tonic::transport::server::TcpIncoming;
@@ -36,13 +36,13 @@ use crate::cluster::{Limits, TaskConfig, TaskId};
 use crate::device;
 use crate::error::{Result, Status};
 use crate::master::grpc::MasterGrpc;
-use crate::master::{Master, MasterState};
+use crate::master::{ListDevices, Master, MasterState};
 use crate::ops::metrics::{self, SHARD_BYTES, SHARD_VARIABLES};
 use crate::ops::rpc_layer::RpcLayer;
 use crate::peer::{LocalPeer, PeerCache};
 use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
-use crate::proto::DeviceAttributes;
+use crate::proto::{DeviceAttributes, ListDevicesRequest};
 use crate::runtime::resource::ResourceMgr;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
@@ -82,6 +82,8 @@ pub struct Server {
     local_addr: SocketAddr,
     /// Where the metrics endpoint listens, when `[metrics]` is set.
     metrics_addr: Option<SocketAddr>,
+    /// The master's ListDevices: answering it takes the master actor and the worker.
+    probe: Recipient<ListDevices>,
     grace: Duration,
     /// Set to true to stop accepting calls.
     shutdown: watch::Sender<bool>,
@@ -94,6 +96,8 @@ pub struct Server {
 struct Mailboxes {
     master: MasterGrpc,
     worker: Addr<Worker>,
+    /// The master's ListDevices, which [`Server::probe`] asks.
+    probe: Recipient<ListDevices>,
 }
 
 /// What the gRPC thread serves besides the services: the task's label and limits, and the
@@ -184,6 +188,7 @@ impl Server {
         };
 
         let (system, actors_thread, mailboxes) = start_actors(&config, devices)?;
+        let probe = mailboxes.probe.clone();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -231,6 +236,7 @@ impl Server {
             task: config.task,
             local_addr,
             metrics_addr,
+            probe,
             grace,
             shutdown,
             grpc_thread: Mutex::new(Some(grpc_thread)),
@@ -257,6 +263,26 @@ impl Server {
     /// `None` when `[metrics]` is not set.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Checks the task still answers: the master actor lists the devices, which takes the
+    /// worker too. Fails when no answer comes within `deadline` (a wedged actor, a stopping
+    /// task). `tessera serve` asks before each systemd watchdog ping, so a daemon that stopped
+    /// answering is restarted instead of pinging on.
+    pub async fn probe(&self, deadline: Duration) -> Result<()> {
+        let asked = self.probe.send(ListDevices(ListDevicesRequest::default()));
+        match tokio::time::timeout(deadline, asked).await {
+            Ok(Ok(Ok(_))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.context(format!("{}: probe", self.task))),
+            Ok(Err(_)) => Err(Status::unavailable(format!(
+                "{}: probe: the actors are stopping",
+                self.task
+            ))),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "{}: probe: the master did not answer within {deadline:?}",
+                self.task
+            ))),
+        }
     }
 
     /// Returns the target clients pass to a session: `grpc://localhost:PORT`, as TensorFlow's
@@ -369,6 +395,7 @@ fn start_actors(
                 let worker = Worker::new(state, towers, resources).start();
                 let master = Master::new(master_state, peers).start();
                 let mailboxes = Mailboxes {
+                    probe: master.clone().recipient(),
                     master: MasterGrpc::new(&master).with_task(task.device_prefix()),
                     worker,
                 };
@@ -572,6 +599,20 @@ mod tests {
         tokio::task::spawn_blocking(move || server.stop())
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_running_server_answers_the_probe_and_a_stopped_one_does_not() {
+        let server = Server::local().unwrap();
+        server.probe(Duration::from_secs(5)).await.unwrap();
+        let server = tokio::task::spawn_blocking(move || {
+            server.stop();
+            server
+        })
+        .await
+        .unwrap();
+        let err = server.probe(Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(err.code(), crate::Code::Unavailable, "{err}");
     }
 
     #[test]
