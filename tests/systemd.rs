@@ -8,10 +8,11 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::net::TcpStream;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -246,4 +247,58 @@ fn journal_logs_have_no_colours_or_timestamps_and_no_watchdog_without_one() {
             "line does not start with its level: `{line}`"
         );
     }
+}
+
+#[test]
+fn a_socket_activated_daemon_is_ready_on_the_socket_it_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let mut systemd = Systemd::bind(dir.path());
+    // systemd's part of tessera@.socket: bind the port, pass it as fd 3 with LISTEN_FDS=1 and
+    // LISTEN_PID naming the daemon (`$$` of the shell that execs it).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fd = listener.as_raw_fd();
+    let mut command = Command::new("/bin/sh");
+    command
+        .args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#])
+        .arg(BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("LISTEN_FDS", "1")
+        .env("NOTIFY_SOCKET", &systemd.path)
+        .env("RUST_LOG", "warn")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
+    unsafe {
+        command.pre_exec(move || {
+            if fd == 3 {
+                // dup2 onto itself keeps close-on-exec; clear it by hand.
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut daemon = Daemon {
+        child: Some(command.spawn().unwrap()),
+    };
+    // The daemon owns the socket now; the test's copy must not keep the port open.
+    drop(listener);
+
+    let ready = systemd.wait_for("READY=1", READY_DEADLINE);
+    assert_eq!(serving_port(&ready), port, "{ready}");
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), DEADLINE)
+        .expect("the passed socket accepts connections once READY=1 is sent");
+    daemon.terminate();
+    systemd.wait_for("STOPPING=1", DEADLINE);
+    assert!(daemon.wait().success());
 }
