@@ -218,6 +218,14 @@ async fn the_endpoint_serves_every_series_and_they_move_when_steps_run() {
         .unwrap();
     let after = scrape_now().await.unwrap();
 
+    // Series are described for whoever reads the endpoint.
+    let text = tokio::task::spawn_blocking(move || scrape(endpoint))
+        .await
+        .unwrap();
+    assert!(
+        text.contains("# HELP tessera_rpcs_total gRPC calls answered"),
+        "{text}"
+    );
     // Every listed series is there.
     for name in [
         "tessera_rpcs_total",

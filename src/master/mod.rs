@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Calls with an unknown handle are ABORTED, as in TensorFlow (the master may have restarted).
-//! Sessions and steps are admitted against `[limits]` first ([`admission`]): over
+//! Sessions and steps are admitted against `[limits]` first (`admission.rs`): over
 //! `max_sessions` or `max_steps_in_flight`, or with a graph over `max_graph_nodes` /
 //! `max_graph_bytes`, a call is RESOURCE_EXHAUSTED at once, naming the limit.
 //! RunStep errors go in the response body when the request sets

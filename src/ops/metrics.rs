@@ -89,9 +89,53 @@ pub fn install() -> PrometheusHandle {
             if let Err(e) = metrics::set_global_recorder(recorder) {
                 warn!(error = %e, "another metrics recorder is installed; tessera's series stay empty");
             }
+            describe();
             handle
         })
         .clone()
+}
+
+/// The `# HELP` lines of every series.
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        RPCS,
+        "gRPC calls answered, by service, method and status code"
+    );
+    describe_histogram!(RPC_SECONDS, Unit::Seconds, "time to answer a gRPC call");
+    describe_histogram!(
+        MASTER_STEP_SECONDS,
+        Unit::Seconds,
+        "time of one master RunStep"
+    );
+    describe_histogram!(
+        WORKER_STEP_SECONDS,
+        Unit::Seconds,
+        "time of one worker RunGraph"
+    );
+    describe_counter!(SENT_BYTES, Unit::Bytes, "payload bytes sent, by RPC");
+    describe_counter!(
+        RECEIVED_BYTES,
+        Unit::Bytes,
+        "payload bytes received, by RPC"
+    );
+    describe_counter!(
+        RENDEZVOUS_WAITS,
+        "RecvTensor calls that waited on the rendezvous"
+    );
+    describe_histogram!(
+        RENDEZVOUS_WAIT_SECONDS,
+        Unit::Seconds,
+        "time a RecvTensor waited for its value"
+    );
+    describe_gauge!(SHARD_VARIABLES, "variables held by the variable shard");
+    describe_gauge!(
+        SHARD_BYTES,
+        Unit::Bytes,
+        "bytes of variable values held by the shard"
+    );
+    describe_gauge!(SESSIONS_OPEN, "sessions the master holds open");
+    describe_gauge!(STEPS_IN_FLIGHT, "steps the master is running");
 }
 
 /// Whether the recorder is installed (some server of this process has metrics on).
