@@ -438,3 +438,39 @@ fn worker_sessions_over_the_limit_are_refused() {
     };
     worker.create_worker_session(&restarted).unwrap();
 }
+
+#[tokio::test]
+async fn a_peer_registering_a_graph_over_the_node_limit_is_refused() {
+    let (server, _master) = start().await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(RPC_DEADLINE)
+            .connect()
+            .await
+            .unwrap();
+    let mut worker = tessera::proto::worker_service_client::WorkerServiceClient::new(channel);
+    let mut g = Graph::new();
+    for i in 0..21 {
+        g.constant(&Tensor::scalar(i as f32)).unwrap();
+    }
+    let err = worker
+        .register_graph(RegisterGraphRequest {
+            graph_def: Some(g.to_graph_def()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "RegisterGraph: the graph has 21 nodes",
+            "limits.max_graph_nodes = 20",
+        ],
+    );
+    // The worker still answers.
+    let status = worker.get_status(GetStatusRequest {}).await.unwrap();
+    assert!(!status.into_inner().device_attributes.is_empty());
+    stop(server).await;
+}
