@@ -322,16 +322,24 @@ async fn a_variable_over_the_shard_limit_is_refused() {
             "limits.max_shard_bytes = 64",
         ],
     );
-    // The task keeps serving: the small variable fits and initializes.
+    // The task keeps serving: the small variable fits and initializes, then reads back (a
+    // step of its own: a read in the initializing step is not ordered after the assignment).
+    master
+        .run_step(run(small.initializer.clone()))
+        .await
+        .unwrap();
     let reply = master
         .run_step(RunStepRequest {
+            session_handle: handle.clone(),
             fetch: vec![small.value.name()],
-            ..run(small.initializer.clone())
+            ..Default::default()
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(reply.status_code, 0, "{}", reply.status_error_message);
+    let value = Tensor::from_proto(reply.tensor[0].tensor.as_ref().unwrap()).unwrap();
+    assert_eq!(value.values::<f32>().unwrap().as_ref(), &[1.0f32; 8]);
     stop(server).await;
 }
 
