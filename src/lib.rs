@@ -24,6 +24,7 @@ pub mod error;
 pub mod graph;
 pub mod kernels;
 pub mod master;
+pub mod ops;
 pub mod peer;
 pub mod proto;
 pub mod runtime;

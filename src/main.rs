@@ -19,6 +19,11 @@
 //!
 //! `serve` prints one readiness line on stdout once the port is bound and the actors are up
 //! (`tessera: serving /job:ps/replica:0/task:0 on 127.0.0.1:2222`); logs go to stderr.
+//!
+//! Under systemd (`Type=notify`, `config/tessera@.service`) `serve` also sends `READY=1` at that
+//! moment, `STATUS=` lines, `WATCHDOG=1` every half `WatchdogSec=` while it serves, and
+//! `STOPPING=1` when it starts draining; with stderr on the journal (`JOURNAL_STREAM`) log
+//! lines carry no colours and no timestamps of their own.
 
 use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -31,12 +36,13 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 use clap::{Args, Parser, Subcommand};
 use tessera::cluster::{ClassicFlags, TaskConfig};
+use tessera::ops::systemd::{self, Notifier};
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::{DeviceAttributes, GetStatusRequest};
 use tessera::server::{Server, MAX_MESSAGE_BYTES};
 use tessera::train::job::launcher::LocalJob;
 use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
-use tracing::info;
+use tracing::{info, warn};
 
 /// How long a ps or worker keeps serving after the chief said training is over.
 const LINGER: Duration = Duration::from_secs(1);
@@ -271,15 +277,18 @@ fn export(checkpoint: &std::path::Path, out: &std::path::Path) -> anyhow::Result
 }
 
 /// Structured logs on stderr: `RUST_LOG`-style filter (default `info`), colours only on a
-/// terminal.
+/// terminal. On the journal, no colours and no timestamps: journald stamps each line itself.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    if systemd::logs_to_journal() {
+        logs.with_ansi(false).without_time().init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 }
 
 /// Loads the task's configuration: `--config`, else the classic flags, else `TF_CONFIG`.
@@ -440,12 +449,22 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Handlers go in before the readiness line: a SIGTERM sent right after it must drain,
     // not kill the process with the default action.
     let mut signals = runtime.block_on(async { Signals::install() })?;
+    let notifier = Notifier::from_env().context("cannot use NOTIFY_SOCKET")?;
+    notify(
+        &notifier,
+        &format!("STATUS=starting {}", task.device_prefix()),
+    );
 
     let server = Arc::new(match activated_listener()? {
         Some(listener) => Server::start_with_listener(config, listener)?,
         None => Server::start(config)?,
     });
     let addr = server.local_addr();
+    // The port is bound and the actors are up: systemd may start the units that wait for us.
+    notify(
+        &notifier,
+        &format!("READY=1\nSTATUS=serving {} on {addr}", task.device_prefix()),
+    );
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(
@@ -458,15 +477,52 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     let joined = Arc::clone(&server);
-    let reason = runtime.block_on(async move {
+    let watchdog = systemd::watchdog_interval();
+    let reason = runtime.block_on(async {
         tokio::select! {
             signal = signals.recv() => signal,
             _ = tokio::task::spawn_blocking(move || joined.join()) => "server stopped",
+            () = keep_watchdog(&server, notifier.as_ref(), watchdog) => "watchdog stopped",
         }
     });
     info!(task = %task, reason = %reason, "shutting down");
+    notify(
+        &notifier,
+        &format!("STOPPING=1\nSTATUS=stopping ({reason})"),
+    );
     server.stop();
     Ok(())
+}
+
+/// Sends `state` to systemd when it listens; a failure is logged, never fatal (the daemon
+/// serves either way, and systemd reports a missed READY=1 itself).
+fn notify(notifier: &Option<Notifier>, state: &str) {
+    if let Some(notifier) = notifier {
+        if let Err(e) = notifier.notify(state) {
+            warn!(error = %e, state = %state.replace('\n', " "), "sd_notify failed");
+        }
+    }
+}
+
+/// Sends `WATCHDOG=1` every `interval` (half of systemd's `WatchdogSec=`) for as long as the
+/// daemon answers; never returns. Each ping follows a [`Server::probe`] of the actors, so a
+/// daemon whose actors stopped answering misses its pings and systemd restarts it.
+async fn keep_watchdog(server: &Server, notifier: Option<&Notifier>, interval: Option<Duration>) {
+    let (Some(notifier), Some(interval)) = (notifier, interval) else {
+        return std::future::pending().await;
+    };
+    info!(interval = ?interval, "keeping systemd's watchdog alive");
+    let mut ticks = tokio::time::interval(interval);
+    loop {
+        ticks.tick().await;
+        if let Err(e) = server.probe(interval).await {
+            warn!(error = %e, "not answering: skipping the watchdog ping");
+            continue;
+        }
+        if let Err(e) = notifier.notify("WATCHDOG=1") {
+            warn!(error = %e, "sd_notify WATCHDOG=1 failed");
+        }
+    }
 }
 
 /// The listening socket systemd (or a test harness) passed as fd 3, if any.

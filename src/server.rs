@@ -15,27 +15,35 @@
 //! starts the actors and then the tonic server. [`Server::stop`]
 //! stops accepting, lets in-flight calls finish within `timeouts.shutdown_grace`, then stops
 //! the actors. Unlike TensorFlow's server, stop works and `join` returns once stopped.
+//!
+//! Operations: with `[metrics] listen` set, the Prometheus endpoint is bound at start (its
+//! address is [`Server::metrics_addr`]) and served on the gRPC runtime; every RPC passes the
+//! counting [`RpcLayer`]; `[limits]` go to tonic (message size), the master, the worker's front
+//! and the variable shard's store.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use actix::{Actor, Addr, Arbiter};
+use actix::{Actor, Addr, Arbiter, Recipient};
 use tokio::sync::watch;
 use tonic::server::NamedService;
 use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
-use crate::cluster::{TaskConfig, TaskId};
+use crate::cluster::{Limits, TaskConfig, TaskId};
 use crate::device;
 use crate::error::{Result, Status};
 use crate::master::grpc::MasterGrpc;
-use crate::master::{Master, MasterState};
+use crate::master::{ListDevices, Master, MasterState};
+use crate::ops::metrics::{self, SHARD_BYTES, SHARD_VARIABLES};
+use crate::ops::rpc_layer::RpcLayer;
 use crate::peer::{LocalPeer, PeerCache};
 use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
-use crate::proto::DeviceAttributes;
+use crate::proto::{DeviceAttributes, ListDevicesRequest};
+use crate::runtime::resource::ResourceMgr;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
 use crate::worker::grpc::WorkerGrpc;
@@ -72,6 +80,10 @@ const ACTORS_START_DEADLINE: Duration = Duration::from_secs(30);
 pub struct Server {
     task: TaskId,
     local_addr: SocketAddr,
+    /// Where the metrics endpoint listens, when `[metrics]` is set.
+    metrics_addr: Option<SocketAddr>,
+    /// The master's ListDevices: answering it takes the master actor and the worker.
+    probe: Recipient<ListDevices>,
     grace: Duration,
     /// Set to true to stop accepting calls.
     shutdown: watch::Sender<bool>,
@@ -84,6 +96,16 @@ pub struct Server {
 struct Mailboxes {
     master: MasterGrpc,
     worker: Addr<Worker>,
+    /// The master's ListDevices, which [`Server::probe`] asks.
+    probe: Recipient<ListDevices>,
+}
+
+/// What the gRPC thread serves besides the services: the task's label and limits, and the
+/// metrics endpoint's socket when metrics are on.
+struct Operations {
+    task: String,
+    limits: Limits,
+    metrics: Option<TcpListener>,
 }
 
 /// A flag that turns true once, with a way to wait for it.
@@ -145,8 +167,28 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| Status::internal(format!("cannot make {local_addr} non-blocking: {e}")))?;
+        let label = config.task.device_prefix();
+        let metrics_listener = match config.metrics.listen {
+            Some(addr) => {
+                metrics::install();
+                Some(metrics::bind(&label, addr)?)
+            }
+            None => None,
+        };
+        let metrics_addr = match &metrics_listener {
+            Some(listener) => Some(listener.local_addr().map_err(|e| {
+                Status::internal(format!("{label}: cannot read the metrics address: {e}"))
+            })?),
+            None => None,
+        };
+        let operations = Operations {
+            task: label,
+            limits: config.limits.clone(),
+            metrics: metrics_listener,
+        };
 
         let (system, actors_thread, mailboxes) = start_actors(&config, devices)?;
+        let probe = mailboxes.probe.clone();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -157,7 +199,14 @@ impl Server {
             thread::Builder::new()
                 .name("tessera-grpc".into())
                 .spawn(move || {
-                    let result = run_grpc(listener, mailboxes, shutdown_rx, grace, ready_tx);
+                    let result = run_grpc(
+                        listener,
+                        mailboxes,
+                        operations,
+                        shutdown_rx,
+                        grace,
+                        ready_tx,
+                    );
                     if let Err(e) = result {
                         warn!(task = %task, error = %e, "grpc server failed");
                     }
@@ -180,9 +229,14 @@ impl Server {
             }
         }
         info!(task = %config.task, addr = %local_addr, "serving");
+        if let Some(addr) = metrics_addr {
+            info!(task = %config.task, url = %format!("http://{addr}/metrics"), "serving metrics");
+        }
         Ok(Server {
             task: config.task,
             local_addr,
+            metrics_addr,
+            probe,
             grace,
             shutdown,
             grpc_thread: Mutex::new(Some(grpc_thread)),
@@ -203,6 +257,32 @@ impl Server {
     /// Returns the address the gRPC server is bound to (with the OS-chosen port).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Returns the address the metrics endpoint is bound to (with the OS-chosen port), or
+    /// `None` when `[metrics]` is not set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Checks the task still answers: the master actor lists the devices, which takes the
+    /// worker too. Fails when no answer comes within `deadline` (a wedged actor, a stopping
+    /// task). `tessera serve` asks before each systemd watchdog ping, so a daemon that stopped
+    /// answering is restarted instead of pinging on.
+    pub async fn probe(&self, deadline: Duration) -> Result<()> {
+        let asked = self.probe.send(ListDevices(ListDevicesRequest::default()));
+        match tokio::time::timeout(deadline, asked).await {
+            Ok(Ok(Ok(_))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.context(format!("{}: probe", self.task))),
+            Ok(Err(_)) => Err(Status::unavailable(format!(
+                "{}: probe: the actors are stopping",
+                self.task
+            ))),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "{}: probe: the master did not answer within {deadline:?}",
+                self.task
+            ))),
+        }
     }
 
     /// Returns the target clients pass to a session: `grpc://localhost:PORT`, as TensorFlow's
@@ -257,7 +337,9 @@ fn start_actors(
         config.cluster.clone(),
         config.timeouts.clone(),
         config.devices.soft_placement,
-    );
+    )
+    .with_limits(config.limits.clone());
+    let limits = config.limits.clone();
     let timeouts = config.timeouts.clone();
     let (tx, rx) = mpsc::channel();
     let thread = thread::Builder::new()
@@ -286,11 +368,16 @@ fn start_actors(
                         return arbiters;
                     }
                 };
+                resources.set_max_var_bytes(limits.max_shard_bytes);
+                collect_shard(&task, &resources);
                 let state = WorkerState::with_options(
                     task.clone(),
                     devices,
                     Some(Arc::clone(&resources)),
-                    WorkerOptions::from_timeouts(&timeouts),
+                    WorkerOptions {
+                        max_sessions: limits.max_sessions,
+                        ..WorkerOptions::from_timeouts(&timeouts)
+                    },
                 );
                 // The worker pulls tensors from other tasks through the cluster's peers, and
                 // the master drives them through the same ones; the own task is the worker's
@@ -308,7 +395,8 @@ fn start_actors(
                 let worker = Worker::new(state, towers, resources).start();
                 let master = Master::new(master_state, peers).start();
                 let mailboxes = Mailboxes {
-                    master: MasterGrpc::new(&master),
+                    probe: master.clone().recipient(),
+                    master: MasterGrpc::new(&master).with_task(task.device_prefix()),
                     worker,
                 };
                 let _ = tx.send(Ok((actix::System::current(), mailboxes)));
@@ -332,11 +420,30 @@ fn start_actors(
     }
 }
 
+/// Sets the shard's gauges (variables held, bytes of their values) at every scrape, for as
+/// long as the store lives.
+fn collect_shard(task: &TaskId, resources: &Arc<ResourceMgr>) {
+    let store = Arc::downgrade(resources);
+    let task = task.device_prefix();
+    let device = format!("{task}/device:CPU:0");
+    metrics::register_collector(Box::new(move || {
+        let Some(store) = store.upgrade() else {
+            return false;
+        };
+        let (count, bytes) = store.variable_usage();
+        let labels = [("task", task.clone()), ("device", device.clone())];
+        ::metrics::gauge!(SHARD_VARIABLES, &labels).set(count as f64);
+        ::metrics::gauge!(SHARD_BYTES, &labels).set(bytes as f64);
+        true
+    }));
+}
+
 /// Runs the tonic server on its own runtime until `shutdown` turns true, then gives in-flight
 /// calls `grace` to finish. Reports on `ready` once the server accepts calls.
 fn run_grpc(
     listener: TcpListener,
     mailboxes: Mailboxes,
+    operations: Operations,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
     ready: mpsc::Sender<Result<()>>,
@@ -364,11 +471,23 @@ fn run_grpc(
             }
         };
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let Operations {
+            task,
+            limits,
+            metrics: metrics_listener,
+        } = operations;
+        if let Some(listener) = metrics_listener {
+            tokio::spawn(metrics::serve(listener, shutdown.clone()));
+        }
+        // Requests are held to the configured size; answers may be as large as protobuf allows
+        // (a client asked for them).
+        let max_request = limits.max_message_bytes;
         let master = MasterServiceServer::new(mailboxes.master)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(max_request)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let worker = WorkerServiceServer::new(WorkerGrpc::new(mailboxes.worker))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        let worker_front = WorkerGrpc::new(mailboxes.worker).with_limits(task.clone(), limits);
+        let worker = WorkerServiceServer::new(worker_front)
+            .max_decoding_message_size(max_request)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let (health, health_service) = tonic_health::server::health_reporter();
         for name in ["", MASTER_SERVICE, WORKER_SERVICE] {
@@ -380,6 +499,7 @@ fn run_grpc(
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
             .max_frame_size(MAX_FRAME_BYTES)
+            .layer(RpcLayer::new(task, max_request))
             .add_service(health_service)
             .add_service(master)
             .add_service(worker)
@@ -479,6 +599,20 @@ mod tests {
         tokio::task::spawn_blocking(move || server.stop())
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_running_server_answers_the_probe_and_a_stopped_one_does_not() {
+        let server = Server::local().unwrap();
+        server.probe(Duration::from_secs(5)).await.unwrap();
+        let server = tokio::task::spawn_blocking(move || {
+            server.stop();
+            server
+        })
+        .await
+        .unwrap();
+        let err = server.probe(Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(err.code(), crate::Code::Unavailable, "{err}");
     }
 
     #[test]

@@ -7,7 +7,9 @@ pub mod device_name;
 pub mod server_def;
 mod spec;
 
-pub use config::{ClassicFlags, ConfigError, DeviceConfig, TaskConfig, Timeouts};
+pub use config::{
+    ClassicFlags, ConfigError, DeviceConfig, Limits, MetricsConfig, TaskConfig, Timeouts,
+};
 pub use device_name::DeviceName;
 pub use server_def::{local_task, make_server_def, LocalTask, ServerDefArgs};
 pub use spec::{ClusterSpec, JobTasks, TaskId};

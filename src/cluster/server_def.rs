@@ -283,6 +283,8 @@ impl TaskConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], local.port)),
             devices: device_config(def.default_session_config.as_ref())?,
             timeouts: Timeouts::default(),
+            metrics: Default::default(),
+            limits: Default::default(),
         })
     }
 

@@ -8,6 +8,7 @@ use super::{
     CloseSession, CreateSession, ExtendSession, ListDevices, MakeCallable, Master, PartialRunSetup,
     ReleaseCallable, Reset, RunCallable, RunStep,
 };
+use crate::ops::metrics;
 use crate::proto::master_service_server::MasterService;
 use crate::proto::*;
 use crate::worker::grpc::forward;
@@ -25,6 +26,8 @@ pub struct MasterGrpc {
     make_callable: Recipient<MakeCallable>,
     run_callable: Recipient<RunCallable>,
     release_callable: Recipient<ReleaseCallable>,
+    /// The `task` label of the byte counters.
+    task: String,
 }
 
 impl MasterGrpc {
@@ -41,7 +44,14 @@ impl MasterGrpc {
             make_callable: master.clone().recipient(),
             run_callable: master.clone().recipient(),
             release_callable: master.clone().recipient(),
+            task: String::new(),
         }
+    }
+
+    /// The same front, labelling its metrics with `task` (`/job:ps/replica:0/task:0`).
+    pub fn with_task(mut self, task: impl Into<String>) -> Self {
+        self.task = task.into();
+        self
     }
 }
 
@@ -71,7 +81,15 @@ impl MasterService for MasterGrpc {
     }
 
     async fn run_step(&self, r: Request<RunStepRequest>) -> Reply<RunStepResponse> {
-        forward(&self.run_step, RunStep(r.into_inner())).await
+        let request = r.into_inner();
+        metrics::received(&self.task, "RunStep", prost::Message::encoded_len(&request));
+        let response = forward(&self.run_step, RunStep(request)).await?;
+        metrics::sent(
+            &self.task,
+            "RunStep",
+            prost::Message::encoded_len(response.get_ref()),
+        );
+        Ok(response)
     }
 
     async fn close_session(&self, r: Request<CloseSessionRequest>) -> Reply<CloseSessionResponse> {

@@ -13,9 +13,13 @@
 //! ```
 //!
 //! Calls with an unknown handle are ABORTED, as in TensorFlow (the master may have restarted).
+//! Sessions and steps are admitted against `[limits]` first (`admission.rs`): over
+//! `max_sessions` or `max_steps_in_flight`, or with a graph over `max_graph_nodes` /
+//! `max_graph_bytes`, a call is RESOURCE_EXHAUSTED at once, naming the limit.
 //! RunStep errors go in the response body when the request sets
 //! `store_errors_in_response_body`, else as the RPC's status.
 
+mod admission;
 pub mod discovery;
 pub mod grpc;
 pub mod session;
@@ -31,6 +35,7 @@ use actix::{
 use futures::future::join_all;
 use tracing::{info, warn};
 
+use self::admission::Admission;
 use self::discovery::{discover, session_devices, target_tasks, FoundTask};
 use self::session::graph::DeviceSet;
 use self::session::step::SessionContext;
@@ -96,15 +101,19 @@ pub struct Master {
     state: MasterState,
     peers: Arc<PeerCache>,
     sessions: HashMap<String, Addr<MasterSession>>,
+    /// Sessions and steps in flight, against the limits.
+    admission: Admission,
 }
 
 impl Master {
     /// A master over `state` reaching the cluster's tasks (its own included) through `peers`.
     pub fn new(state: MasterState, peers: Arc<PeerCache>) -> Self {
+        let admission = Admission::new(state.task(), state.limits());
         Self {
             state,
             peers,
             sessions: HashMap::new(),
+            admission,
         }
     }
 
@@ -142,6 +151,26 @@ where
     }
 }
 
+/// Forwards a step (RunStep, RunCallable) to the session named `handle` once admitted
+/// against `limits.max_steps_in_flight`; the step's slot is held until it answers.
+fn counted_step<M, R>(master: &Master, handle: &str, msg: M) -> ResponseFuture<Result<R, Status>>
+where
+    M: Message<Result = Result<R, Status>> + Send + 'static,
+    R: Send + 'static,
+    MasterSession: Handler<M>,
+{
+    let slot = match master.admission.start_step(handle) {
+        Ok(slot) => slot,
+        Err(e) => return Box::pin(std::future::ready(Err(e))),
+    };
+    let step = forward(master, handle, msg);
+    Box::pin(async move {
+        let result = step.await;
+        drop(slot);
+        result
+    })
+}
+
 impl Handler<CreateSession> for Master {
     type Result = ResponseActFuture<Self, Result<CreateSessionResponse, Status>>;
 
@@ -150,6 +179,9 @@ impl Handler<CreateSession> for Master {
             Ok(setup) => setup,
             Err(e) => return Box::pin(actix::fut::ready(Err(e))),
         };
+        if let Err(e) = self.admission.begin_create() {
+            return Box::pin(actix::fut::ready(Err(e)));
+        }
         let handle = new_session_handle();
         let peers = self.peers.clone();
         let state = self.state.clone();
@@ -170,7 +202,13 @@ impl Handler<CreateSession> for Master {
             }
         };
         Box::pin(found.into_actor(self).map(move |found, master, _ctx| {
-            let found = found?;
+            let found = match found {
+                Ok(found) => found,
+                Err(e) => {
+                    master.admission.created(None);
+                    return Err(e);
+                }
+            };
             let own = master.state.task().clone();
             let devices = session_devices(&found, &filters);
             let device_set = DeviceSet {
@@ -199,6 +237,7 @@ impl Handler<CreateSession> for Master {
             let rpc = master.state.timeouts().rpc;
             let session = MasterSession::new(graph, device_set, context, listed, rpc).start();
             master.sessions.insert(handle.clone(), session);
+            master.admission.created(Some(&handle));
             info!(session = %handle, tasks = found.len(), "start master session");
             Ok(CreateSessionResponse {
                 session_handle: handle,
@@ -272,6 +311,16 @@ impl Handler<ExtendSession> for Master {
     type Result = ResponseFuture<Result<ExtendSessionResponse, Status>>;
 
     fn handle(&mut self, msg: ExtendSession, _ctx: &mut Self::Context) -> Self::Result {
+        if let Some(graph) = &msg.0.graph_def {
+            let checked = self.state.limits().check_graph(
+                "ExtendSession: the graph",
+                graph.node.len(),
+                prost::Message::encoded_len(graph),
+            );
+            if let Err(e) = checked {
+                return Box::pin(std::future::ready(Err(e)));
+            }
+        }
         let handle = msg.0.session_handle.clone();
         forward(self, &handle, msg)
     }
@@ -283,7 +332,7 @@ impl Handler<RunStep> for Master {
     fn handle(&mut self, msg: RunStep, _ctx: &mut Self::Context) -> Self::Result {
         let in_body = msg.0.store_errors_in_response_body;
         let handle = msg.0.session_handle.clone();
-        let step = forward(self, &handle, msg);
+        let step = counted_step(self, &handle, msg);
         Box::pin(async move {
             match step.await {
                 Err(e) if in_body => Ok(RunStepResponse {
@@ -304,6 +353,7 @@ impl Handler<CloseSession> for Master {
         let handle = msg.0.session_handle.clone();
         let closing = forward(self, &handle, msg);
         self.sessions.remove(&handle);
+        self.admission.closed(&handle);
         closing
     }
 }
@@ -336,6 +386,7 @@ impl Handler<Reset> for Master {
 
     fn handle(&mut self, msg: Reset, _ctx: &mut Self::Context) -> Self::Result {
         let sessions: Vec<_> = self.sessions.drain().collect();
+        self.admission.closed_all();
         let state = self.state.clone();
         let peers = self.peers.clone();
         Box::pin(async move {
@@ -396,7 +447,7 @@ impl Handler<RunCallable> for Master {
 
     fn handle(&mut self, msg: RunCallable, _ctx: &mut Self::Context) -> Self::Result {
         let handle = msg.0.session_handle.clone();
-        forward(self, &handle, msg)
+        counted_step(self, &handle, msg)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::cluster::{ClusterSpec, DeviceName, TaskId, Timeouts};
+use crate::cluster::{ClusterSpec, DeviceName, Limits, TaskId, Timeouts};
 use crate::error::{Result, Status};
 use crate::proto::{
     ConfigProto, CreateSessionRequest, DeviceAttributes, GetStatusResponse, ListDevicesResponse,
@@ -22,6 +22,8 @@ pub struct MasterState {
     default_config: ConfigProto,
     /// Drawn at start; workers retire the sessions of an older incarnation of this master.
     incarnation: i64,
+    /// What one client may take (`[limits]`).
+    limits: Limits,
 }
 
 /// What CreateSession decided before asking any task.
@@ -67,7 +69,19 @@ impl MasterState {
                 ..Default::default()
             },
             incarnation,
+            limits: Limits::default(),
         }
+    }
+
+    /// The same master, enforcing `limits` instead of the defaults.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Returns the limits this master enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Returns the task this master serves.
@@ -105,6 +119,13 @@ impl MasterState {
     /// Checks a CreateSession request and decides which tasks to ask: validates the graph
     /// (INVALID_ARGUMENT or NOT_FOUND naming the node) and the device filters.
     pub fn prepare_session(&self, request: &CreateSessionRequest) -> Result<SessionSetup> {
+        if let Some(graph) = &request.graph_def {
+            self.limits.check_graph(
+                "CreateSession: the graph",
+                graph.node.len(),
+                prost::Message::encoded_len(graph),
+            )?;
+        }
         let graph = SessionGraph::new(&request.graph_def.clone().unwrap_or_default())
             .map_err(|e| e.context("CreateSession: the graph is not valid"))?;
         let config = self.merge_config(request.config.as_ref());

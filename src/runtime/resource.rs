@@ -5,7 +5,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::error::{Result, Status};
 use crate::tensor::{DType, PartialShape, Tensor};
@@ -50,6 +50,9 @@ type Key = (String, String);
 #[derive(Default)]
 pub struct ResourceMgr {
     entries: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
+    /// Most bytes of variable values the store may hold (`limits.max_shard_bytes` on the
+    /// task's variable shard); unset, no limit.
+    max_var_bytes: OnceLock<u64>,
 }
 
 impl ResourceMgr {
@@ -131,5 +134,112 @@ impl ResourceMgr {
     /// Whether no resource is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Limits the bytes of variable values this store holds (`limits.max_shard_bytes`). Only
+    /// the first call counts: the limit is set once, when the task starts.
+    pub fn set_max_var_bytes(&self, limit: u64) {
+        let _ = self.max_var_bytes.set(limit);
+    }
+
+    /// Returns the number of variables held and the bytes of their values (uninitialized
+    /// variables count as 0 bytes).
+    ///
+    /// Read-locks each variable in turn: never call it while holding a variable's lock.
+    pub fn variable_usage(&self) -> (usize, u64) {
+        let vars: Vec<Arc<dyn Any + Send + Sync>> = self
+            .entries
+            .lock()
+            .expect("resource map poisoned")
+            .values()
+            .cloned()
+            .collect();
+        let mut count = 0;
+        let mut bytes = 0u64;
+        for entry in vars {
+            if let Some(var) = entry.downcast_ref::<Var>() {
+                count += 1;
+                let value = var.value.read().unwrap_or_else(|p| p.into_inner());
+                bytes += value.as_ref().map_or(0, |t| t.byte_size() as u64);
+            }
+        }
+        (count, bytes)
+    }
+
+    /// Checks that replacing a variable value of `old` bytes by one of `new` bytes keeps the
+    /// store within its limit; RESOURCE_EXHAUSTED naming `limits.max_shard_bytes` otherwise.
+    /// `what` names the write for the message (``"node `init`: variable `w`"``).
+    ///
+    /// Two writers racing may both pass and overshoot by one value: the limit bounds runaway
+    /// growth, not exact accounting. Never call it while holding a variable's lock.
+    pub fn check_var_bytes(&self, what: &str, old: u64, new: u64) -> Result<()> {
+        let Some(&limit) = self.max_var_bytes.get() else {
+            return Ok(());
+        };
+        if new <= old {
+            return Ok(());
+        }
+        let (_, held) = self.variable_usage();
+        let after = held.saturating_sub(old).saturating_add(new);
+        if after > limit {
+            return Err(crate::cluster::Limits::exceeded(
+                "max_shard_bytes",
+                limit,
+                &format!(
+                    "{what}: a value of {new} bytes would make the variable store hold {after} \
+                     bytes"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn var_with(values: usize) -> Var {
+        let var = Var::new(DType::Float, PartialShape::unknown());
+        *var.value.write().unwrap() = Some(Tensor::from_vec([values], vec![0f32; values]).unwrap());
+        var
+    }
+
+    #[test]
+    fn usage_counts_variables_and_their_bytes() {
+        let store = ResourceMgr::new();
+        store.lookup_or_create("", "a", || Ok(var_with(4))).unwrap();
+        store.lookup_or_create("", "b", || Ok(var_with(2))).unwrap();
+        store
+            .lookup_or_create("", "c", || {
+                Ok(Var::new(DType::Float, PartialShape::unknown()))
+            })
+            .unwrap();
+        // 4 + 2 floats of 4 bytes; the uninitialized variable holds nothing.
+        assert_eq!(store.variable_usage(), (3, 24));
+    }
+
+    #[test]
+    fn a_write_past_the_limit_is_resource_exhausted_naming_the_key() {
+        let store = ResourceMgr::new();
+        store.lookup_or_create("", "a", || Ok(var_with(4))).unwrap();
+        // No limit set: anything goes.
+        assert!(store.check_var_bytes("w", 0, 1 << 40).is_ok());
+        store.set_max_var_bytes(40);
+        // 16 held + 24 new = 40: at the limit, allowed.
+        assert!(store.check_var_bytes("w", 0, 24).is_ok());
+        // Replacing a's 16 bytes by 40 leaves 40: allowed; by 44, not.
+        assert!(store.check_var_bytes("a", 16, 40).is_ok());
+        let err = store
+            .check_var_bytes("node `x`: variable `w`", 0, 28)
+            .unwrap_err();
+        assert_eq!(err.code(), crate::Code::ResourceExhausted);
+        assert!(
+            err.message().starts_with(
+                "node `x`: variable `w`: a value of 28 bytes would make the variable store hold \
+                 44 bytes, over limits.max_shard_bytes = 40"
+            ),
+            "{err}"
+        );
     }
 }

@@ -16,7 +16,9 @@ use super::{
     CleanupAll, CleanupGraph, CreateWorkerSession, DeleteWorkerSession, DeregisterGraph, GetStatus,
     RecvTensor, RegisterGraph, RunGraph, Worker,
 };
+use crate::cluster::Limits;
 use crate::error::Status;
+use crate::ops::metrics;
 use crate::proto::worker_service_server::WorkerService;
 use crate::proto::*;
 
@@ -61,12 +63,27 @@ fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
 #[derive(Clone)]
 pub struct WorkerGrpc {
     worker: Addr<Worker>,
+    /// The `task` label of the byte counters.
+    task: String,
+    /// Graphs a peer registers are held to `max_graph_nodes` and `max_graph_bytes`.
+    limits: Limits,
 }
 
 impl WorkerGrpc {
-    /// A front forwarding every RPC to `worker`.
+    /// A front forwarding every RPC to `worker`, with default limits.
     pub fn new(worker: Addr<Worker>) -> Self {
-        Self { worker }
+        Self {
+            worker,
+            task: String::new(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// The same front for the task labelled `task` in metrics, enforcing `limits`.
+    pub fn with_limits(mut self, task: impl Into<String>, limits: Limits) -> Self {
+        self.task = task.into();
+        self.limits = limits;
+        self
     }
 
     async fn call<M, R>(&self, msg: M) -> Result<Response<R>, tonic::Status>
@@ -109,7 +126,15 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<RegisterGraphRequest>,
     ) -> Result<Response<RegisterGraphResponse>, tonic::Status> {
-        self.call(RegisterGraph(request.into_inner())).await
+        let request = request.into_inner();
+        if let Some(graph) = &request.graph_def {
+            self.limits.check_graph(
+                "RegisterGraph: the graph",
+                graph.node.len(),
+                prost::Message::encoded_len(graph),
+            )?;
+        }
+        self.call(RegisterGraph(request)).await
     }
 
     async fn deregister_graph(
@@ -124,11 +149,19 @@ impl WorkerService for WorkerGrpc {
         request: Request<RunGraphRequest>,
     ) -> Result<Response<RunGraphResponse>, tonic::Status> {
         let timeout = grpc_timeout(&request);
-        self.call(RunGraph {
-            request: request.into_inner(),
-            timeout,
-        })
-        .await
+        let request = request.into_inner();
+        metrics::received(
+            &self.task,
+            "RunGraph",
+            prost::Message::encoded_len(&request),
+        );
+        let response = self.call(RunGraph { request, timeout }).await?;
+        metrics::sent(
+            &self.task,
+            "RunGraph",
+            prost::Message::encoded_len(response.get_ref()),
+        );
+        Ok(response)
     }
 
     async fn cleanup_graph(
@@ -150,11 +183,14 @@ impl WorkerService for WorkerGrpc {
         request: Request<RecvTensorRequest>,
     ) -> Result<Response<RecvTensorResponse>, tonic::Status> {
         let timeout = grpc_timeout(&request);
-        self.call(RecvTensor {
-            request: request.into_inner(),
-            timeout,
-        })
-        .await
+        let request = request.into_inner();
+        let response = self.call(RecvTensor { request, timeout }).await?;
+        metrics::sent(
+            &self.task,
+            "RecvTensor",
+            prost::Message::encoded_len(response.get_ref()),
+        );
+        Ok(response)
     }
 
     async fn mark_recv_finished(

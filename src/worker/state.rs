@@ -40,6 +40,7 @@ use crate::tensor::Tensor;
 use super::graphs::RegisteredGraph;
 use super::session::{isolated_devices, WorkerSession, LEGACY_SESSION};
 use super::step::{run_executors, RemoteFetcher};
+use crate::ops::metrics;
 
 /// The worker's deadlines and collection periods.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +54,9 @@ pub struct WorkerOptions {
     pub step_ttl: Duration,
     /// A worker session whose master sent nothing for this long is collected with its graphs.
     pub session_ttl: Duration,
+    /// Most worker sessions the task holds at once (`limits.max_sessions`); the legacy
+    /// session does not count.
+    pub max_sessions: usize,
 }
 
 impl Default for WorkerOptions {
@@ -70,6 +74,7 @@ impl WorkerOptions {
             recv_timeout: timeouts.rpc,
             step_ttl: (timeouts.rpc * 2).max(Duration::from_secs(60)),
             session_ttl: Duration::from_secs(3600),
+            max_sessions: crate::cluster::Limits::default().max_sessions,
         }
     }
 }
@@ -249,6 +254,18 @@ impl WorkerState {
                 })
                 .map(|(h, _)| h.clone())
                 .collect();
+            // The legacy session is always there and the retired ones are about to go.
+            let held = sessions.len().saturating_sub(1 + stale.len());
+            if held >= self.inner.options.max_sessions {
+                return Err(crate::cluster::Limits::exceeded(
+                    "max_sessions",
+                    self.inner.options.max_sessions,
+                    &format!(
+                        "CreateWorkerSession: {} already holds {held} worker sessions",
+                        self.inner.task.device_prefix()
+                    ),
+                ));
+            }
             let retired: Vec<(String, WorkerSession)> = stale
                 .into_iter()
                 .filter_map(|h| sessions.remove(&h).map(|s| (h, s)))
@@ -363,7 +380,14 @@ impl WorkerState {
         let budget = timeout.map_or(self.inner.options.step_timeout, |t| {
             t.min(self.inner.options.step_timeout)
         });
-        match self.run_graph_step(request, budget).await {
+        let started = Instant::now();
+        let result = self.run_graph_step(request, budget).await;
+        metrics::seconds(
+            metrics::WORKER_STEP_SECONDS,
+            &self.inner.task.device_prefix(),
+            started.elapsed(),
+        );
+        match result {
             Ok(response) => Ok(response),
             Err(status) if in_body => Ok(RunGraphResponse {
                 status_code: status.code() as i32,
@@ -455,9 +479,12 @@ impl WorkerState {
         )?;
         let rendezvous = self.inner.rendezvous.find_or_create(request.step_id);
         let wait = timeout.unwrap_or(self.inner.options.recv_timeout);
-        let (tensor, is_dead) = rendezvous
+        let started = Instant::now();
+        let received = rendezvous
             .recv(&key, tokio::time::Instant::now() + wait)
-            .await?;
+            .await;
+        metrics::rendezvous_wait(&self.inner.task.device_prefix(), started.elapsed());
+        let (tensor, is_dead) = received?;
         let send_start_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);

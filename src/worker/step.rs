@@ -167,7 +167,15 @@ impl RemoteRecv for RemoteFetcher {
                 )));
             }
             match answer.recv_timeout(left.min(ABORT_POLL)) {
-                Ok(result) => break result?,
+                Ok(result) => {
+                    let response = result?;
+                    crate::ops::metrics::received(
+                        &self.task.device_prefix(),
+                        "RecvTensor",
+                        prost::Message::encoded_len(&response),
+                    );
+                    break response;
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(Status::internal(format!(

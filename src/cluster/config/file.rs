@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::ops::{RawLimits, RawMetrics};
 use super::schema::{check_schema, describe, sorted_keys};
 use super::{
     check_address, check_duplicates, check_job_name, default_listen, find_task, ConfigError,
@@ -52,6 +53,10 @@ struct RawFile {
     devices: RawDevices,
     #[serde(default)]
     timeouts: RawTimeouts,
+    #[serde(default)]
+    metrics: RawMetrics,
+    #[serde(default)]
+    limits: RawLimits,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -514,12 +519,16 @@ impl RawFile {
 
         let devices = self.devices.validate(&invalid)?;
         let timeouts = self.timeouts.validate(&invalid)?;
+        let metrics = self.metrics.validate(&invalid)?;
+        let limits = self.limits.validate(&invalid)?;
         Ok(TaskConfig {
             cluster,
             task,
             listen,
             devices,
             timeouts,
+            metrics,
+            limits,
         })
     }
 }

@@ -13,10 +13,12 @@
 //! `TF_CONFIG`), the key, what is wrong and what to change.
 
 mod file;
+mod ops;
 mod schema;
 mod tensorflow;
 
 pub use file::{ENV_PREFIX, ENV_SEPARATOR};
+pub use ops::{Limits, MetricsConfig};
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -37,6 +39,10 @@ pub struct TaskConfig {
     pub devices: DeviceConfig,
     /// Deadlines.
     pub timeouts: Timeouts,
+    /// The Prometheus endpoint (`[metrics]`); off by default.
+    pub metrics: MetricsConfig,
+    /// What one request, session or shard may take (`[limits]`).
+    pub limits: Limits,
 }
 
 /// The devices a task creates at start; a session's config cannot change them later.
@@ -103,6 +109,8 @@ impl TaskConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             devices: DeviceConfig::default(),
             timeouts: Timeouts::default(),
+            metrics: MetricsConfig::default(),
+            limits: Limits::default(),
         }
     }
 

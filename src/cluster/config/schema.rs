@@ -7,9 +7,12 @@
 //! integers, rounded and as 1).
 
 use super::file::Sources;
+use super::ops::{LIMIT_KEYS, METRICS_KEYS};
 use super::ConfigError;
 
-pub(super) const TOP_KEYS: &[&str] = &["cluster", "task", "devices", "timeouts"];
+pub(super) const TOP_KEYS: &[&str] = &[
+    "cluster", "task", "devices", "timeouts", "metrics", "limits",
+];
 pub(super) const TASK_KEYS: &[&str] = &["job", "index", "listen"];
 pub(super) const DEVICE_KEYS: &[&str] = &[
     "cpu",
@@ -42,6 +45,8 @@ impl Kind {
             ("devices", "allow_growth" | "soft_placement") => Kind::Bool,
             ("devices", "visible_gpus") => Kind::GpuIds,
             ("timeouts", _) if TIMEOUT_KEYS.contains(&key) => Kind::Duration,
+            ("metrics", "listen") => Kind::Text,
+            ("limits", _) if LIMIT_KEYS.contains(&key) => Kind::Integer,
             _ => return None,
         })
     }
@@ -110,6 +115,8 @@ pub(super) fn check_schema(root: &config::Value, sources: &Sources) -> Result<()
             "task" => TASK_KEYS,
             "devices" => DEVICE_KEYS,
             "timeouts" => TIMEOUT_KEYS,
+            "metrics" => METRICS_KEYS,
+            "limits" => LIMIT_KEYS,
             "cluster" => continue,
             _ => {
                 return Err(unknown(

@@ -96,6 +96,8 @@ impl TaskConfig {
             listen,
             devices: DeviceConfig::default(),
             timeouts: Timeouts::default(),
+            metrics: Default::default(),
+            limits: Default::default(),
         })
     }
 
@@ -247,6 +249,8 @@ impl TaskConfig {
             listen,
             devices: DeviceConfig::default(),
             timeouts: Timeouts::default(),
+            metrics: Default::default(),
+            limits: Default::default(),
         })
     }
 }

@@ -219,6 +219,16 @@ impl OpKernel for Assign {
                 h.name, var.dtype
             )));
         }
+        // The store's byte limit, checked before the write lock: the check reads every
+        // variable of the store, this one included.
+        let old_bytes = read_lock(ctx, &var)?
+            .as_ref()
+            .map_or(0, |t| t.byte_size() as u64);
+        ctx.resources.check_var_bytes(
+            &format!("node `{}`: variable `{}`", ctx.node().name, h.name),
+            old_bytes,
+            value.byte_size() as u64,
+        )?;
         let mut slot = write_lock(ctx, &var)?;
         if self.validate_shape {
             if let Some(old) = slot.as_ref() {

@@ -1,0 +1,257 @@
+//! The operator's sections of a cluster file: `[metrics]` (where the Prometheus endpoint
+//! listens, off when absent) and `[limits]` (how much one request, session or shard may take).
+//!
+//! Limits exist so that one careless or hostile client cannot take a shared task down: a
+//! request over a limit is refused with RESOURCE_EXHAUSTED whose message names the limit's
+//! config key and value and the request's size ([`Limits::exceeded`]), and the task keeps
+//! serving everyone else. The defaults are generous enough that no ordinary training job meets
+//! them; they only bound the pathological.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use super::ConfigError;
+use crate::error::Status;
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Where the HTTP endpoint listens (`127.0.0.1:9100`; port 0 lets the OS pick); `None`
+    /// turns metrics off.
+    pub listen: Option<SocketAddr>,
+}
+
+/// `[limits]`: the most one request, session or shard may take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest gRPC request a task decodes, in bytes (`limits.max_message_bytes`).
+    pub max_message_bytes: usize,
+    /// Most nodes in one graph a client or master sends (`limits.max_graph_nodes`).
+    pub max_graph_nodes: usize,
+    /// Largest serialized graph a client or master sends, in bytes (`limits.max_graph_bytes`).
+    pub max_graph_bytes: usize,
+    /// Most sessions a task's master holds open at once (`limits.max_sessions`).
+    pub max_sessions: usize,
+    /// Most steps one session runs at once (`limits.max_steps_in_flight`).
+    pub max_steps_in_flight: usize,
+    /// Most bytes of variable values the task's variable shard holds
+    /// (`limits.max_shard_bytes`).
+    pub max_shard_bytes: u64,
+}
+
+/// The keys of `[metrics]`.
+pub(super) const METRICS_KEYS: &[&str] = &["listen"];
+
+/// The keys of `[limits]`.
+pub(super) const LIMIT_KEYS: &[&str] = &[
+    "max_message_bytes",
+    "max_graph_nodes",
+    "max_graph_bytes",
+    "max_sessions",
+    "max_steps_in_flight",
+    "max_shard_bytes",
+];
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            // TensorFlow's own ceiling: protobuf's 2 GiB, as big variables travel in one message.
+            max_message_bytes: i32::MAX as usize,
+            max_graph_nodes: 1_000_000,
+            max_graph_bytes: i32::MAX as usize,
+            max_sessions: 1024,
+            max_steps_in_flight: 256,
+            // 64 GiB: more than a ps host usually has, so only a runaway model meets it.
+            max_shard_bytes: 64 << 30,
+        }
+    }
+}
+
+impl Limits {
+    /// The RESOURCE_EXHAUSTED answer for a request over the limit at `key` (`max_graph_nodes`,
+    /// written `limits.max_graph_nodes` in the message) whose value is `limit`: `what` says what
+    /// the request asked for (`"the graph has 12 nodes"`).
+    pub fn exceeded(key: &str, limit: impl std::fmt::Display, what: &str) -> Status {
+        Status::resource_exhausted(format!(
+            "{what}, over limits.{key} = {limit}; stay within it, or raise limits.{key} in the \
+             task's [limits] section"
+        ))
+    }
+
+    /// Refuses a graph of `nodes` nodes and `bytes` serialized bytes when over
+    /// `max_graph_nodes` or `max_graph_bytes`; `what` names it (`"CreateSession: the graph"`).
+    pub fn check_graph(&self, what: &str, nodes: usize, bytes: usize) -> crate::Result<()> {
+        if nodes > self.max_graph_nodes {
+            return Err(Self::exceeded(
+                "max_graph_nodes",
+                self.max_graph_nodes,
+                &format!("{what} has {nodes} nodes"),
+            ));
+        }
+        if bytes > self.max_graph_bytes {
+            return Err(Self::exceeded(
+                "max_graph_bytes",
+                self.max_graph_bytes,
+                &format!("{what} is {bytes} bytes"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[metrics]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    listen: Option<String>,
+}
+
+/// `[limits]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    max_message_bytes: Option<i64>,
+    max_graph_nodes: Option<i64>,
+    max_graph_bytes: Option<i64>,
+    max_sessions: Option<i64>,
+    max_steps_in_flight: Option<i64>,
+    max_shard_bytes: Option<i64>,
+}
+
+impl RawMetrics {
+    pub(super) fn validate(
+        self,
+        invalid: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<MetricsConfig, ConfigError> {
+        let listen = match self.listen {
+            None => None,
+            Some(text) => Some(text.trim().parse::<SocketAddr>().map_err(|_| {
+                invalid(
+                    "metrics.listen",
+                    format!(
+                        "\"{text}\" is not an IP address and port; use e.g. \"127.0.0.1:9100\" \
+                         (port 0 lets the OS pick), or remove [metrics] to turn metrics off"
+                    ),
+                )
+            })?),
+        };
+        Ok(MetricsConfig { listen })
+    }
+}
+
+impl RawLimits {
+    pub(super) fn validate(
+        self,
+        invalid: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<Limits, ConfigError> {
+        let defaults = Limits::default();
+        // Every limit is a positive count; zero would refuse every request.
+        let positive = |key: &str, value: Option<i64>, default: u64| -> Result<u64, ConfigError> {
+            match value {
+                None => Ok(default),
+                Some(n) if n >= 1 => Ok(n as u64),
+                Some(n) => Err(invalid(
+                    &format!("limits.{key}"),
+                    format!("{n} is not positive; set limits.{key} to 1 or more, or remove it for the default {default}"),
+                )),
+            }
+        };
+        let size = |key: &str, value: Option<i64>, default: usize| {
+            positive(key, value, default as u64).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        let max_message_bytes = size(
+            "max_message_bytes",
+            self.max_message_bytes,
+            defaults.max_message_bytes,
+        )?;
+        // tonic and protobuf cannot take a message over 4 GiB; above that the limit means none.
+        let max_message_bytes = max_message_bytes.min(u32::MAX as usize);
+        Ok(Limits {
+            max_message_bytes,
+            max_graph_nodes: size(
+                "max_graph_nodes",
+                self.max_graph_nodes,
+                defaults.max_graph_nodes,
+            )?,
+            max_graph_bytes: size(
+                "max_graph_bytes",
+                self.max_graph_bytes,
+                defaults.max_graph_bytes,
+            )?,
+            max_sessions: size("max_sessions", self.max_sessions, defaults.max_sessions)?,
+            max_steps_in_flight: size(
+                "max_steps_in_flight",
+                self.max_steps_in_flight,
+                defaults.max_steps_in_flight,
+            )?,
+            max_shard_bytes: positive(
+                "max_shard_bytes",
+                self.max_shard_bytes,
+                defaults.max_shard_bytes,
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(key: &str, message: String) -> ConfigError {
+        ConfigError::InvalidValue {
+            at: "test.toml".into(),
+            key: key.into(),
+            message,
+        }
+    }
+
+    #[test]
+    fn absent_limits_are_the_defaults() {
+        let limits = RawLimits::default().validate(&invalid).unwrap();
+        assert_eq!(limits, Limits::default());
+        assert_eq!(limits.max_message_bytes, 2_147_483_647);
+    }
+
+    #[test]
+    fn zero_or_negative_limits_are_refused_naming_the_key() {
+        let raw = RawLimits {
+            max_sessions: Some(0),
+            ..Default::default()
+        };
+        let err = raw.validate(&invalid).unwrap_err().to_string();
+        assert!(err.contains("limits.max_sessions"), "{err}");
+        assert!(err.contains("0 is not positive"), "{err}");
+    }
+
+    #[test]
+    fn the_exceeded_message_names_key_value_and_request() {
+        let status = Limits::exceeded(
+            "max_graph_nodes",
+            10,
+            "CreateSession: the graph has 12 nodes",
+        );
+        assert_eq!(status.code(), crate::Code::ResourceExhausted);
+        assert_eq!(
+            status.message(),
+            "CreateSession: the graph has 12 nodes, over limits.max_graph_nodes = 10; stay within it, \
+             or raise limits.max_graph_nodes in the task's [limits] section"
+        );
+    }
+
+    #[test]
+    fn a_bad_metrics_address_is_refused() {
+        let raw = RawMetrics {
+            listen: Some("localhost:9100".into()),
+        };
+        let err = raw.validate(&invalid).unwrap_err().to_string();
+        assert!(err.contains("metrics.listen"), "{err}");
+        let ok = RawMetrics {
+            listen: Some("127.0.0.1:0".into()),
+        };
+        assert_eq!(
+            ok.validate(&invalid).unwrap().listen,
+            Some("127.0.0.1:0".parse().unwrap())
+        );
+    }
+}

@@ -1,0 +1,484 @@
+//! Each `[limits]` key refuses what goes over it with RESOURCE_EXHAUSTED naming the key, its
+//! value and the request's size, and the task keeps serving: after every refusal a request
+//! within the limits succeeds on the same server.
+//!
+//! Every test starts its own one-task server (`/job:localhost/task:0` on 127.0.0.1:0) with
+//! small limits and talks TensorFlow's MasterService to it.
+
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use tessera::cluster::TaskId;
+use tessera::cluster::{Limits, TaskConfig};
+use tessera::graph::builder::Graph;
+use tessera::proto::master_service_client::MasterServiceClient;
+use tessera::proto::*;
+use tessera::server::Server;
+use tessera::tensor::{DType, PartialShape, Tensor};
+use tessera::worker::{WorkerOptions, WorkerState};
+use tessera::Code;
+use tonic::transport::Channel;
+
+/// Deadline of one RPC.
+const RPC_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The limits of every test; each test relies on one of them.
+fn limits() -> Limits {
+    Limits {
+        max_message_bytes: 64 << 10,
+        max_graph_nodes: 20,
+        max_graph_bytes: 4096,
+        max_sessions: 2,
+        max_steps_in_flight: 1,
+        max_shard_bytes: 64,
+    }
+}
+
+async fn start() -> (Server, MasterServiceClient<Channel>) {
+    let server = tokio::task::spawn_blocking(|| {
+        Server::start(TaskConfig {
+            limits: limits(),
+            ..TaskConfig::local()
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(RPC_DEADLINE)
+            .connect()
+            .await
+            .unwrap();
+    (server, MasterServiceClient::new(channel))
+}
+
+async fn stop(server: Server) {
+    tokio::task::spawn_blocking(move || server.stop())
+        .await
+        .unwrap();
+}
+
+/// `y = x + 1` over a fed float vector: three nodes.
+fn small_graph() -> GraphDef {
+    let mut g = Graph::new();
+    let x = g
+        .placeholder("x", DType::Float, PartialShape::unknown())
+        .unwrap();
+    let one = g.constant(&Tensor::scalar(1.0f32)).unwrap();
+    let y = g.add(&x, &one).unwrap();
+    let mut def = g.to_graph_def();
+    for node in &mut def.node {
+        if node.name == y.node {
+            node.name = "y".into();
+        }
+    }
+    def
+}
+
+async fn create(
+    master: &mut MasterServiceClient<Channel>,
+    graph: GraphDef,
+) -> Result<String, tonic::Status> {
+    master
+        .create_session(CreateSessionRequest {
+            graph_def: Some(graph),
+            config: Some(ConfigProto::default()),
+            target: String::new(),
+        })
+        .await
+        .map(|r| r.into_inner().session_handle)
+}
+
+fn add_one_step(handle: &str, x: Vec<f32>) -> RunStepRequest {
+    let n = x.len();
+    RunStepRequest {
+        session_handle: handle.to_owned(),
+        feed: vec![Tensor::from_vec(vec![n], x).unwrap().to_named_proto("x:0")],
+        fetch: vec!["y:0".into()],
+        ..Default::default()
+    }
+}
+
+/// Runs `y = x + 1` on `[1, 2]` and checks `[2, 3]` comes back: the task still serves.
+async fn still_serves(master: &mut MasterServiceClient<Channel>, handle: &str) {
+    let reply = master
+        .run_step(add_one_step(handle, vec![1.0, 2.0]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.status_code, 0, "{}", reply.status_error_message);
+    let y = Tensor::from_proto(reply.tensor[0].tensor.as_ref().unwrap()).unwrap();
+    assert_eq!(y.values::<f32>().unwrap().as_ref(), &[2.0, 3.0]);
+}
+
+fn assert_exhausted(status: &tonic::Status, expected: &[&str]) {
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+    for part in expected {
+        assert!(
+            status.message().contains(part),
+            "`{part}` not in: {}",
+            status.message()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_graph_with_too_many_nodes_is_refused() {
+    let (server, mut master) = start().await;
+    let mut g = Graph::new();
+    for i in 0..25 {
+        g.constant(&Tensor::scalar(i as f32)).unwrap();
+    }
+    let err = create(&mut master, g.to_graph_def()).await.unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "CreateSession: the graph has 25 nodes",
+            "limits.max_graph_nodes = 20",
+        ],
+    );
+    let handle = create(&mut master, small_graph()).await.unwrap();
+    still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn a_graph_of_too_many_bytes_is_refused() {
+    let (server, mut master) = start().await;
+    let mut g = Graph::new();
+    // One constant of 2048 floats: 8192 bytes of tensor content alone, over 4096.
+    g.constant(&Tensor::from_vec(vec![2048], vec![0.5f32; 2048]).unwrap())
+        .unwrap();
+    let graph = g.to_graph_def();
+    let size = graph.encoded_len();
+    assert!(size > 8192);
+    let err = create(&mut master, graph).await.unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            &format!("CreateSession: the graph is {size} bytes"),
+            "limits.max_graph_bytes = 4096",
+        ],
+    );
+    let handle = create(&mut master, small_graph()).await.unwrap();
+    still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn a_message_over_the_size_limit_is_refused_with_its_size() {
+    let (server, mut master) = start().await;
+    let handle = create(&mut master, small_graph()).await.unwrap();
+    // 20 000 floats: 80 000 bytes of feed, over 65 536.
+    let request = add_one_step(&handle, vec![0.25; 20_000]);
+    let size = request.encoded_len();
+    let err = master.run_step(request).await.unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            &format!("the request is {size} bytes"),
+            "limits.max_message_bytes = 65536",
+        ],
+    );
+    still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn sessions_over_the_limit_are_refused_until_one_closes() {
+    let (server, mut master) = start().await;
+    let first = create(&mut master, small_graph()).await.unwrap();
+    let _second = create(&mut master, small_graph()).await.unwrap();
+    let err = create(&mut master, small_graph()).await.unwrap_err();
+    assert_exhausted(
+        &err,
+        &["already holds 2 sessions", "limits.max_sessions = 2"],
+    );
+    master
+        .close_session(CloseSessionRequest {
+            session_handle: first,
+        })
+        .await
+        .unwrap();
+    let third = create(&mut master, small_graph()).await.unwrap();
+    still_serves(&mut master, &third).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn a_step_over_the_in_flight_limit_is_refused_while_another_runs() {
+    let (server, mut master) = start().await;
+    // Session A: `y = x + 1`, plus a dequeue from an empty queue that blocks its step.
+    let mut g = Graph::new();
+    let x = g
+        .placeholder("x", DType::Float, PartialShape::unknown())
+        .unwrap();
+    let one = g.constant(&Tensor::scalar(1.0f32)).unwrap();
+    let y = g.add(&x, &one).unwrap();
+    let queue = g
+        .fifo_queue(
+            "q",
+            &[DType::Float],
+            &[PartialShape::unknown()],
+            None,
+            "",
+            None,
+        )
+        .unwrap();
+    let blocked = g.queue_dequeue("take", &queue, &[DType::Float]).unwrap();
+    let mut def = g.to_graph_def();
+    for node in &mut def.node {
+        if node.name == y.node {
+            node.name = "y".into();
+        }
+    }
+    let handle = create(&mut master, def).await.unwrap();
+
+    // The blocking step gives up after its own timeout, 3 s after it starts.
+    let blocking = RunStepRequest {
+        session_handle: handle.clone(),
+        fetch: vec![blocked[0].name()],
+        options: Some(RunOptions {
+            timeout_in_ms: 3000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let spawn_blocker = |mut client: MasterServiceClient<Channel>, request: RunStepRequest| {
+        tokio::spawn(async move { client.run_step(request).await })
+    };
+    let mut blocked_step = spawn_blocker(master.clone(), blocking.clone());
+
+    // Until the blocking step is admitted, a quick step still runs (and may itself keep the
+    // blocking one out: then it is sent again); once it is in, the quick one is refused.
+    // Polled under a deadline.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refusal = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no step was refused while another ran"
+        );
+        match master.run_step(add_one_step(&handle, vec![1.0])).await {
+            Err(e) => break e,
+            Ok(_) if blocked_step.is_finished() => {
+                let lost = blocked_step.await.unwrap().unwrap_err();
+                assert_eq!(lost.code(), tonic::Code::ResourceExhausted, "{lost}");
+                blocked_step = spawn_blocker(master.clone(), blocking.clone());
+            }
+            Ok(_) => tokio::task::yield_now().await,
+        }
+    };
+    assert_exhausted(
+        &refusal,
+        &[
+            &format!("session {handle} already runs 1 step(s)"),
+            "limits.max_steps_in_flight = 1",
+        ],
+    );
+    // The blocked step ends by its deadline, not stuck; then the session runs steps again.
+    let ended = tokio::time::timeout(Duration::from_secs(10), blocked_step)
+        .await
+        .expect("the blocked step ends by its own timeout")
+        .unwrap();
+    assert_eq!(
+        ended.unwrap_err().code(),
+        tonic::Code::DeadlineExceeded,
+        "the blocked step should time out"
+    );
+    still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn a_variable_over_the_shard_limit_is_refused() {
+    let (server, mut master) = start().await;
+    let mut g = Graph::new();
+    // 32 floats (128 bytes) do not fit in 64; 8 floats (32 bytes) do.
+    let big_init = g
+        .constant(&Tensor::from_vec(vec![32], vec![1.0f32; 32]).unwrap())
+        .unwrap();
+    let big = g.variable("big", &big_init).unwrap();
+    let small_init = g
+        .constant(&Tensor::from_vec(vec![8], vec![1.0f32; 8]).unwrap())
+        .unwrap();
+    let small = g.variable("small", &small_init).unwrap();
+    let handle = create(&mut master, g.to_graph_def()).await.unwrap();
+    let run = |target: String| RunStepRequest {
+        session_handle: handle.clone(),
+        target: vec![target],
+        ..Default::default()
+    };
+    let err = master
+        .run_step(run(big.initializer.clone()))
+        .await
+        .unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "variable `big`: a value of 128 bytes would make the variable store hold 128 bytes",
+            "limits.max_shard_bytes = 64",
+        ],
+    );
+    // The task keeps serving: the small variable fits and initializes, then reads back (a
+    // step of its own: a read in the initializing step is not ordered after the assignment).
+    master
+        .run_step(run(small.initializer.clone()))
+        .await
+        .unwrap();
+    let reply = master
+        .run_step(RunStepRequest {
+            session_handle: handle.clone(),
+            fetch: vec![small.value.name()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.status_code, 0, "{}", reply.status_error_message);
+    let value = Tensor::from_proto(reply.tensor[0].tensor.as_ref().unwrap()).unwrap();
+    assert_eq!(value.values::<f32>().unwrap().as_ref(), &[1.0f32; 8]);
+    stop(server).await;
+}
+
+const CLUSTER: &str =
+    "[cluster]\nworker = [\"127.0.0.1:0\"]\n[task]\njob = \"worker\"\nindex = 0\n";
+
+#[test]
+fn limits_and_metrics_come_from_the_file_and_the_environment() {
+    let text = format!(
+        "{CLUSTER}[metrics]\nlisten = \"127.0.0.1:0\"\n[limits]\nmax_sessions = 3\n\
+         max_shard_bytes = 1048576\n"
+    );
+    let env = [(
+        "TESSERA__LIMITS__MAX_STEPS_IN_FLIGHT".to_owned(),
+        "7".to_owned(),
+    )];
+    let config = TaskConfig::from_toml_with_env(&text, "t.toml", env).unwrap();
+    assert_eq!(config.metrics.listen, Some("127.0.0.1:0".parse().unwrap()));
+    assert_eq!(
+        config.limits,
+        Limits {
+            max_sessions: 3,
+            max_shard_bytes: 1 << 20,
+            max_steps_in_flight: 7,
+            ..Limits::default()
+        }
+    );
+    // Without the sections: metrics off, default limits.
+    let plain = TaskConfig::from_toml_with_env(CLUSTER, "t.toml", Vec::new()).unwrap();
+    assert_eq!(plain.metrics.listen, None);
+    assert_eq!(plain.limits, Limits::default());
+}
+
+#[test]
+fn bad_limits_are_refused_naming_the_key() {
+    let cases = [
+        (
+            "[limits]\nmax_sessions = 0\n",
+            "t.toml: limits.max_sessions: 0 is not positive; set limits.max_sessions to 1 or \
+             more, or remove it for the default 1024",
+        ),
+        (
+            "[limits]\nmax_graph_nodes = \"many\"\n",
+            "t.toml: limits.max_graph_nodes: expected an integer, found string \"many\"; set \
+             limits.max_graph_nodes to an integer",
+        ),
+        (
+            "[limits]\nmax_memory = 5\n",
+            "t.toml: limits.max_memory: unknown key; the keys allowed in [limits] are \
+             max_message_bytes, max_graph_nodes, max_graph_bytes, max_sessions, \
+             max_steps_in_flight, max_shard_bytes",
+        ),
+    ];
+    for (section, message) in cases {
+        let text = format!("{CLUSTER}{section}");
+        let err = TaskConfig::from_toml_with_env(&text, "t.toml", Vec::new()).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(err.to_string(), message);
+    }
+}
+
+#[test]
+fn worker_sessions_over_the_limit_are_refused() {
+    let worker = WorkerState::with_options(
+        TaskId::new("worker", 0),
+        vec![DeviceAttributes {
+            name: "/job:worker/replica:0/task:0/device:CPU:0".into(),
+            device_type: "CPU".into(),
+            incarnation: 1,
+            ..Default::default()
+        }],
+        None,
+        WorkerOptions {
+            max_sessions: 1,
+            ..Default::default()
+        },
+    );
+    let create = |handle: &str| CreateWorkerSessionRequest {
+        session_handle: handle.into(),
+        master_task: "/job:chief/replica:0/task:0".into(),
+        master_incarnation: 7,
+        ..Default::default()
+    };
+    worker.create_worker_session(&create("a")).unwrap();
+    let err = worker.create_worker_session(&create("b")).unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(
+        err.message().starts_with(
+            "CreateWorkerSession: /job:worker/replica:0/task:0 already holds 1 worker sessions, \
+             over limits.max_sessions = 1"
+        ),
+        "{err}"
+    );
+    worker
+        .delete_worker_session(&DeleteWorkerSessionRequest {
+            session_handle: "a".into(),
+        })
+        .unwrap();
+    worker.create_worker_session(&create("b")).unwrap();
+    // A restarted master's new session replaces its old ones: not refused.
+    let restarted = CreateWorkerSessionRequest {
+        master_incarnation: 8,
+        ..create("c")
+    };
+    worker.create_worker_session(&restarted).unwrap();
+}
+
+#[tokio::test]
+async fn a_peer_registering_a_graph_over_the_node_limit_is_refused() {
+    let (server, _master) = start().await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(RPC_DEADLINE)
+            .connect()
+            .await
+            .unwrap();
+    let mut worker = tessera::proto::worker_service_client::WorkerServiceClient::new(channel);
+    let mut g = Graph::new();
+    for i in 0..21 {
+        g.constant(&Tensor::scalar(i as f32)).unwrap();
+    }
+    let err = worker
+        .register_graph(RegisterGraphRequest {
+            graph_def: Some(g.to_graph_def()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "RegisterGraph: the graph has 21 nodes",
+            "limits.max_graph_nodes = 20",
+        ],
+    );
+    // The worker still answers.
+    let status = worker.get_status(GetStatusRequest {}).await.unwrap();
+    assert!(!status.into_inner().device_attributes.is_empty());
+    stop(server).await;
+}
