@@ -27,6 +27,7 @@ pub mod master;
 pub mod peer;
 pub mod proto;
 pub mod runtime;
+pub mod security;
 pub mod server;
 pub mod shard;
 pub mod tensor;

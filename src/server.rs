@@ -7,6 +7,11 @@
 //!         grpc.health.v1                                         VariableShard
 //! ```
 //!
+//! With `[tls]` in the task's config the port serves TLS only (mutual TLS unless
+//! `require_client_cert = false`), and with a cluster token MasterService and WorkerService sit
+//! behind the token check ([`crate::security`]); grpc.health.v1 stays open to probes. The
+//! task's peers are dialled with the same settings.
+//!
 //! The gRPC runtime and the actor system run on separate threads, so a handler only awaits a
 //! mailbox and never blocks tonic's runtime; each tower has its own arbiter thread.
 //!
@@ -25,6 +30,7 @@ use actix::{Actor, Addr, Arbiter};
 use tokio::sync::watch;
 use tonic::server::NamedService;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::ServerTlsConfig;
 use tracing::{info, warn};
 
 use crate::cluster::{TaskConfig, TaskId};
@@ -36,6 +42,7 @@ use crate::peer::{LocalPeer, PeerCache};
 use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::proto::DeviceAttributes;
+use crate::security::Security;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
 use crate::worker::grpc::WorkerGrpc;
@@ -72,6 +79,8 @@ const ACTORS_START_DEADLINE: Duration = Duration::from_secs(30);
 pub struct Server {
     task: TaskId,
     local_addr: SocketAddr,
+    /// Whether the port speaks TLS (for the target's scheme).
+    tls: bool,
     grace: Duration,
     /// Set to true to stop accepting calls.
     shutdown: watch::Sender<bool>,
@@ -151,13 +160,16 @@ impl Server {
         let stopped = Arc::new(Stopped::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let grace = config.timeouts.shutdown_grace;
+        let guards = Guards::new(&config)?;
+        let tls = config.security.is_tls();
         let grpc_thread = {
             let stopped = Arc::clone(&stopped);
             let task = config.task.clone();
             thread::Builder::new()
                 .name("tessera-grpc".into())
                 .spawn(move || {
-                    let result = run_grpc(listener, mailboxes, shutdown_rx, grace, ready_tx);
+                    let result =
+                        run_grpc(listener, mailboxes, guards, shutdown_rx, grace, ready_tx);
                     if let Err(e) = result {
                         warn!(task = %task, error = %e, "grpc server failed");
                     }
@@ -179,10 +191,18 @@ impl Server {
                 )))
             }
         }
-        info!(task = %config.task, addr = %local_addr, "serving");
+        info!(
+            task = %config.task,
+            addr = %local_addr,
+            tls = tls,
+            mutual_tls = config.security.tls.as_ref().is_some_and(|t| t.requires_client_cert()),
+            token = config.security.token.is_some(),
+            "serving"
+        );
         Ok(Server {
             task: config.task,
             local_addr,
+            tls,
             grace,
             shutdown,
             grpc_thread: Mutex::new(Some(grpc_thread)),
@@ -206,9 +226,11 @@ impl Server {
     }
 
     /// Returns the target clients pass to a session: `grpc://localhost:PORT`, as TensorFlow's
-    /// `server.target` (always localhost, whatever the cluster file lists).
+    /// `server.target` (always localhost, whatever the cluster file lists); `grpcs://` when the
+    /// task serves TLS.
     pub fn target(&self) -> String {
-        format!("grpc://localhost:{}", self.local_addr.port())
+        let scheme = if self.tls { "grpcs" } else { "grpc" };
+        format!("{scheme}://localhost:{}", self.local_addr.port())
     }
 
     /// Waits until the server has stopped (by [`Server::stop`] from another thread, or a
@@ -259,6 +281,7 @@ fn start_actors(
         config.devices.soft_placement,
     );
     let timeouts = config.timeouts.clone();
+    let security = config.security.clone();
     let (tx, rx) = mpsc::channel();
     let thread = thread::Builder::new()
         .name("tessera-actors".into())
@@ -297,7 +320,8 @@ fn start_actors(
                 // logic itself, and a weak handle keeps the state from owning itself through
                 // its cache.
                 let local = Arc::new(LocalPeer::new(task.clone(), Arc::new(state.downgrade())));
-                let peers = match PeerCache::new(master_state.cluster().clone(), local, &timeouts) {
+                let cluster = master_state.cluster().clone();
+                let peers = match PeerCache::with_security(cluster, local, &timeouts, security) {
                     Ok(peers) => Arc::new(peers),
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -332,11 +356,48 @@ fn start_actors(
     }
 }
 
+/// The server's half of [`Security`]: TLS on the port and the token check on the services.
+struct Guards {
+    security: Security,
+    tls: Option<ServerTlsConfig>,
+}
+
+impl Guards {
+    /// Builds the TLS settings up front, so a bad one fails `start` rather than the thread.
+    /// A TLS handshake gets the task's connect timeout: a peer that opens a connection and
+    /// says nothing cannot hold it longer than a dial may take.
+    fn new(config: &TaskConfig) -> Result<Self> {
+        let tls = config
+            .security
+            .server_tls(config.timeouts.connect)
+            .map_err(|e| e.context(format_args!("{}", config.task)))?;
+        Ok(Self {
+            security: config.security.clone(),
+            tls,
+        })
+    }
+
+    /// A tonic server builder with TLS on when configured.
+    fn tls_builder(&self) -> Result<tonic::transport::Server> {
+        let builder = tonic::transport::Server::builder();
+        match &self.tls {
+            None => Ok(builder),
+            Some(tls) => builder.tls_config(tls.clone()).map_err(|e| {
+                Status::invalid_argument(format!(
+                    "cannot serve TLS: {}; check the [tls] files",
+                    crate::security::error_chain(&e)
+                ))
+            }),
+        }
+    }
+}
+
 /// Runs the tonic server on its own runtime until `shutdown` turns true, then gives in-flight
 /// calls `grace` to finish. Reports on `ready` once the server accepts calls.
 fn run_grpc(
     listener: TcpListener,
     mailboxes: Mailboxes,
+    guards: Guards,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
     ready: mpsc::Sender<Result<()>>,
@@ -370,12 +431,22 @@ fn run_grpc(
         let worker = WorkerServiceServer::new(WorkerGrpc::new(mailboxes.worker))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        // The token check guards the two services; health stays open to probes.
+        let master = guards.security.guard(master);
+        let worker = guards.security.guard(worker);
+        let builder = match guards.tls_builder() {
+            Ok(builder) => builder,
+            Err(status) => {
+                let _ = ready.send(Err(status.clone()));
+                return Err(status);
+            }
+        };
         let (health, health_service) = tonic_health::server::health_reporter();
         for name in ["", MASTER_SERVICE, WORKER_SERVICE] {
             health.set_service_status(name, tonic_health::ServingStatus::Serving).await;
         }
         let mut stop_signal = shutdown.clone();
-        let serve = tonic::transport::Server::builder()
+        let serve = builder
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)

@@ -43,6 +43,7 @@ fn start_cluster() -> (Server, Server) {
             rpc: Duration::from_secs(10),
             ..Timeouts::default()
         },
+        security: Default::default(),
     };
     let ps = Server::start_with_listener(config(TaskId::new("ps", 0), &ps_listener), ps_listener)
         .unwrap();

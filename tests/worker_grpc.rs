@@ -31,6 +31,7 @@ fn config(task: TaskId, cluster: ClusterSpec) -> TaskConfig {
             connect: Duration::from_secs(5),
             ..Default::default()
         },
+        security: Default::default(),
     }
 }
 

@@ -283,6 +283,7 @@ impl TaskConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], local.port)),
             devices: device_config(def.default_session_config.as_ref())?,
             timeouts: Timeouts::default(),
+            security: Default::default(),
         })
     }
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::schema::{check_schema, describe, sorted_keys};
+use super::security::{validate_security, RawAuth, RawTls};
 use super::{
     check_address, check_duplicates, check_job_name, default_listen, find_task, ConfigError,
     DeviceConfig, TaskConfig, Timeouts,
@@ -52,6 +53,10 @@ struct RawFile {
     devices: RawDevices,
     #[serde(default)]
     timeouts: RawTimeouts,
+    #[serde(default)]
+    tls: Option<RawTls>,
+    #[serde(default)]
+    auth: RawAuth,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -514,12 +519,14 @@ impl RawFile {
 
         let devices = self.devices.validate(&invalid)?;
         let timeouts = self.timeouts.validate(&invalid)?;
+        let security = validate_security(self.tls, self.auth, &invalid)?;
         Ok(TaskConfig {
             cluster,
             task,
             listen,
             devices,
             timeouts,
+            security,
         })
     }
 }

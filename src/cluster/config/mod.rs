@@ -14,6 +14,7 @@
 
 mod file;
 mod schema;
+mod security;
 mod tensorflow;
 
 pub use file::{ENV_PREFIX, ENV_SEPARATOR};
@@ -23,6 +24,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::{ClusterSpec, TaskId};
+use crate::security::Security;
 
 /// Everything a daemon needs to start: the cluster, who it is, where it listens, its devices.
 #[derive(Clone, Debug)]
@@ -37,6 +39,9 @@ pub struct TaskConfig {
     pub devices: DeviceConfig,
     /// Deadlines.
     pub timeouts: Timeouts,
+    /// TLS and the cluster token, for the server and every channel to a peer (`[tls]`,
+    /// `[auth]`); plain text without a token by default.
+    pub security: Security,
 }
 
 /// The devices a task creates at start; a session's config cannot change them later.
@@ -103,6 +108,7 @@ impl TaskConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             devices: DeviceConfig::default(),
             timeouts: Timeouts::default(),
+            security: Security::default(),
         }
     }
 

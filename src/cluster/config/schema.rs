@@ -9,7 +9,7 @@
 use super::file::Sources;
 use super::ConfigError;
 
-pub(super) const TOP_KEYS: &[&str] = &["cluster", "task", "devices", "timeouts"];
+pub(super) const TOP_KEYS: &[&str] = &["cluster", "task", "devices", "timeouts", "tls", "auth"];
 pub(super) const TASK_KEYS: &[&str] = &["job", "index", "listen"];
 pub(super) const DEVICE_KEYS: &[&str] = &[
     "cpu",
@@ -20,8 +20,10 @@ pub(super) const DEVICE_KEYS: &[&str] = &[
     "soft_placement",
 ];
 pub(super) const TIMEOUT_KEYS: &[&str] = &["connect", "rpc", "create_session", "shutdown_grace"];
+pub(super) const TLS_KEYS: &[&str] = &["cert", "key", "ca", "require_client_cert", "server_name"];
+pub(super) const AUTH_KEYS: &[&str] = &["token_file"];
 
-/// The type a key of `[task]`, `[devices]` or `[timeouts]` must have.
+/// The type a key of `[task]`, `[devices]`, `[timeouts]`, `[tls]` or `[auth]` must have.
 #[derive(Clone, Copy)]
 enum Kind {
     Text,
@@ -42,6 +44,8 @@ impl Kind {
             ("devices", "allow_growth" | "soft_placement") => Kind::Bool,
             ("devices", "visible_gpus") => Kind::GpuIds,
             ("timeouts", _) if TIMEOUT_KEYS.contains(&key) => Kind::Duration,
+            ("tls", "cert" | "key" | "ca" | "server_name") | ("auth", "token_file") => Kind::Text,
+            ("tls", "require_client_cert") => Kind::Bool,
             _ => return None,
         })
     }
@@ -110,6 +114,8 @@ pub(super) fn check_schema(root: &config::Value, sources: &Sources) -> Result<()
             "task" => TASK_KEYS,
             "devices" => DEVICE_KEYS,
             "timeouts" => TIMEOUT_KEYS,
+            "tls" => TLS_KEYS,
+            "auth" => AUTH_KEYS,
             "cluster" => continue,
             _ => {
                 return Err(unknown(

@@ -96,6 +96,7 @@ impl TaskConfig {
             listen,
             devices: DeviceConfig::default(),
             timeouts: Timeouts::default(),
+            security: Default::default(),
         })
     }
 
@@ -247,6 +248,7 @@ impl TaskConfig {
             listen,
             devices: DeviceConfig::default(),
             timeouts: Timeouts::default(),
+            security: Default::default(),
         })
     }
 }
