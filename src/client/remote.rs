@@ -93,6 +93,8 @@ pub struct RemoteSession {
     /// `host:port`, for messages.
     address: String,
     options: ConnectOptions,
+    /// What to check when the connection fails (plain text against TLS, or the reverse).
+    hint: &'static str,
     client: MasterServiceClient<AuthChannel>,
     /// Serializes session creation and graph growth, which must see each other's versions.
     handle: Mutex<Handle>,
@@ -157,6 +159,7 @@ impl RemoteSession {
             target: target.to_string(),
             address,
             options,
+            hint: security.connect_hint(),
             client,
             handle: Mutex::default(),
             runtime: Some(runtime),
@@ -451,16 +454,17 @@ impl RemoteSession {
         }
         let cause = error_chain(&status);
         match status.code() {
-            tonic::Code::Unavailable => unreachable(&self.target, &cause),
+            tonic::Code::Unavailable => {
+                unreachable(&self.target, &format!("{cause}; {}", self.hint))
+            }
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
                 self.deadline_exceeded(name, timeout)
             }
-            code => Status::from(tonic::Status::new(
-                code,
-                format!(
-                    "{name} to the master at {} failed in transport: {cause}",
-                    self.target
-                ),
+            // The connection broke under the call (the master crashed, or refused this
+            // side's TLS): UNAVAILABLE, the code clients retry on, whatever tonic called it.
+            code => Status::unavailable(format!(
+                "{name} to the master at {} failed in transport ({code:?}): {cause}; {}",
+                self.target, self.hint
             )),
         }
     }
@@ -604,13 +608,19 @@ mod tests {
             parse_target("grpc://localhost:2222").unwrap(),
             plain("localhost:2222")
         );
-        assert_eq!(parse_target("grpc://127.0.0.1:1/").unwrap(), plain("127.0.0.1:1"));
+        assert_eq!(
+            parse_target("grpc://127.0.0.1:1/").unwrap(),
+            plain("127.0.0.1:1")
+        );
         assert_eq!(parse_target("grpc://[::1]:80").unwrap(), plain("[::1]:80"));
         assert_eq!(
             parse_target("grpcs://h:2222").unwrap(),
             ("h:2222".to_string(), true)
         );
-        assert_eq!(parse_target("https://h:1").unwrap(), ("h:1".to_string(), true));
+        assert_eq!(
+            parse_target("https://h:1").unwrap(),
+            ("h:1".to_string(), true)
+        );
         for (bad, why) in [
             ("localhost:2222", "grpc://"),
             ("http://h:1", "grpc://"),

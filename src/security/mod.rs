@@ -35,14 +35,38 @@ use crate::error::{Code, Result, Status};
 /// A channel that sends the cluster token (if any) on every call.
 pub type AuthChannel = InterceptedService<Channel, AttachToken>;
 
+/// The files TLS and the token are read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecurityFile {
+    /// This side's certificate chain (`tls.cert`).
+    Certificate,
+    /// Its private key (`tls.key`).
+    PrivateKey,
+    /// The cluster's CA certificate (`tls.ca`).
+    Ca,
+    /// The cluster token (`auth.token_file`).
+    Token,
+}
+
+impl std::fmt::Display for SecurityFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SecurityFile::Certificate => "certificate file",
+            SecurityFile::PrivateKey => "private key file",
+            SecurityFile::Ca => "CA certificate file",
+            SecurityFile::Token => "token file",
+        })
+    }
+}
+
 /// Why TLS or token material was refused; names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum SecurityError {
     /// The file cannot be read.
     #[error("{}: cannot read the {what}: {error}; check the path and its permissions", path.display())]
     Read {
-        /// What the file should hold (`certificate file`, `token file`).
-        what: &'static str,
+        /// Which file it is.
+        what: SecurityFile,
         /// The file as given.
         path: PathBuf,
         /// Why reading failed.
@@ -52,6 +76,8 @@ pub enum SecurityError {
     /// The file was read but does not hold what it should.
     #[error("{}: {problem}", path.display())]
     Content {
+        /// Which file it is.
+        what: SecurityFile,
         /// The file as given.
         path: PathBuf,
         /// What is wrong and what to change.
@@ -60,6 +86,13 @@ pub enum SecurityError {
 }
 
 impl SecurityError {
+    /// Returns which file is at fault.
+    pub fn file(&self) -> SecurityFile {
+        match self {
+            SecurityError::Read { what, .. } | SecurityError::Content { what, .. } => *what,
+        }
+    }
+
     /// Returns the status code this error maps to.
     pub fn code(&self) -> Code {
         match self {
@@ -174,7 +207,8 @@ impl Security {
     pub fn connect_hint(&self) -> &'static str {
         if self.is_tls() {
             "if the task serves plain text, drop the TLS settings; if it serves TLS, check \
-             that its certificate is signed by the CA given here and names the host dialled"
+             that its certificate is signed by the CA given here and names the host dialled, \
+             and (for mutual TLS) that this side's certificate is signed by the task's CA"
         } else {
             "if the task serves TLS, connect with TLS (a grpcs:// target with \
              ConnectOptions::tls, or the [tls] section of the cluster file)"

@@ -21,7 +21,7 @@ use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-use super::{error_chain, SecurityError};
+use super::{error_chain, SecurityError, SecurityFile};
 
 /// The TLS material of a task or client: the CA that signs the cluster's certificates, and
 /// (to serve, or to dial an mTLS task) a certificate and its key. Cheap to clone; `Debug` shows
@@ -45,8 +45,8 @@ impl TlsConfig {
     /// task that does not ask for client certificates. Fails naming the file when it cannot be
     /// read or holds no certificate.
     pub fn new(ca: impl AsRef<Path>) -> Result<Self, SecurityError> {
-        let ca = read(ca.as_ref(), "CA certificate file")?;
-        check_certificates(&ca, "CA certificate file")?;
+        let ca = read(ca.as_ref(), SecurityFile::Ca)?;
+        check_certificates(&ca, SecurityFile::Ca)?;
         let config = Self {
             ca: Arc::new(ca),
             identity: None,
@@ -54,6 +54,20 @@ impl TlsConfig {
             server_name: None,
         };
         config.check_ca()?;
+        Ok(config)
+    }
+
+    /// Reads a task's three files, in the order a person lists them: its certificate chain,
+    /// its private key, then the CA. The first file that cannot be read or does not hold what
+    /// it should is named in the error.
+    pub fn from_files(
+        cert: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+        ca: impl AsRef<Path>,
+    ) -> Result<Self, SecurityError> {
+        let identity = load_identity(cert.as_ref(), key.as_ref())?;
+        let mut config = Self::new(ca)?;
+        config.identity = Some(Arc::new(identity));
         Ok(config)
     }
 
@@ -65,38 +79,7 @@ impl TlsConfig {
         cert: impl AsRef<Path>,
         key: impl AsRef<Path>,
     ) -> Result<Self, SecurityError> {
-        let cert = read(cert.as_ref(), "certificate file")?;
-        check_certificates(&cert, "certificate file")?;
-        let key = read(key.as_ref(), "private key file")?;
-        if let Err(e) = PrivateKeyDer::from_pem_slice(&key.pem) {
-            let problem = match e {
-                pem::Error::NoItemsFound => "holds no private key (no -----BEGIN PRIVATE KEY----- \
-                                             block, nor an RSA or EC one); give the PEM key of the \
-                                             certificate"
-                    .to_string(),
-                other => format!("is not a valid PEM private key ({other})"),
-            };
-            return Err(SecurityError::Content {
-                path: key.path,
-                problem,
-            });
-        }
-        // rustls checks that the key's public half is the certificate's; tonic runs it while
-        // building a server's acceptor, which touches no socket.
-        let identity = Identity::from_pem(&cert.pem, &key.pem);
-        let probe = ServerTlsConfig::new().identity(identity);
-        if let Err(e) = tonic::transport::Server::builder().tls_config(probe) {
-            return Err(SecurityError::Content {
-                problem: format!(
-                    "does not go with the certificate {} ({}); give the key the certificate \
-                     was issued for",
-                    cert.path.display(),
-                    error_chain(&e)
-                ),
-                path: key.path,
-            });
-        }
-        self.identity = Some(Arc::new((cert, key)));
+        self.identity = Some(Arc::new(load_identity(cert.as_ref(), key.as_ref())?));
         Ok(self)
     }
 
@@ -170,11 +153,13 @@ impl TlsConfig {
     fn check_ca(&self) -> Result<(), SecurityError> {
         for (i, cert) in CertificateDer::pem_slice_iter(&self.ca.pem).enumerate() {
             let cert = cert.map_err(|e| SecurityError::Content {
+                what: SecurityFile::Ca,
                 path: self.ca.path.clone(),
                 problem: format!("is not a valid PEM certificate file ({e})"),
             })?;
             if let Err(e) = webpki::anchor_from_trusted_cert(&cert) {
                 return Err(SecurityError::Content {
+                    what: SecurityFile::Ca,
                     path: self.ca.path.clone(),
                     problem: format!(
                         "certificate {} is not an X.509 certificate a CA can be made of ({e}); \
@@ -205,8 +190,46 @@ impl std::fmt::Debug for TlsConfig {
     }
 }
 
+/// Reads and checks a certificate chain and its private key.
+fn load_identity(cert: &Path, key: &Path) -> Result<(PemFile, PemFile), SecurityError> {
+    let cert = read(cert, SecurityFile::Certificate)?;
+    check_certificates(&cert, SecurityFile::Certificate)?;
+    let key = read(key, SecurityFile::PrivateKey)?;
+    if let Err(e) = PrivateKeyDer::from_pem_slice(&key.pem) {
+        let problem = match e {
+            pem::Error::NoItemsFound => "holds no private key (no -----BEGIN PRIVATE KEY----- \
+                                             block, nor an RSA or EC one); give the PEM key of the \
+                                             certificate"
+                .to_string(),
+            other => format!("is not a valid PEM private key ({other})"),
+        };
+        return Err(SecurityError::Content {
+            what: SecurityFile::PrivateKey,
+            path: key.path,
+            problem,
+        });
+    }
+    // rustls checks that the key's public half is the certificate's; tonic runs it while
+    // building a server's acceptor, which touches no socket.
+    let identity = Identity::from_pem(&cert.pem, &key.pem);
+    let probe = ServerTlsConfig::new().identity(identity);
+    if let Err(e) = tonic::transport::Server::builder().tls_config(probe) {
+        return Err(SecurityError::Content {
+            what: SecurityFile::PrivateKey,
+            problem: format!(
+                "does not go with the certificate {} ({}); give the key the certificate \
+                     was issued for",
+                cert.path.display(),
+                error_chain(&e)
+            ),
+            path: key.path,
+        });
+    }
+    Ok((cert, key))
+}
+
 /// Reads a whole file, naming it (and what it should be) when that fails.
-fn read(path: &Path, what: &'static str) -> Result<PemFile, SecurityError> {
+fn read(path: &Path, what: SecurityFile) -> Result<PemFile, SecurityError> {
     match std::fs::read(path) {
         Ok(pem) => Ok(PemFile {
             path: path.to_owned(),
@@ -221,10 +244,11 @@ fn read(path: &Path, what: &'static str) -> Result<PemFile, SecurityError> {
 }
 
 /// Checks a file is PEM holding at least one certificate.
-fn check_certificates(file: &PemFile, what: &str) -> Result<(), SecurityError> {
+fn check_certificates(file: &PemFile, what: SecurityFile) -> Result<(), SecurityError> {
     let mut count = 0;
     for cert in CertificateDer::pem_slice_iter(&file.pem) {
         cert.map_err(|e| SecurityError::Content {
+            what,
             path: file.path.clone(),
             problem: format!("is not a valid PEM {what} ({e})"),
         })?;
@@ -232,6 +256,7 @@ fn check_certificates(file: &PemFile, what: &str) -> Result<(), SecurityError> {
     }
     if count == 0 {
         return Err(SecurityError::Content {
+            what,
             path: file.path.clone(),
             problem: format!(
                 "holds no certificate (no -----BEGIN CERTIFICATE----- block); give a PEM {what}"

@@ -19,7 +19,7 @@ use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::service::Interceptor;
 use tracing::warn;
 
-use super::SecurityError;
+use super::{SecurityError, SecurityFile};
 
 /// The metadata key the token travels under.
 pub const AUTHORIZATION: &str = "authorization";
@@ -46,17 +46,19 @@ impl ClusterToken {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, SecurityError> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|error| SecurityError::Read {
-            what: "token file",
+            what: SecurityFile::Token,
             path: path.to_owned(),
             error,
         })?;
         let text = String::from_utf8(bytes).map_err(|_| SecurityError::Content {
+            what: SecurityFile::Token,
             path: path.to_owned(),
             problem: "is not text; write the token as printable ASCII, e.g. the output of \
                       `openssl rand -hex 32`"
                 .into(),
         })?;
         Self::new(text.trim()).map_err(|problem| SecurityError::Content {
+            what: SecurityFile::Token,
             path: path.to_owned(),
             problem,
         })

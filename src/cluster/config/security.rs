@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::ConfigError;
-use crate::security::{ClusterToken, Security, SecurityError, TlsConfig};
+use crate::security::{ClusterToken, Security, SecurityFile, TlsConfig};
 
 /// `[tls]` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -84,13 +84,11 @@ impl RawTls {
         let cert = required("tls.cert", self.cert)?;
         let key = required("tls.key", self.key)?;
         let ca = required("tls.ca", self.ca)?;
-        let mut config = TlsConfig::new(&ca).map_err(|e| invalid("tls.ca", e.to_string()))?;
-        config = config.with_identity(&cert, &key).map_err(|e| {
-            // The message names the file; the key is the one that file came from.
-            let key_name = if blames(&e, &cert) {
-                "tls.cert"
-            } else {
-                "tls.key"
+        let mut config = TlsConfig::from_files(&cert, &key, &ca).map_err(|e| {
+            let key_name = match e.file() {
+                SecurityFile::Certificate => "tls.cert",
+                SecurityFile::PrivateKey => "tls.key",
+                SecurityFile::Ca | SecurityFile::Token => "tls.ca",
             };
             invalid(key_name, e.to_string())
         })?;
@@ -108,13 +106,6 @@ impl RawTls {
             config = config.server_name(name);
         }
         Ok(config)
-    }
-}
-
-/// Whether `e` is about the file at `path`.
-fn blames(e: &SecurityError, path: &std::path::Path) -> bool {
-    match e {
-        SecurityError::Read { path: p, .. } | SecurityError::Content { path: p, .. } => p == path,
     }
 }
 
