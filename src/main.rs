@@ -351,28 +351,54 @@ fn status(target: &str, timeout: Duration, security: &SecurityArgs) -> anyhow::R
                 .await
                 .map_err(|_| anyhow!("no answer within {timeout:?}"))?
         })
-        .with_context(|| format!("task at {target} unreachable ({})", security.connect_hint()))?;
+        .with_context(|| format!("task at {target}"))?;
     print!("{}", device_table(&devices));
     Ok(())
 }
 
+/// Asks the task for its devices. A connection that fails says what to check about TLS (a
+/// plain-text client to a TLS task sees only a broken connection); a status the task sent,
+/// such as UNAUTHENTICATED, is shown as it is.
 async fn get_status(
     host_port: &str,
     timeout: Duration,
     security: &Security,
 ) -> anyhow::Result<Vec<DeviceAttributes>> {
+    let unreachable = |cause: String| anyhow!("unreachable: {cause}; {}", security.connect_hint());
     let channel = security
         .endpoint(host_port)?
         .connect_timeout(timeout)
         .timeout(timeout)
         .connect()
-        .await?;
+        .await
+        .map_err(|e| unreachable(error_chain(&e)))?;
     let reply = WorkerServiceClient::new(security.attach(channel))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .get_status(GetStatusRequest {})
         .await
-        .map_err(tessera::Status::from)?;
+        .map_err(|status| {
+            if std::error::Error::source(&status).is_some() {
+                unreachable(error_chain(&status))
+            } else {
+                anyhow::Error::from(tessera::Status::from(status))
+            }
+        })?;
     Ok(reply.into_inner().device_attributes)
+}
+
+/// The error's message followed by each distinct cause under it.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p == &text) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.retain(|p| !p.is_empty() && p != "transport error");
+    parts.join(": ")
 }
 
 /// Formats devices as `NAME TYPE MEMORY INCARNATION` rows, columns padded to fit.
