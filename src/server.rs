@@ -30,7 +30,6 @@ use actix::{Actor, Addr, Arbiter};
 use tokio::sync::watch;
 use tonic::server::NamedService;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::ServerTlsConfig;
 use tracing::{info, warn};
 
 use crate::cluster::{TaskConfig, TaskId};
@@ -155,12 +154,13 @@ impl Server {
             .set_nonblocking(true)
             .map_err(|e| Status::internal(format!("cannot make {local_addr} non-blocking: {e}")))?;
 
+        // TLS settings are checked before any thread starts, so a bad one leaves nothing behind.
+        let guards = Guards::new(&config)?;
         let (system, actors_thread, mailboxes) = start_actors(&config, devices)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let grace = config.timeouts.shutdown_grace;
-        let guards = Guards::new(&config)?;
         let tls = config.security.is_tls();
         let grpc_thread = {
             let stopped = Arc::clone(&stopped);
@@ -359,36 +359,33 @@ fn start_actors(
 /// The server's half of [`Security`]: TLS on the port and the token check on the services.
 struct Guards {
     security: Security,
-    tls: Option<ServerTlsConfig>,
+    /// A tonic server builder, with TLS on when configured.
+    builder: tonic::transport::Server,
 }
 
 impl Guards {
-    /// Builds the TLS settings up front, so a bad one fails `start` rather than the thread.
-    /// A TLS handshake gets the task's connect timeout: a peer that opens a connection and
-    /// says nothing cannot hold it longer than a dial may take.
+    /// Builds the TLS acceptor up front, so a bad setting fails `start` rather than the gRPC
+    /// thread. A TLS handshake gets the task's connect timeout: a caller that opens a
+    /// connection and says nothing cannot hold it longer than a dial may take.
     fn new(config: &TaskConfig) -> Result<Self> {
+        let mut builder = tonic::transport::Server::builder();
         let tls = config
             .security
             .server_tls(config.timeouts.connect)
             .map_err(|e| e.context(format_args!("{}", config.task)))?;
-        Ok(Self {
-            security: config.security.clone(),
-            tls,
-        })
-    }
-
-    /// A tonic server builder with TLS on when configured.
-    fn tls_builder(&self) -> Result<tonic::transport::Server> {
-        let builder = tonic::transport::Server::builder();
-        match &self.tls {
-            None => Ok(builder),
-            Some(tls) => builder.tls_config(tls.clone()).map_err(|e| {
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls).map_err(|e| {
                 Status::invalid_argument(format!(
-                    "cannot serve TLS: {}; check the [tls] files",
+                    "{}: cannot serve TLS: {}; check the [tls] files",
+                    config.task,
                     crate::security::error_chain(&e)
                 ))
-            }),
+            })?;
         }
+        Ok(Self {
+            security: config.security.clone(),
+            builder,
+        })
     }
 }
 
@@ -434,19 +431,13 @@ fn run_grpc(
         // The token check guards the two services; health stays open to probes.
         let master = guards.security.guard(master);
         let worker = guards.security.guard(worker);
-        let builder = match guards.tls_builder() {
-            Ok(builder) => builder,
-            Err(status) => {
-                let _ = ready.send(Err(status.clone()));
-                return Err(status);
-            }
-        };
         let (health, health_service) = tonic_health::server::health_reporter();
         for name in ["", MASTER_SERVICE, WORKER_SERVICE] {
             health.set_service_status(name, tonic_health::ServingStatus::Serving).await;
         }
         let mut stop_signal = shutdown.clone();
-        let serve = builder
+        let serve = guards
+            .builder
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)

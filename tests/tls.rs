@@ -356,3 +356,21 @@ fn bad_tls_files_in_tests_data_give_their_messages() {
         assert_eq!(err.code(), Code::InvalidArgument, "{file}");
     }
 }
+
+#[test]
+fn a_task_without_a_certificate_of_its_own_refuses_to_start() {
+    let pki = Pki::new("cluster");
+    let mut config = TaskConfig::local();
+    // Only the CA: enough to dial, not to serve.
+    config.security = Security {
+        tls: Some(pki.client(None)),
+        token: None,
+    };
+    let err = tessera::server::Server::start(config).err().unwrap();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+    assert!(
+        err.message().contains(&pki.ca.display().to_string()),
+        "{err}"
+    );
+    assert!(err.message().contains("set tls.cert and tls.key"), "{err}");
+}
