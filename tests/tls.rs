@@ -308,6 +308,36 @@ fn config_errors_name_the_key_and_the_file() {
     );
     let err = load(&text).unwrap_err();
     assert!(err.starts_with("cluster.toml: tls.ca: missing;"), "{err}");
+    // One file for every host, each host naming its own certificate in the environment.
+    let text = format!(
+        "[cluster]\nps = [\"127.0.0.1:0\"]\n[task]\njob = \"ps\"\nindex = 0\n[tls]\nca = \"{}\"\n",
+        pki.ca.display()
+    );
+    let env = [
+        ("TESSERA__TLS__CERT", leaf.cert.display().to_string()),
+        ("TESSERA__TLS__KEY", leaf.key.display().to_string()),
+        ("TESSERA__TLS__REQUIRE_CLIENT_CERT", "false".to_string()),
+    ]
+    .map(|(k, v)| (k.to_string(), v));
+    let config = TaskConfig::from_toml_with_env(&text, "cluster.toml", env).unwrap();
+    let tls = config.security.tls.as_ref().unwrap();
+    assert!(tls.has_identity() && !tls.requires_client_cert());
+    let env = [(
+        "TESSERA__TLS__KEY".to_string(),
+        missing.display().to_string(),
+    )];
+    let text = format!("{text}cert = \"{}\"\n", leaf.cert.display());
+    let err = TaskConfig::from_toml_with_env(&text, "cluster.toml", env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "environment variable TESSERA__TLS__KEY: tls.key: {}: cannot read",
+            missing.display()
+        )),
+        "{err}"
+    );
+
     // A typo among the keys.
     let err = load("certificate = \"x\"\n").unwrap_err();
     assert!(err.contains("tls.certificate: unknown key"), "{err}");

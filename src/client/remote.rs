@@ -64,6 +64,16 @@ pub struct ConnectOptions {
     pub token: Option<ClusterToken>,
 }
 
+impl ConnectOptions {
+    /// These options with a task's TLS and cluster token (`TaskConfig::security`), so that a
+    /// program running beside a task reaches masters the way the task reaches its peers.
+    pub fn with_security(mut self, security: &Security) -> Self {
+        self.tls = security.tls.clone();
+        self.token = security.token.clone();
+        self
+    }
+}
+
 impl Default for ConnectOptions {
     fn default() -> Self {
         Self {
