@@ -5,6 +5,9 @@
 //! the other end. Creating one never touches the network, so a master can hold peers for every
 //! task of a cluster while some of them are still starting.
 //!
+//! With the task's [`Security`], the channel speaks TLS against the cluster's CA (showing the
+//! task's own certificate to peers that require one) and every call carries the cluster token.
+//!
 //! Every call carries its deadline twice: as gRPC's `grpc-timeout` header, so the remote task
 //! stops working on a call nobody waits for, and as a local timer, so a task that never answers
 //! (or a packet that never arrives) cannot hold the caller past the deadline.
@@ -51,7 +54,7 @@ pub struct GrpcPeer {
 
 impl GrpcPeer {
     /// A peer for `task` listening at `address` (`host:port`, or a `http://` URI), connecting
-    /// on first use with `connect_timeout` per attempt.
+    /// on first use with `connect_timeout` per attempt, in plain text without a token.
     ///
     /// Must be called inside a tokio runtime (an actix system is one): the channel's worker task
     /// is spawned there, so that runtime must outlive the peer.
