@@ -28,6 +28,7 @@ pub mod ops;
 pub mod peer;
 pub mod proto;
 pub mod runtime;
+pub mod security;
 pub mod server;
 pub mod shard;
 pub mod tensor;

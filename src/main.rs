@@ -11,6 +11,7 @@
 //! TF_CONFIG='{"cluster": ..., "task": ...}' tessera serve
 //! tessera validate /etc/tessera/ps0.toml
 //! tessera status grpc://h0:2222 [--timeout 5s]
+//! tessera status grpcs://h0:2222 --ca ca.pem [--cert me.pem --key me.key] [--token-file token]
 //! tessera export --safetensors model.safetensors /tmp/train/model.ckpt-1000
 //! ```
 //!
@@ -39,6 +40,7 @@ use tessera::cluster::{ClassicFlags, TaskConfig};
 use tessera::ops::systemd::{self, Notifier};
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::{DeviceAttributes, GetStatusRequest};
+use tessera::security::{ClusterToken, Security, TlsConfig};
 use tessera::server::{Server, MAX_MESSAGE_BYTES};
 use tessera::train::job::launcher::LocalJob;
 use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
@@ -76,11 +78,13 @@ enum Command {
     },
     /// Asks a running task for its devices (WorkerService GetStatus).
     Status {
-        /// The task, as `grpc://HOST:PORT` (or `HOST:PORT`).
+        /// The task, as `grpc://HOST:PORT` (or `HOST:PORT`); `grpcs://HOST:PORT` for TLS.
         target: String,
         /// How long to wait for the task to answer (`5s`, `500ms`, `1m`).
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         timeout: Duration,
+        #[command(flatten)]
+        security: SecurityArgs,
     },
     /// Writes a checkpoint's tensors in another format.
     Export {
@@ -91,6 +95,58 @@ enum Command {
         /// The checkpoint: a prefix (`dir/model.ckpt-1000`) or a directory (its latest).
         checkpoint: PathBuf,
     },
+}
+
+/// How `tessera status` reaches a task that serves TLS or checks the cluster token.
+#[derive(Debug, Args)]
+struct SecurityArgs {
+    /// Connect over TLS, checking the task's certificate against this CA file (PEM).
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// This client's certificate (PEM), for a task that requires client certificates.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The key of --cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
+    /// Check the task's certificate against this name instead of the target's host.
+    #[arg(long, value_name = "NAME")]
+    server_name: Option<String>,
+    /// Send the cluster token read from this file.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+}
+
+impl SecurityArgs {
+    /// Reads the files named; `tls` says whether the target asked for TLS.
+    fn load(&self, tls: bool) -> anyhow::Result<Security> {
+        let tls = match (&self.ca, tls) {
+            (None, false) => {
+                if self.cert.is_some() || self.server_name.is_some() {
+                    bail!("--cert and --server-name need TLS: pass --ca with the cluster's CA");
+                }
+                None
+            }
+            (None, true) => bail!(
+                "a grpcs:// target needs --ca FILE, the CA that signed the task's certificate"
+            ),
+            (Some(ca), _) => {
+                let mut tls = TlsConfig::new(ca)?;
+                if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+                    tls = tls.with_identity(cert, key)?;
+                }
+                if let Some(name) = &self.server_name {
+                    tls = tls.server_name(name);
+                }
+                Some(tls)
+            }
+        };
+        let token = match &self.token_file {
+            Some(path) => Some(ClusterToken::from_file(path)?),
+            None => None,
+        };
+        Ok(Security { tls, token })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -246,7 +302,11 @@ fn main() -> ExitCode {
         Command::Train(args) => train(args),
         Command::Serve(args) => serve(args),
         Command::Validate { file } => validate(&file),
-        Command::Status { target, timeout } => status(&target, timeout),
+        Command::Status {
+            target,
+            timeout,
+            security,
+        } => status(&target, timeout, &security),
         Command::Export {
             safetensors,
             checkpoint,
@@ -597,39 +657,75 @@ fn validate(file: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// `tessera status TARGET`: prints the task's devices as a table.
-fn status(target: &str, timeout: Duration) -> anyhow::Result<()> {
-    let host_port = target.strip_prefix("grpc://").unwrap_or(target);
+fn status(target: &str, timeout: Duration, security: &SecurityArgs) -> anyhow::Result<()> {
+    let (host_port, tls) = match target.split_once("://") {
+        Some(("grpc", rest)) => (rest, false),
+        Some(("grpcs" | "https", rest)) => (rest, true),
+        Some(_) => ("", false),
+        None => (target, false),
+    };
     if host_port.is_empty() || host_port.contains("://") {
-        bail!("bad target `{target}`: expected grpc://HOST:PORT");
+        bail!("bad target `{target}`: expected grpc://HOST:PORT, or grpcs://HOST:PORT for TLS");
     }
+    let security = security.load(tls)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot build the client runtime")?;
     let devices = runtime
         .block_on(async {
-            tokio::time::timeout(timeout, get_status(host_port, timeout))
+            tokio::time::timeout(timeout, get_status(host_port, timeout, &security))
                 .await
                 .map_err(|_| anyhow!("no answer within {timeout:?}"))?
         })
-        .with_context(|| format!("task at {target} unreachable"))?;
+        .with_context(|| format!("task at {target}"))?;
     print!("{}", device_table(&devices));
     Ok(())
 }
 
-async fn get_status(host_port: &str, timeout: Duration) -> anyhow::Result<Vec<DeviceAttributes>> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{host_port}"))
-        .context("bad address")?
+/// Asks the task for its devices. A connection that fails says what to check about TLS (a
+/// plain-text client to a TLS task sees only a broken connection); a status the task sent,
+/// such as UNAUTHENTICATED, is shown as it is.
+async fn get_status(
+    host_port: &str,
+    timeout: Duration,
+    security: &Security,
+) -> anyhow::Result<Vec<DeviceAttributes>> {
+    let unreachable = |cause: String| anyhow!("unreachable: {cause}; {}", security.connect_hint());
+    let channel = security
+        .endpoint(host_port)?
         .connect_timeout(timeout)
         .timeout(timeout)
         .connect()
-        .await?;
-    let reply = WorkerServiceClient::new(channel)
+        .await
+        .map_err(|e| unreachable(error_chain(&e)))?;
+    let reply = WorkerServiceClient::new(security.attach(channel))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .get_status(GetStatusRequest {})
         .await
-        .map_err(tessera::Status::from)?;
+        .map_err(|status| {
+            if std::error::Error::source(&status).is_some() {
+                unreachable(error_chain(&status))
+            } else {
+                anyhow::Error::from(tessera::Status::from(status))
+            }
+        })?;
     Ok(reply.into_inner().device_attributes)
+}
+
+/// The error's message followed by each distinct cause under it.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p == &text) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.retain(|p| !p.is_empty() && p != "transport error");
+    parts.join(": ")
 }
 
 /// Formats devices as `NAME TYPE MEMORY INCARNATION` rows, columns padded to fit.

@@ -7,6 +7,11 @@
 //!         grpc.health.v1                                         VariableShard
 //! ```
 //!
+//! With `[tls]` in the task's config the port serves TLS only (mutual TLS unless
+//! `require_client_cert = false`), and with a cluster token MasterService and WorkerService sit
+//! behind the token check ([`crate::security`]); grpc.health.v1 stays open to probes. The
+//! task's peers are dialled with the same settings.
+//!
 //! The gRPC runtime and the actor system run on separate threads, so a handler only awaits a
 //! mailbox and never blocks tonic's runtime; each tower has its own arbiter thread.
 //!
@@ -44,6 +49,7 @@ use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::proto::{DeviceAttributes, ListDevicesRequest};
 use crate::runtime::resource::ResourceMgr;
+use crate::security::Security;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
 use crate::worker::grpc::WorkerGrpc;
@@ -84,6 +90,8 @@ pub struct Server {
     metrics_addr: Option<SocketAddr>,
     /// The master's ListDevices: answering it takes the master actor and the worker.
     probe: Recipient<ListDevices>,
+    /// Whether the port speaks TLS (for the target's scheme).
+    tls: bool,
     grace: Duration,
     /// Set to true to stop accepting calls.
     shutdown: watch::Sender<bool>,
@@ -187,12 +195,15 @@ impl Server {
             metrics: metrics_listener,
         };
 
+        // TLS settings are checked before any thread starts, so a bad one leaves nothing behind.
+        let guards = Guards::new(&config)?;
         let (system, actors_thread, mailboxes) = start_actors(&config, devices)?;
         let probe = mailboxes.probe.clone();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let grace = config.timeouts.shutdown_grace;
+        let tls = config.security.is_tls();
         let grpc_thread = {
             let stopped = Arc::clone(&stopped);
             let task = config.task.clone();
@@ -203,6 +214,7 @@ impl Server {
                         listener,
                         mailboxes,
                         operations,
+                        guards,
                         shutdown_rx,
                         grace,
                         ready_tx,
@@ -228,13 +240,21 @@ impl Server {
                 )))
             }
         }
-        info!(task = %config.task, addr = %local_addr, "serving");
+        info!(
+            task = %config.task,
+            addr = %local_addr,
+            tls = tls,
+            mutual_tls = config.security.tls.as_ref().is_some_and(|t| t.requires_client_cert()),
+            token = config.security.token.is_some(),
+            "serving"
+        );
         if let Some(addr) = metrics_addr {
             info!(task = %config.task, url = %format!("http://{addr}/metrics"), "serving metrics");
         }
         Ok(Server {
             task: config.task,
             local_addr,
+            tls,
             metrics_addr,
             probe,
             grace,
@@ -286,9 +306,11 @@ impl Server {
     }
 
     /// Returns the target clients pass to a session: `grpc://localhost:PORT`, as TensorFlow's
-    /// `server.target` (always localhost, whatever the cluster file lists).
+    /// `server.target` (always localhost, whatever the cluster file lists); `grpcs://` when the
+    /// task serves TLS.
     pub fn target(&self) -> String {
-        format!("grpc://localhost:{}", self.local_addr.port())
+        let scheme = if self.tls { "grpcs" } else { "grpc" };
+        format!("{scheme}://localhost:{}", self.local_addr.port())
     }
 
     /// Waits until the server has stopped (by [`Server::stop`] from another thread, or a
@@ -341,6 +363,7 @@ fn start_actors(
     .with_limits(config.limits.clone());
     let limits = config.limits.clone();
     let timeouts = config.timeouts.clone();
+    let security = config.security.clone();
     let (tx, rx) = mpsc::channel();
     let thread = thread::Builder::new()
         .name("tessera-actors".into())
@@ -384,7 +407,8 @@ fn start_actors(
                 // logic itself, and a weak handle keeps the state from owning itself through
                 // its cache.
                 let local = Arc::new(LocalPeer::new(task.clone(), Arc::new(state.downgrade())));
-                let peers = match PeerCache::new(master_state.cluster().clone(), local, &timeouts) {
+                let cluster = master_state.cluster().clone();
+                let peers = match PeerCache::with_security(cluster, local, &timeouts, security) {
                     Ok(peers) => Arc::new(peers),
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -438,12 +462,46 @@ fn collect_shard(task: &TaskId, resources: &Arc<ResourceMgr>) {
     }));
 }
 
+/// The server's half of [`Security`]: TLS on the port and the token check on the services.
+struct Guards {
+    security: Security,
+    /// A tonic server builder, with TLS on when configured.
+    builder: tonic::transport::Server,
+}
+
+impl Guards {
+    /// Builds the TLS acceptor up front, so a bad setting fails `start` rather than the gRPC
+    /// thread. A TLS handshake gets the task's connect timeout: a caller that opens a
+    /// connection and says nothing cannot hold it longer than a dial may take.
+    fn new(config: &TaskConfig) -> Result<Self> {
+        let mut builder = tonic::transport::Server::builder();
+        let tls = config
+            .security
+            .server_tls(config.timeouts.connect)
+            .map_err(|e| e.context(format_args!("{}", config.task)))?;
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls).map_err(|e| {
+                Status::invalid_argument(format!(
+                    "{}: cannot serve TLS: {}; check the [tls] files",
+                    config.task,
+                    crate::security::error_chain(&e)
+                ))
+            })?;
+        }
+        Ok(Self {
+            security: config.security.clone(),
+            builder,
+        })
+    }
+}
+
 /// Runs the tonic server on its own runtime until `shutdown` turns true, then gives in-flight
 /// calls `grace` to finish. Reports on `ready` once the server accepts calls.
 fn run_grpc(
     listener: TcpListener,
     mailboxes: Mailboxes,
     operations: Operations,
+    guards: Guards,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
     ready: mpsc::Sender<Result<()>>,
@@ -489,12 +547,16 @@ fn run_grpc(
         let worker = WorkerServiceServer::new(worker_front)
             .max_decoding_message_size(max_request)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        // The token check guards the two services; health stays open to probes.
+        let master = guards.security.guard(master);
+        let worker = guards.security.guard(worker);
         let (health, health_service) = tonic_health::server::health_reporter();
         for name in ["", MASTER_SERVICE, WORKER_SERVICE] {
             health.set_service_status(name, tonic_health::ServingStatus::Serving).await;
         }
         let mut stop_signal = shutdown.clone();
-        let serve = tonic::transport::Server::builder()
+        let serve = guards
+            .builder
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)

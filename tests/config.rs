@@ -189,7 +189,7 @@ const BAD_FILES: &[(&str, &str)] = &[
     (
         "bad_unknown_section.toml",
         "device: unknown key; the keys allowed at the top level are cluster, task, devices, \
-         timeouts, metrics, limits",
+         timeouts, metrics, limits, tls, auth",
     ),
     (
         "bad_duplicate_address.toml",

@@ -1,6 +1,11 @@
 //! The remote session (TensorFlow's target `grpc://host:port`): the session lives in a task's
 //! master, and this side speaks MasterService to it, as TensorFlow's `GrpcSession` does.
 //!
+//! A `grpcs://host:port` (or `https://host:port`) target, or [`ConnectOptions::tls`] with any
+//! target, connects over TLS, checking the master's certificate against the given CA (and
+//! showing the client's own certificate to a master that requires one). With
+//! [`ConnectOptions::token`] every call carries the cluster token.
+//!
 //! ```text
 //! extend (no session yet) ──► CreateSession(graph_def, config, target) → handle, version
 //! extend (later)          ──► ExtendSession(handle, new nodes only, current version)
@@ -25,8 +30,6 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tonic::transport::{Channel, Endpoint};
-
 use crate::error::{Result, Status};
 use crate::proto::master_service_client::MasterServiceClient;
 use crate::proto::{
@@ -35,6 +38,7 @@ use crate::proto::{
     ReleaseCallableRequest, RunCallableRequest, RunStepRequest,
 };
 use crate::runtime::TensorRef;
+use crate::security::{AuthChannel, ClusterToken, Security, TlsConfig};
 use crate::tensor::Tensor;
 
 /// The largest message either way: protobuf's 2 GiB ceiling, as fetched variables can be large.
@@ -53,6 +57,21 @@ pub struct ConnectOptions {
     pub call_timeout: Duration,
     /// The session's configuration, sent with CreateSession.
     pub config: ConfigProto,
+    /// TLS to the master: the CA that signed its certificate, and this client's certificate
+    /// and key for a master that requires one (mTLS). Required by `grpcs://` targets.
+    pub tls: Option<TlsConfig>,
+    /// The cluster token, sent on every call to a master that checks one.
+    pub token: Option<ClusterToken>,
+}
+
+impl ConnectOptions {
+    /// These options with a task's TLS and cluster token (`TaskConfig::security`), so that a
+    /// program running beside a task reaches masters the way the task reaches its peers.
+    pub fn with_security(mut self, security: &Security) -> Self {
+        self.tls = security.tls.clone();
+        self.token = security.token.clone();
+        self
+    }
 }
 
 impl Default for ConnectOptions {
@@ -61,6 +80,8 @@ impl Default for ConnectOptions {
             connect_timeout: Duration::from_secs(10),
             call_timeout: Duration::from_secs(600),
             config: ConfigProto::default(),
+            tls: None,
+            token: None,
         }
     }
 }
@@ -82,7 +103,9 @@ pub struct RemoteSession {
     /// `host:port`, for messages.
     address: String,
     options: ConnectOptions,
-    client: MasterServiceClient<Channel>,
+    /// What to check when the connection fails (plain text against TLS, or the reverse).
+    hint: &'static str,
+    client: MasterServiceClient<AuthChannel>,
     /// Serializes session creation and graph growth, which must see each other's versions.
     handle: Mutex<Handle>,
     /// `None` only while dropping.
@@ -93,10 +116,23 @@ impl RemoteSession {
     /// Connects to the master at `target` (`grpc://host:port`). No session is created yet: the
     /// first [`extend`](Self::extend) (or step) creates it.
     ///
-    /// Fails with INVALID_ARGUMENT for a malformed target, UNAVAILABLE when the master cannot
-    /// be reached within `connect_timeout`, and FAILED_PRECONDITION inside an async context.
+    /// Fails with INVALID_ARGUMENT for a malformed target (or a `grpcs://` one without
+    /// [`ConnectOptions::tls`]), UNAVAILABLE when the master cannot be reached within
+    /// `connect_timeout` (TLS handshake included), and FAILED_PRECONDITION inside an async
+    /// context.
     pub fn connect(target: &str, options: ConnectOptions) -> Result<Self> {
-        let address = parse_target(target)?;
+        let (address, wants_tls) = parse_target(target)?;
+        if wants_tls && options.tls.is_none() {
+            return Err(bad_target(
+                target,
+                "it asks for TLS but ConnectOptions::tls is not set; set it to \
+                 TlsConfig::new(CA file) with the CA that signed the master's certificate",
+            ));
+        }
+        let security = Security {
+            tls: options.tls.clone(),
+            token: options.token.clone(),
+        };
         not_in_async("Session::connect")?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -104,28 +140,36 @@ impl RemoteSession {
             .enable_all()
             .build()
             .map_err(|e| Status::internal(format!("cannot build the client runtime: {e}")))?;
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| bad_target(target, &e.to_string()))?;
+        let endpoint = security
+            .endpoint(&address)
+            .map_err(|e| bad_target(target, e.message()))?;
         let endpoint =
             crate::server::tune_endpoint(endpoint).connect_timeout(options.connect_timeout);
         let connect_timeout = options.connect_timeout;
         let channel = runtime.block_on(async {
             match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
                 Ok(Ok(channel)) => Ok(channel),
-                Ok(Err(e)) => Err(unreachable(target, &error_chain(&e))),
+                Ok(Err(e)) => Err(unreachable(
+                    target,
+                    &format!("{}; {}", error_chain(&e), security.connect_hint()),
+                )),
                 Err(_) => Err(unreachable(
                     target,
-                    &format!("no connection within {connect_timeout:?}"),
+                    &format!(
+                        "no connection within {connect_timeout:?}; {}",
+                        security.connect_hint()
+                    ),
                 )),
             }
         })?;
-        let client = MasterServiceClient::new(channel)
+        let client = MasterServiceClient::new(security.attach(channel))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Self {
             target: target.to_string(),
             address,
             options,
+            hint: security.connect_hint(),
             client,
             handle: Mutex::default(),
             runtime: Some(runtime),
@@ -360,7 +404,7 @@ impl RemoteSession {
     /// its failures into statuses that name the master.
     fn call<Req, Resp, F, Fut>(&self, name: &'static str, message: Req, rpc: F) -> Result<Resp>
     where
-        F: FnOnce(MasterServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        F: FnOnce(MasterServiceClient<AuthChannel>, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         self.call_within(self.options.call_timeout, name, message, rpc)
@@ -375,7 +419,7 @@ impl RemoteSession {
         rpc: F,
     ) -> Result<Resp>
     where
-        F: FnOnce(MasterServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        F: FnOnce(MasterServiceClient<AuthChannel>, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         not_in_async(name)?;
@@ -420,16 +464,17 @@ impl RemoteSession {
         }
         let cause = error_chain(&status);
         match status.code() {
-            tonic::Code::Unavailable => unreachable(&self.target, &cause),
+            tonic::Code::Unavailable => {
+                unreachable(&self.target, &format!("{cause}; {}", self.hint))
+            }
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
                 self.deadline_exceeded(name, timeout)
             }
-            code => Status::from(tonic::Status::new(
-                code,
-                format!(
-                    "{name} to the master at {} failed in transport: {cause}",
-                    self.target
-                ),
+            // The connection broke under the call (the master crashed, or refused this
+            // side's TLS): UNAVAILABLE, the code clients retry on, whatever tonic called it.
+            code => Status::unavailable(format!(
+                "{name} to the master at {} failed in transport ({code:?}): {cause}; {}",
+                self.target, self.hint
             )),
         }
     }
@@ -466,10 +511,21 @@ impl Drop for RemoteSession {
     }
 }
 
-/// `grpc://host:port` → `host:port`; anything else is INVALID_ARGUMENT naming the target.
-pub(crate) fn parse_target(target: &str) -> Result<String> {
-    let Some(address) = target.strip_prefix("grpc://") else {
-        return Err(bad_target(target, "it does not start with `grpc://`"));
+/// `grpc://host:port` → (`host:port`, false); `grpcs://` or `https://` → (`host:port`, true)
+/// (TLS); anything else is INVALID_ARGUMENT naming the target.
+pub(crate) fn parse_target(target: &str) -> Result<(String, bool)> {
+    let (address, tls) = if let Some(address) = target.strip_prefix("grpc://") {
+        (address, false)
+    } else if let Some(address) = target
+        .strip_prefix("grpcs://")
+        .or_else(|| target.strip_prefix("https://"))
+    {
+        (address, true)
+    } else {
+        return Err(bad_target(
+            target,
+            "it does not start with `grpc://` (or `grpcs://` for TLS)",
+        ));
     };
     let address = address.strip_suffix('/').unwrap_or(address);
     let Some((host, port)) = address.rsplit_once(':') else {
@@ -482,7 +538,7 @@ pub(crate) fn parse_target(target: &str) -> Result<String> {
         ));
     }
     match port.parse::<u16>() {
-        Ok(p) if p != 0 => Ok(address.to_string()),
+        Ok(p) if p != 0 => Ok((address.to_string(), tls)),
         _ => Err(bad_target(
             target,
             &format!("`{port}` is not a port (1 to 65535)"),
@@ -492,8 +548,8 @@ pub(crate) fn parse_target(target: &str) -> Result<String> {
 
 fn bad_target(target: &str, why: &str) -> Status {
     Status::invalid_argument(format!(
-        "bad session target `{target}`: {why}; write grpc://HOST:PORT (or \"\" for an \
-         in-process session)"
+        "bad session target `{target}`: {why}; write grpc://HOST:PORT, grpcs://HOST:PORT for \
+         TLS (or \"\" for an in-process session)"
     ))
 }
 
@@ -573,12 +629,24 @@ mod tests {
 
     #[test]
     fn targets_parse_or_name_what_is_wrong() {
+        let plain = |a: &str| (a.to_string(), false);
         assert_eq!(
             parse_target("grpc://localhost:2222").unwrap(),
-            "localhost:2222"
+            plain("localhost:2222")
         );
-        assert_eq!(parse_target("grpc://127.0.0.1:1/").unwrap(), "127.0.0.1:1");
-        assert_eq!(parse_target("grpc://[::1]:80").unwrap(), "[::1]:80");
+        assert_eq!(
+            parse_target("grpc://127.0.0.1:1/").unwrap(),
+            plain("127.0.0.1:1")
+        );
+        assert_eq!(parse_target("grpc://[::1]:80").unwrap(), plain("[::1]:80"));
+        assert_eq!(
+            parse_target("grpcs://h:2222").unwrap(),
+            ("h:2222".to_string(), true)
+        );
+        assert_eq!(
+            parse_target("https://h:1").unwrap(),
+            ("h:1".to_string(), true)
+        );
         for (bad, why) in [
             ("localhost:2222", "grpc://"),
             ("http://h:1", "grpc://"),

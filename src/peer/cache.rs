@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::{GrpcPeer, LocalPeer, Peer};
 use crate::cluster::{ClusterSpec, TaskId, Timeouts};
 use crate::error::{Result, Status};
+use crate::security::Security;
 
 /// Makes the peer of a task other than the own one, given its address in the cluster spec.
 pub type Connector = Arc<dyn Fn(&TaskId, &str) -> Result<Arc<dyn Peer>> + Send + Sync>;
@@ -36,9 +37,21 @@ impl PeerCache {
     /// Peers are created inside [`get`](Self::get), which must run inside the tokio runtime
     /// that serves the daemon (see [`GrpcPeer::connect_lazy`]).
     pub fn new(spec: ClusterSpec, local: Arc<LocalPeer>, timeouts: &Timeouts) -> Result<Self> {
+        Self::with_security(spec, local, timeouts, Security::plain())
+    }
+
+    /// [`new`](Self::new), with every channel dialled with `security`: TLS against the
+    /// cluster's CA (showing this task's certificate), and the cluster token on every call.
+    pub fn with_security(
+        spec: ClusterSpec,
+        local: Arc<LocalPeer>,
+        timeouts: &Timeouts,
+        security: Security,
+    ) -> Result<Self> {
         let connect_timeout: Duration = timeouts.connect;
         let connector: Connector = Arc::new(move |task: &TaskId, address: &str| {
-            let peer = GrpcPeer::connect_lazy(task.clone(), address, connect_timeout)?;
+            let peer =
+                GrpcPeer::connect_lazy_with(task.clone(), address, connect_timeout, &security)?;
             Ok(Arc::new(peer) as Arc<dyn Peer>)
         });
         Self::with_connector(spec, local, connector)

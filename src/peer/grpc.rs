@@ -5,6 +5,9 @@
 //! the other end. Creating one never touches the network, so a master can hold peers for every
 //! task of a cluster while some of them are still starting.
 //!
+//! With the task's [`Security`], the channel speaks TLS against the cluster's CA (showing the
+//! task's own certificate to peers that require one) and every call carries the cluster token.
+//!
 //! Every call carries its deadline twice: as gRPC's `grpc-timeout` header, so the remote task
 //! stops working on a call nobody waits for, and as a local timer, so a task that never answers
 //! (or a packet that never arrives) cannot hold the caller past the deadline.
@@ -22,7 +25,7 @@ use std::error::Error as _;
 use std::future::Future;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use crate::security::{AuthChannel, Security};
 
 use super::{deadline_exceeded, unreachable, CallOptions, Peer, PeerFuture, Rpc};
 use crate::cluster::TaskId;
@@ -40,21 +43,33 @@ use crate::proto::{
 /// a RecvTensor or RunGraph may be that large (gRPC's 4 MiB default breaks real models).
 const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 
-/// A remote task's WorkerService, reached over a lazily connected tonic channel.
+/// A remote task's WorkerService, reached over a lazily connected tonic channel (TLS and the
+/// cluster token when the task's [`Security`] has them).
 #[derive(Clone)]
 pub struct GrpcPeer {
     task: TaskId,
     address: String,
-    client: WorkerServiceClient<Channel>,
+    client: WorkerServiceClient<AuthChannel>,
 }
 
 impl GrpcPeer {
     /// A peer for `task` listening at `address` (`host:port`, or a `http://` URI), connecting
-    /// on first use with `connect_timeout` per attempt.
+    /// on first use with `connect_timeout` per attempt, in plain text without a token.
     ///
     /// Must be called inside a tokio runtime (an actix system is one): the channel's worker task
     /// is spawned there, so that runtime must outlive the peer.
     pub fn connect_lazy(task: TaskId, address: &str, connect_timeout: Duration) -> Result<Self> {
+        Self::connect_lazy_with(task, address, connect_timeout, &Security::plain())
+    }
+
+    /// [`connect_lazy`](Self::connect_lazy) with `security`: TLS against its CA when it has
+    /// one, and its cluster token on every call.
+    pub fn connect_lazy_with(
+        task: TaskId,
+        address: &str,
+        connect_timeout: Duration,
+        security: &Security,
+    ) -> Result<Self> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Status::failed_precondition(format!(
                 "the peer for {} at {address} was created outside a tokio runtime; create peers \
@@ -62,22 +77,17 @@ impl GrpcPeer {
                 task.device_prefix()
             )));
         }
-        let uri = if address.contains("://") {
-            address.to_string()
-        } else {
-            format!("http://{address}")
-        };
-        let endpoint = Endpoint::from_shared(uri).map_err(|e| {
+        let endpoint = security.endpoint(address).map_err(|e| {
             Status::invalid_argument(format!(
-                "address `{address}` of {} is not a valid host:port ({e}); fix it in the \
-                 cluster spec",
-                task.device_prefix()
+                "address `{address}` of {} cannot be dialled: {}; fix it in the cluster spec",
+                task.device_prefix(),
+                e.message()
             ))
         })?;
         let channel = crate::server::tune_endpoint(endpoint)
             .connect_timeout(connect_timeout)
             .connect_lazy();
-        let client = WorkerServiceClient::new(channel)
+        let client = WorkerServiceClient::new(security.attach(channel))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Self {

@@ -35,7 +35,7 @@ pub const EXIT_DEADLINE: Duration = Duration::from_secs(15);
 pub const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
 /// Timeouts short enough that a broken test fails in seconds rather than minutes.
-const TEST_TIMEOUTS: &str = r#"
+pub const TEST_TIMEOUTS: &str = r#"
 [devices]
 gpu = 0
 
@@ -203,7 +203,13 @@ pub struct InProcessCluster {
 impl InProcessCluster {
     /// Starts `jobs` in this process.
     pub fn start(jobs: &[(&str, usize)]) -> InProcessCluster {
-        let (listeners, text) = bind_and_describe(jobs, TEST_TIMEOUTS);
+        Self::start_with(jobs, TEST_TIMEOUTS)
+    }
+
+    /// Starts `jobs` in this process with `extra` TOML (sections other than `[cluster]` and
+    /// `[task]`) in the cluster file.
+    pub fn start_with(jobs: &[(&str, usize)], extra: &str) -> InProcessCluster {
+        let (listeners, text) = bind_and_describe(jobs, extra);
         let servers = listeners
             .into_iter()
             .map(|(job, index, listener)| {
@@ -222,12 +228,16 @@ impl InProcessCluster {
 
     /// Returns `grpc://127.0.0.1:PORT` of a task.
     pub fn target(&self, job: &str, index: usize) -> String {
-        let server = self
-            .servers
+        format!("grpc://{}", self.addr(job, index))
+    }
+
+    /// Returns `127.0.0.1:PORT` of a task.
+    pub fn addr(&self, job: &str, index: usize) -> SocketAddr {
+        self.servers
             .iter()
             .find(|s| s.task().job == job && s.task().index as usize == index)
-            .unwrap_or_else(|| panic!("no task /job:{job}/task:{index} in this cluster"));
-        format!("grpc://{}", server.local_addr())
+            .unwrap_or_else(|| panic!("no task /job:{job}/task:{index} in this cluster"))
+            .local_addr()
     }
 }
 

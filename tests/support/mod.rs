@@ -2,5 +2,7 @@
 //! Each test binary uses only part of it.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod cluster;
 pub mod fake_master;
+pub mod training;

@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use super::ops::{RawLimits, RawMetrics};
 use super::schema::{check_schema, describe, sorted_keys};
+use super::security::{validate_security, RawAuth, RawTls};
 use super::{
     check_address, check_duplicates, check_job_name, default_listen, find_task, ConfigError,
     DeviceConfig, TaskConfig, Timeouts,
@@ -57,6 +58,9 @@ struct RawFile {
     metrics: RawMetrics,
     #[serde(default)]
     limits: RawLimits,
+    tls: Option<RawTls>,
+    #[serde(default)]
+    auth: RawAuth,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -521,6 +525,7 @@ impl RawFile {
         let timeouts = self.timeouts.validate(&invalid)?;
         let metrics = self.metrics.validate(&invalid)?;
         let limits = self.limits.validate(&invalid)?;
+        let security = validate_security(self.tls, self.auth, &invalid)?;
         Ok(TaskConfig {
             cluster,
             task,
@@ -529,6 +534,7 @@ impl RawFile {
             timeouts,
             metrics,
             limits,
+            security,
         })
     }
 }

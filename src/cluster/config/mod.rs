@@ -15,6 +15,7 @@
 mod file;
 mod ops;
 mod schema;
+mod security;
 mod tensorflow;
 
 pub use file::{ENV_PREFIX, ENV_SEPARATOR};
@@ -25,6 +26,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::{ClusterSpec, TaskId};
+use crate::security::Security;
 
 /// Everything a daemon needs to start: the cluster, who it is, where it listens, its devices.
 #[derive(Clone, Debug)]
@@ -43,6 +45,9 @@ pub struct TaskConfig {
     pub metrics: MetricsConfig,
     /// What one request, session or shard may take (`[limits]`).
     pub limits: Limits,
+    /// TLS and the cluster token, for the server and every channel to a peer (`[tls]`,
+    /// `[auth]`); plain text without a token by default.
+    pub security: Security,
 }
 
 /// The devices a task creates at start; a session's config cannot change them later.
@@ -111,6 +116,7 @@ impl TaskConfig {
             timeouts: Timeouts::default(),
             metrics: MetricsConfig::default(),
             limits: Limits::default(),
+            security: Security::default(),
         }
     }
 

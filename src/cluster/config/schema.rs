@@ -11,7 +11,7 @@ use super::ops::{LIMIT_KEYS, METRICS_KEYS};
 use super::ConfigError;
 
 pub(super) const TOP_KEYS: &[&str] = &[
-    "cluster", "task", "devices", "timeouts", "metrics", "limits",
+    "cluster", "task", "devices", "timeouts", "metrics", "limits", "tls", "auth",
 ];
 pub(super) const TASK_KEYS: &[&str] = &["job", "index", "listen"];
 pub(super) const DEVICE_KEYS: &[&str] = &[
@@ -23,8 +23,10 @@ pub(super) const DEVICE_KEYS: &[&str] = &[
     "soft_placement",
 ];
 pub(super) const TIMEOUT_KEYS: &[&str] = &["connect", "rpc", "create_session", "shutdown_grace"];
+pub(super) const TLS_KEYS: &[&str] = &["cert", "key", "ca", "require_client_cert", "server_name"];
+pub(super) const AUTH_KEYS: &[&str] = &["token_file"];
 
-/// The type a key of `[task]`, `[devices]` or `[timeouts]` must have.
+/// The type a key of `[task]`, `[devices]`, `[timeouts]`, `[tls]` or `[auth]` must have.
 #[derive(Clone, Copy)]
 enum Kind {
     Text,
@@ -47,6 +49,8 @@ impl Kind {
             ("timeouts", _) if TIMEOUT_KEYS.contains(&key) => Kind::Duration,
             ("metrics", "listen") => Kind::Text,
             ("limits", _) if LIMIT_KEYS.contains(&key) => Kind::Integer,
+            ("tls", "cert" | "key" | "ca" | "server_name") | ("auth", "token_file") => Kind::Text,
+            ("tls", "require_client_cert") => Kind::Bool,
             _ => return None,
         })
     }
@@ -117,6 +121,8 @@ pub(super) fn check_schema(root: &config::Value, sources: &Sources) -> Result<()
             "timeouts" => TIMEOUT_KEYS,
             "metrics" => METRICS_KEYS,
             "limits" => LIMIT_KEYS,
+            "tls" => TLS_KEYS,
+            "auth" => AUTH_KEYS,
             "cluster" => continue,
             _ => {
                 return Err(unknown(

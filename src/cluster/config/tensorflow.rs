@@ -98,6 +98,7 @@ impl TaskConfig {
             timeouts: Timeouts::default(),
             metrics: Default::default(),
             limits: Default::default(),
+            security: Default::default(),
         })
     }
 
@@ -251,6 +252,7 @@ impl TaskConfig {
             timeouts: Timeouts::default(),
             metrics: Default::default(),
             limits: Default::default(),
+            security: Default::default(),
         })
     }
 }
