@@ -5,8 +5,10 @@
 //! raw TCP:    client ── 8-byte length ──► server ── N bytes ──► client (read_exact)
 //! daemon:     RunGraph(step k): Const ─► _Send  (the tensor waits in the daemon's rendezvous)
 //!             GrpcPeer ── RecvTensor(step k, key) ──► daemon ── tensor_content ──► Tensor
-//! transport:  GrpcPeer ── RecvTensor ──► bare tonic WorkerService answering a prebuilt
-//!             tensor_content (the gRPC path alone, no rendezvous)
+//! transport:  GrpcPeer ── RecvTensor ──► bare WorkerServer answering a prebuilt
+//!             tensor_content (the gRPC path alone, no rendezvous; tessera's fast path)
+//! tonic:      tonic's generated client ── RecvTensor ──► tonic's generated server, same worker
+//!             (prost encoding into tonic's buffers: the path tessera used before `wire`)
 //! ```
 //!
 //! Each pulls the buffer from the server side over one long-lived connection, as a worker's
@@ -24,11 +26,14 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use tessera::cluster::TaskId;
 use tessera::graph::attr::value;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
+use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use tessera::proto::*;
-use tessera::server::{Server, MAX_MESSAGE_BYTES};
+use tessera::server::{server_builder, tune_endpoint, Server, MAX_MESSAGE_BYTES};
 use tessera::tensor::{DType, Tensor};
+use tessera::wire::WorkerServer;
 use tokio::runtime::Runtime;
+use tonic::transport::Channel;
 use tonic::{Request, Response};
 
 const MIB: usize = 1 << 20;
@@ -229,8 +234,17 @@ impl WorkerService for BenchWorker {
     }
 }
 
-/// Serves `BenchWorker` on its own runtime thread, built as the daemon builds its server.
-fn tonic_server(content: bytes::Bytes) -> std::net::SocketAddr {
+/// Which server a bench serves `BenchWorker` with.
+#[derive(Clone, Copy)]
+enum Framing {
+    /// tessera's `WorkerServer`: RecvTensor framed by hand around the shared buffer.
+    Wire,
+    /// tonic's generated `WorkerServiceServer`: prost encodes into tonic's buffer.
+    Generated,
+}
+
+/// Serves `BenchWorker` on its own runtime thread, with the daemon's transport settings.
+fn tonic_server(content: bytes::Bytes, framing: Framing) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("non-blocking");
     let addr = listener.local_addr().expect("addr");
@@ -244,30 +258,56 @@ fn tonic_server(content: bytes::Bytes) -> std::net::SocketAddr {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let service = WorkerServiceServer::new(BenchWorker { content })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming)
-                .await
-                .expect("bench server");
+            let worker = BenchWorker { content };
+            let serve = match framing {
+                Framing::Wire => server_builder()
+                    .add_service(WorkerServer::new(worker))
+                    .serve_with_incoming(incoming),
+                Framing::Generated => server_builder()
+                    .add_service(
+                        WorkerServiceServer::new(worker)
+                            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                    )
+                    .serve_with_incoming(incoming),
+            };
+            serve.await.expect("bench server");
         });
     });
     addr
 }
 
-fn recv_tensor(rt: &Runtime, peer: &GrpcPeer, bytes: usize) -> Tensor {
-    let request = RecvTensorRequest {
+fn bench_request(bytes: usize) -> RecvTensorRequest {
+    RecvTensorRequest {
         step_id: 1,
         rendezvous_key: format!(
             "/job:a/replica:0/task:0/device:CPU:0;0000000000000001;\
              /job:b/replica:0/task:0/device:CPU:0;edge_1_x;0:0;{bytes}"
         ),
         ..Default::default()
-    };
+    }
+}
+
+/// RecvTensor through tonic's generated client and codec (the reference path).
+fn recv_tensor_generated(
+    rt: &Runtime,
+    client: &WorkerServiceClient<Channel>,
+    bytes: usize,
+) -> Tensor {
+    let mut client = client.clone();
     let response = rt
-        .block_on(peer.recv_tensor(request, CallOptions::timeout(Duration::from_secs(60))))
+        .block_on(client.recv_tensor(bench_request(bytes)))
+        .expect("RecvTensor")
+        .into_inner();
+    Tensor::from_proto(response.tensor.as_ref().expect("a tensor")).expect("decodes")
+}
+
+fn recv_tensor(rt: &Runtime, peer: &GrpcPeer, bytes: usize) -> Tensor {
+    let response = rt
+        .block_on(peer.recv_tensor(
+            bench_request(bytes),
+            CallOptions::timeout(Duration::from_secs(60)),
+        ))
         .expect("RecvTensor");
     Tensor::from_proto(response.tensor.as_ref().expect("a tensor")).expect("decodes")
 }
@@ -414,7 +454,9 @@ fn bench(c: &mut Criterion) {
     let largest = SIZES_MIB[SIZES_MIB.len() - 1] * MIB;
     let buffer: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
     let raw_addr = raw_server(buffer.clone());
-    let grpc_addr = tonic_server(bytes::Bytes::from(buffer));
+    let content = bytes::Bytes::from(buffer);
+    let grpc_addr = tonic_server(content.clone(), Framing::Wire);
+    let generated_addr = tonic_server(content, Framing::Generated);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -429,6 +471,13 @@ fn bench(c: &mut Criterion) {
             Duration::from_secs(10),
         )
         .expect("peer")
+    };
+    let generated = {
+        let _entered = rt.enter();
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{generated_addr}"))
+            .expect("uri");
+        WorkerServiceClient::new(tune_endpoint(endpoint).connect_lazy())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
     };
     let mut stream = TcpStream::connect(raw_addr).expect("connect raw");
     stream.set_nodelay(true).expect("nodelay");
@@ -485,6 +534,22 @@ fn bench(c: &mut Criterion) {
                 })
             },
         );
+        group.bench_with_input(
+            BenchmarkId::new("recv_tensor_tonic_codec", mib),
+            &bytes,
+            |b, &n| {
+                b.iter_custom(|iters| {
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        let tensor = recv_tensor_generated(&rt, &generated, n);
+                        assert_eq!(tensor.dims(), [n / 4]);
+                    }
+                    let elapsed = started.elapsed();
+                    record("recv_tensor_tonic_codec", n, elapsed, iters);
+                    elapsed
+                })
+            },
+        );
     }
     group.finish();
 
@@ -497,22 +562,32 @@ fn bench(c: &mut Criterion) {
     };
     println!("\nRecvTensor vs raw TCP on loopback (same run; target: ratio >= 0.70)");
     println!(
-        "{:>8}  {:>13}  {:>18}  {:>6}  {:>21}  {:>6}",
-        "size", "raw TCP GiB/s", "daemon RecvTensor", "ratio", "transport-only GiB/s", "ratio"
+        "{:>8}  {:>13}  {:>17}  {:>6}  {:>16}  {:>6}  {:>17}  {:>6}",
+        "size",
+        "raw TCP GiB/s",
+        "daemon GiB/s",
+        "ratio",
+        "transport GiB/s",
+        "ratio",
+        "tonic codec GiB/s",
+        "ratio"
     );
     for mib in SIZES_MIB {
         let size = mib * MIB;
-        let (Some(raw), Some(daemon), Some(transport)) = (
+        let (Some(raw), Some(daemon), Some(transport), Some(generated)) = (
             gib_per_s("raw_tcp", size),
             gib_per_s("recv_tensor_daemon", size),
             gib_per_s("recv_tensor_transport", size),
+            gib_per_s("recv_tensor_tonic_codec", size),
         ) else {
             continue;
         };
         println!(
-            "{mib:>5} MiB  {raw:>13.2}  {daemon:>18.2}  {:>6.2}  {transport:>21.2}  {:>6.2}",
+            "{mib:>5} MiB  {raw:>13.2}  {daemon:>17.2}  {:>6.2}  {transport:>16.2}  {:>6.2}  \
+             {generated:>17.2}  {:>6.2}",
             daemon / raw,
-            transport / raw
+            transport / raw,
+            generated / raw
         );
     }
     drop(times);

@@ -38,6 +38,7 @@ use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::proto::DeviceAttributes;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
+use crate::wire::WorkerServer;
 use crate::worker::grpc::WorkerGrpc;
 use crate::worker::{Worker, WorkerOptions, WorkerState};
 
@@ -59,6 +60,16 @@ pub const MAX_FRAME_BYTES: u32 = 1 << 20;
 /// A channel endpoint with tessera's transport settings (large windows and frames, no Nagle).
 pub fn tune_endpoint(endpoint: tonic::transport::Endpoint) -> tonic::transport::Endpoint {
     endpoint
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+}
+
+/// A tonic server builder with tessera's transport settings (the server side of
+/// [`tune_endpoint`]: large windows and frames, no Nagle).
+pub fn server_builder() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
@@ -367,19 +378,14 @@ fn run_grpc(
         let master = MasterServiceServer::new(mailboxes.master)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let worker = WorkerServiceServer::new(WorkerGrpc::new(mailboxes.worker))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        // RecvTensor answers share the tensor's buffer (crate::wire); the rest is tonic's.
+        let worker = WorkerServer::new(WorkerGrpc::new(mailboxes.worker));
         let (health, health_service) = tonic_health::server::health_reporter();
         for name in ["", MASTER_SERVICE, WORKER_SERVICE] {
             health.set_service_status(name, tonic_health::ServingStatus::Serving).await;
         }
         let mut stop_signal = shutdown.clone();
-        let serve = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .initial_stream_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-            .max_frame_size(MAX_FRAME_BYTES)
+        let serve = server_builder()
             .add_service(health_service)
             .add_service(master)
             .add_service(worker)
