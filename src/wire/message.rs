@@ -302,38 +302,55 @@ impl Gather {
 }
 
 /// Where `tensor_content`'s bytes start within a RecvTensorResponse whose first bytes are
-/// `prefix`, if the prefix reaches that far (it always does for tessera's and TensorFlow's
-/// senders, which put the small fields first). Any parse trouble answers `None`: alignment is
-/// an optimisation, the full decode judges the message.
+/// `prefix`, if the prefix reaches that far (it does for tessera's and TensorFlow's senders,
+/// which both put the small fields first). Any parse trouble answers `None`: alignment is an
+/// optimisation, the full decode judges the message.
 pub fn content_offset(prefix: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    // Outer: the first field must be the tensor, length-delimited.
-    let key = varint(prefix, &mut at)?;
-    if key != u64::from(RESPONSE_TENSOR << 3 | 2) {
-        return None;
-    }
-    let tensor_len = varint(prefix, &mut at)? as usize;
-    let tensor_end = at.checked_add(tensor_len)?;
-    while at < tensor_end.min(prefix.len()) {
+    // Outer fields in any order (TensorFlow writes send_start_micros before the tensor),
+    // until the tensor; then its fields until tensor_content.
+    let (mut at, tensor_end) = field(prefix, 0, usize::MAX, RESPONSE_TENSOR)?;
+    loop {
         let key = varint(prefix, &mut at)?;
-        let (field, wire) = (key >> 3, key & 7);
-        match wire {
-            0 => {
-                varint(prefix, &mut at)?;
-            }
-            1 => at += 8,
-            2 => {
-                let len = varint(prefix, &mut at)? as usize;
-                if field == u64::from(TENSOR_CONTENT) {
-                    return Some(at);
-                }
-                at = at.checked_add(len)?;
-            }
-            5 => at += 4,
-            _ => return None,
+        if key == u64::from(TENSOR_CONTENT << 3 | 2) {
+            varint(prefix, &mut at)?;
+            return Some(at);
+        }
+        at = skip(prefix, at, key)?;
+        if at >= tensor_end {
+            return None;
         }
     }
+}
+
+/// Finds length-delimited field `wanted` among the fields in `bytes[at..end]`: the start and
+/// end of its value.
+fn field(bytes: &[u8], mut at: usize, end: usize, wanted: u32) -> Option<(usize, usize)> {
+    while at < end.min(bytes.len()) {
+        let key = varint(bytes, &mut at)?;
+        if key == u64::from(wanted << 3 | 2) {
+            let len = varint(bytes, &mut at)? as usize;
+            return Some((at, at.checked_add(len)?));
+        }
+        at = skip(bytes, at, key)?;
+    }
     None
+}
+
+/// The position after the value of a field whose key was just read, at `at`.
+fn skip(bytes: &[u8], mut at: usize, key: u64) -> Option<usize> {
+    match key & 7 {
+        0 => {
+            varint(bytes, &mut at)?;
+            Some(at)
+        }
+        1 => at.checked_add(8),
+        2 => {
+            let len = varint(bytes, &mut at)? as usize;
+            at.checked_add(len)
+        }
+        5 => at.checked_add(4),
+        _ => None,
+    }
 }
 
 /// Reads one varint at `*at`, advancing it; `None` when the prefix ends first or it overflows.
