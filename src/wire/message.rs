@@ -176,12 +176,8 @@ impl Body for MessageBody {
         self.pieces.is_empty() && self.trailers.is_none()
     }
 
-    fn size_hint(&self) -> http_body::SizeHint {
-        let mut hint = http_body::SizeHint::new();
-        let len: usize = self.pieces.iter().map(Bytes::len).sum();
-        hint.set_exact(len as u64);
-        hint
-    }
+    // No exact size hint: hyper would turn it into a content-length header, which neither
+    // tonic nor TensorFlow sends.
 }
 
 /// What [`read_message`] found on a stream: the message (if one came) and the trailers.
