@@ -5,8 +5,10 @@
 //! raw TCP:    client ── 8-byte length ──► server ── N bytes ──► client (read_exact)
 //! daemon:     RunGraph(step k): Const ─► _Send  (the tensor waits in the daemon's rendezvous)
 //!             GrpcPeer ── RecvTensor(step k, key) ──► daemon ── tensor_content ──► Tensor
-//! transport:  GrpcPeer ── RecvTensor ──► bare tonic WorkerService answering a prebuilt
-//!             tensor_content (the gRPC path alone, no rendezvous)
+//! transport:  GrpcPeer ── RecvTensor ──► bare WorkerServer answering a prebuilt
+//!             tensor_content (the gRPC path alone, no rendezvous; tessera's fast path)
+//! tonic:      tonic's generated client ── RecvTensor ──► tonic's generated server, same worker
+//!             (prost encoding into tonic's buffers: the path tessera used before `wire`)
 //! ```
 //!
 //! Each pulls the buffer from the server side over one long-lived connection, as a worker's
@@ -16,7 +18,6 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,29 +25,18 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use tessera::cluster::TaskId;
 use tessera::graph::attr::value;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
+use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use tessera::proto::*;
-use tessera::server::{Server, MAX_MESSAGE_BYTES};
+use tessera::server::{server_builder, tune_endpoint, Server, MAX_MESSAGE_BYTES};
 use tessera::tensor::{DType, Tensor};
+use tessera::wire::WorkerServer;
 use tokio::runtime::Runtime;
+use tonic::transport::Channel;
 use tonic::{Request, Response};
 
 const MIB: usize = 1 << 20;
 const SIZES_MIB: [usize; 3] = [1, 16, 64];
-
-/// Seconds per measured (name, size): summed by `iter_custom`, printed at the end.
-static TIMES: Mutex<Vec<(&'static str, usize, Duration, u64)>> = Mutex::new(Vec::new());
-
-fn record(name: &'static str, size: usize, elapsed: Duration, iters: u64) {
-    let mut times = TIMES.lock().unwrap_or_else(|e| e.into_inner());
-    match times.iter_mut().find(|t| t.0 == name && t.1 == size) {
-        Some(t) => {
-            t.2 += elapsed;
-            t.3 += iters;
-        }
-        None => times.push((name, size, elapsed, iters)),
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Raw TCP baseline.
@@ -229,8 +219,17 @@ impl WorkerService for BenchWorker {
     }
 }
 
-/// Serves `BenchWorker` on its own runtime thread, built as the daemon builds its server.
-fn tonic_server(content: bytes::Bytes) -> std::net::SocketAddr {
+/// Which server a bench serves `BenchWorker` with.
+#[derive(Clone, Copy)]
+enum Framing {
+    /// tessera's `WorkerServer`: RecvTensor framed by hand around the shared buffer.
+    Wire,
+    /// tonic's generated `WorkerServiceServer`: prost encodes into tonic's buffer.
+    Generated,
+}
+
+/// Serves `BenchWorker` on its own runtime thread, with the daemon's transport settings.
+fn tonic_server(content: bytes::Bytes, framing: Framing) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("non-blocking");
     let addr = listener.local_addr().expect("addr");
@@ -244,30 +243,56 @@ fn tonic_server(content: bytes::Bytes) -> std::net::SocketAddr {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let service = WorkerServiceServer::new(BenchWorker { content })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming)
-                .await
-                .expect("bench server");
+            let worker = BenchWorker { content };
+            let serve = match framing {
+                Framing::Wire => server_builder()
+                    .add_service(WorkerServer::new(worker))
+                    .serve_with_incoming(incoming),
+                Framing::Generated => server_builder()
+                    .add_service(
+                        WorkerServiceServer::new(worker)
+                            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                    )
+                    .serve_with_incoming(incoming),
+            };
+            serve.await.expect("bench server");
         });
     });
     addr
 }
 
-fn recv_tensor(rt: &Runtime, peer: &GrpcPeer, bytes: usize) -> Tensor {
-    let request = RecvTensorRequest {
+fn bench_request(bytes: usize) -> RecvTensorRequest {
+    RecvTensorRequest {
         step_id: 1,
         rendezvous_key: format!(
             "/job:a/replica:0/task:0/device:CPU:0;0000000000000001;\
              /job:b/replica:0/task:0/device:CPU:0;edge_1_x;0:0;{bytes}"
         ),
         ..Default::default()
-    };
+    }
+}
+
+/// RecvTensor through tonic's generated client and codec (the reference path).
+fn recv_tensor_generated(
+    rt: &Runtime,
+    client: &WorkerServiceClient<Channel>,
+    bytes: usize,
+) -> Tensor {
+    let mut client = client.clone();
     let response = rt
-        .block_on(peer.recv_tensor(request, CallOptions::timeout(Duration::from_secs(60))))
+        .block_on(client.recv_tensor(bench_request(bytes)))
+        .expect("RecvTensor")
+        .into_inner();
+    Tensor::from_proto(response.tensor.as_ref().expect("a tensor")).expect("decodes")
+}
+
+fn recv_tensor(rt: &Runtime, peer: &GrpcPeer, bytes: usize) -> Tensor {
+    let response = rt
+        .block_on(peer.recv_tensor(
+            bench_request(bytes),
+            CallOptions::timeout(Duration::from_secs(60)),
+        ))
         .expect("RecvTensor");
     Tensor::from_proto(response.tensor.as_ref().expect("a tensor")).expect("decodes")
 }
@@ -410,11 +435,61 @@ impl DaemonSource {
     }
 }
 
+/// The four ways of moving `n` bytes, each returning the time of the move alone.
+struct Pullers {
+    rt: Runtime,
+    stream: TcpStream,
+    into: Vec<u8>,
+    daemon: DaemonSource,
+    peer: GrpcPeer,
+    generated: WorkerServiceClient<Channel>,
+}
+
+/// The measured paths, in the order of the summary's columns.
+const PATHS: [&str; 4] = [
+    "raw_tcp (baseline)",
+    "recv_tensor_daemon",
+    "recv_tensor_transport",
+    "recv_tensor_tonic_codec",
+];
+
+impl Pullers {
+    fn pull(&mut self, path: usize, n: usize) -> Duration {
+        match path {
+            0 => {
+                let started = Instant::now();
+                raw_pull(&mut self.stream, &mut self.into[..n]);
+                started.elapsed()
+            }
+            1 => self.daemon.pull(&self.rt, n),
+            2 => {
+                let started = Instant::now();
+                let tensor = recv_tensor(&self.rt, &self.peer, n);
+                let elapsed = started.elapsed();
+                assert_eq!(tensor.dims(), [n / 4]);
+                elapsed
+            }
+            _ => {
+                let started = Instant::now();
+                let tensor = recv_tensor_generated(&self.rt, &self.generated, n);
+                let elapsed = started.elapsed();
+                assert_eq!(tensor.dims(), [n / 4]);
+                elapsed
+            }
+        }
+    }
+}
+
+/// Bytes each path moves per size in the interleaved summary.
+const SUMMARY_BYTES: usize = 1 << 30;
+
 fn bench(c: &mut Criterion) {
     let largest = SIZES_MIB[SIZES_MIB.len() - 1] * MIB;
     let buffer: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
     let raw_addr = raw_server(buffer.clone());
-    let grpc_addr = tonic_server(bytes::Bytes::from(buffer));
+    let content = bytes::Bytes::from(buffer);
+    let grpc_addr = tonic_server(content.clone(), Framing::Wire);
+    let generated_addr = tonic_server(content, Framing::Generated);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -430,10 +505,24 @@ fn bench(c: &mut Criterion) {
         )
         .expect("peer")
     };
-    let mut stream = TcpStream::connect(raw_addr).expect("connect raw");
+    let generated = {
+        let _entered = rt.enter();
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{generated_addr}"))
+            .expect("uri");
+        WorkerServiceClient::new(tune_endpoint(endpoint).connect_lazy())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    };
+    let stream = TcpStream::connect(raw_addr).expect("connect raw");
     stream.set_nodelay(true).expect("nodelay");
-    let mut into = vec![0u8; largest];
-    let mut daemon = DaemonSource::start(&rt);
+    let daemon = DaemonSource::start(&rt);
+    let mut pullers = Pullers {
+        rt,
+        stream,
+        into: vec![0u8; largest],
+        daemon,
+        peer,
+        generated,
+    };
 
     let mut group = c.benchmark_group("recv_tensor");
     group
@@ -443,80 +532,55 @@ fn bench(c: &mut Criterion) {
     for mib in SIZES_MIB {
         let bytes = mib * MIB;
         group.throughput(Throughput::Bytes(bytes as u64));
-        group.bench_with_input(
-            BenchmarkId::new("raw_tcp (baseline)", mib),
-            &bytes,
-            |b, &n| {
-                b.iter_custom(|iters| {
-                    let started = Instant::now();
-                    for _ in 0..iters {
-                        raw_pull(&mut stream, &mut into[..n]);
-                    }
-                    let elapsed = started.elapsed();
-                    record("raw_tcp", n, elapsed, iters);
-                    elapsed
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("recv_tensor_daemon", mib),
-            &bytes,
-            |b, &n| {
-                b.iter_custom(|iters| {
-                    let elapsed = (0..iters).map(|_| daemon.pull(&rt, n)).sum();
-                    record("recv_tensor_daemon", n, elapsed, iters);
-                    elapsed
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("recv_tensor_transport", mib),
-            &bytes,
-            |b, &n| {
-                b.iter_custom(|iters| {
-                    let started = Instant::now();
-                    for _ in 0..iters {
-                        let tensor = recv_tensor(&rt, &peer, n);
-                        assert_eq!(tensor.dims(), [n / 4]);
-                    }
-                    let elapsed = started.elapsed();
-                    record("recv_tensor_transport", n, elapsed, iters);
-                    elapsed
-                })
-            },
-        );
+        for (path, name) in PATHS.iter().enumerate() {
+            group.bench_with_input(BenchmarkId::new(*name, mib), &bytes, |b, &n| {
+                b.iter_custom(|iters| (0..iters).map(|_| pullers.pull(path, n)).sum())
+            });
+        }
     }
     group.finish();
 
-    let times = TIMES.lock().unwrap_or_else(|e| e.into_inner());
-    let gib_per_s = |name: &str, size: usize| {
-        times
-            .iter()
-            .find(|t| t.0 == name && t.1 == size)
-            .map(|t| (size as f64 * t.3 as f64) / t.2.as_secs_f64() / (1u64 << 30) as f64)
-    };
-    println!("\nRecvTensor vs raw TCP on loopback (same run; target: ratio >= 0.70)");
+    // The ratios come from a separate pass that alternates the paths pull by pull, so that
+    // load from other processes on the machine falls on all of them alike (criterion measures
+    // one path for seconds, then the next).
     println!(
-        "{:>8}  {:>13}  {:>18}  {:>6}  {:>21}  {:>6}",
-        "size", "raw TCP GiB/s", "daemon RecvTensor", "ratio", "transport-only GiB/s", "ratio"
+        "\nRecvTensor vs raw TCP on loopback (interleaved, {} MiB per path and size; \
+         target: ratio >= 0.70)",
+        SUMMARY_BYTES / MIB
+    );
+    println!(
+        "{:>8}  {:>13}  {:>12}  {:>6}  {:>15}  {:>6}  {:>17}  {:>6}",
+        "size",
+        "raw TCP GiB/s",
+        "daemon GiB/s",
+        "ratio",
+        "transport GiB/s",
+        "ratio",
+        "tonic codec GiB/s",
+        "ratio"
     );
     for mib in SIZES_MIB {
-        let size = mib * MIB;
-        let (Some(raw), Some(daemon), Some(transport)) = (
-            gib_per_s("raw_tcp", size),
-            gib_per_s("recv_tensor_daemon", size),
-            gib_per_s("recv_tensor_transport", size),
-        ) else {
-            continue;
-        };
+        let n = mib * MIB;
+        let rounds = (SUMMARY_BYTES / n).max(4);
+        let mut totals = [Duration::ZERO; PATHS.len()];
+        for round in 0..rounds {
+            // Rotate which path goes first, so none always runs on a cold cache or socket.
+            for k in 0..PATHS.len() {
+                let path = (round + k) % PATHS.len();
+                totals[path] += pullers.pull(path, n);
+            }
+        }
+        let gib_per_s = |t: Duration| (n * rounds) as f64 / t.as_secs_f64() / (1u64 << 30) as f64;
+        let [raw, daemon, transport, generated] = totals.map(gib_per_s);
         println!(
-            "{mib:>5} MiB  {raw:>13.2}  {daemon:>18.2}  {:>6.2}  {transport:>21.2}  {:>6.2}",
+            "{mib:>5} MiB  {raw:>13.2}  {daemon:>12.2}  {:>6.2}  {transport:>15.2}  {:>6.2}  \
+             {generated:>17.2}  {:>6.2}",
             daemon / raw,
-            transport / raw
+            transport / raw,
+            generated / raw
         );
     }
-    drop(times);
-    daemon.server.stop();
+    pullers.daemon.server.stop();
 }
 
 criterion_group!(benches, bench);

@@ -34,6 +34,7 @@ pub mod shard;
 pub mod tensor;
 pub mod tower;
 pub mod train;
+pub mod wire;
 pub mod worker;
 
 pub use error::{Code, Result, Status};

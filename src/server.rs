@@ -52,6 +52,7 @@ use crate::runtime::resource::ResourceMgr;
 use crate::security::Security;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
+use crate::wire::WorkerServer;
 use crate::worker::grpc::WorkerGrpc;
 use crate::worker::{Worker, WorkerOptions, WorkerState};
 
@@ -73,6 +74,22 @@ pub const MAX_FRAME_BYTES: u32 = 1 << 20;
 /// A channel endpoint with tessera's transport settings (large windows and frames, no Nagle).
 pub fn tune_endpoint(endpoint: tonic::transport::Endpoint) -> tonic::transport::Endpoint {
     endpoint
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+}
+
+/// A tonic server builder with tessera's transport settings (the server side of
+/// [`tune_endpoint`]: large windows and frames, no Nagle).
+pub fn server_builder() -> tonic::transport::Server {
+    tune_server(tonic::transport::Server::builder())
+}
+
+/// `builder` with tessera's transport settings (as [`server_builder`]), for a builder that
+/// already carries other settings (TLS).
+pub fn tune_server(builder: tonic::transport::Server) -> tonic::transport::Server {
+    builder
         .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
@@ -544,9 +561,8 @@ fn run_grpc(
             .max_decoding_message_size(max_request)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let worker_front = WorkerGrpc::new(mailboxes.worker).with_limits(task.clone(), limits);
-        let worker = WorkerServiceServer::new(worker_front)
-            .max_decoding_message_size(max_request)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        // RecvTensor answers share the tensor's buffer (crate::wire); the rest is tonic's.
+        let worker = WorkerServer::new(worker_front).max_decoding_message_size(max_request);
         // The token check guards the two services; health stays open to probes.
         let master = guards.security.guard(master);
         let worker = guards.security.guard(worker);
@@ -555,12 +571,7 @@ fn run_grpc(
             health.set_service_status(name, tonic_health::ServingStatus::Serving).await;
         }
         let mut stop_signal = shutdown.clone();
-        let serve = guards
-            .builder
-            .tcp_nodelay(true)
-            .initial_stream_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-            .max_frame_size(MAX_FRAME_BYTES)
+        let serve = tune_server(guards.builder)
             .layer(RpcLayer::new(task, max_request))
             .add_service(health_service)
             .add_service(master)

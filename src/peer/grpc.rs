@@ -50,6 +50,8 @@ pub struct GrpcPeer {
     task: TaskId,
     address: String,
     client: WorkerServiceClient<AuthChannel>,
+    /// The same channel, for RecvTensor's hand-framed fast path ([`crate::wire`]).
+    channel: AuthChannel,
 }
 
 impl GrpcPeer {
@@ -87,13 +89,15 @@ impl GrpcPeer {
         let channel = crate::server::tune_endpoint(endpoint)
             .connect_timeout(connect_timeout)
             .connect_lazy();
-        let client = WorkerServiceClient::new(security.attach(channel))
+        let channel = security.attach(channel);
+        let client = WorkerServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Self {
             task,
             address: address.to_string(),
             client,
+            channel,
         })
     }
 
@@ -219,7 +223,27 @@ impl Peer for GrpcPeer {
         run_graph, RunGraph, RunGraphRequest, RunGraphResponse;
         cleanup_graph, CleanupGraph, CleanupGraphRequest, CleanupGraphResponse;
         cleanup_all, CleanupAll, CleanupAllRequest, CleanupAllResponse;
-        recv_tensor, RecvTensor, RecvTensorRequest, RecvTensorResponse;
+    }
+
+    /// Tensors are gathered into one pooled buffer and decoded without copying their content
+    /// ([`crate::wire`]); the bytes on the wire are tonic's.
+    fn recv_tensor(
+        &self,
+        message: RecvTensorRequest,
+        options: CallOptions,
+    ) -> PeerFuture<'_, RecvTensorResponse> {
+        let mut channel = self.channel.clone();
+        let call = async move {
+            crate::wire::recv_tensor(
+                &mut channel,
+                message,
+                options.remaining(),
+                MAX_MESSAGE_BYTES,
+            )
+            .await
+            .map(tonic::Response::new)
+        };
+        Box::pin(self.call(Rpc::RecvTensor, options, call))
     }
 }
 

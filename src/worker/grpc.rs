@@ -4,8 +4,9 @@
 //! RPCs that tessera does not serve (logging, tracing, collectives) answer UNIMPLEMENTED naming
 //! the RPC, so a TensorFlow peer gets a clear error instead of a hang.
 //!
-//! RecvTensor answers carry the tensor's buffer as `tensor_content` (the `Bytes` is shared,
-//! not copied, until tonic encodes the message).
+//! RecvTensor answers carry the tensor's buffer as `tensor_content`, a shared `Bytes`. The
+//! server (`crate::wire::WorkerServer`) frames that response by hand, so the buffer reaches the
+//! socket without being copied; every other RPC is encoded by tonic's generated code.
 
 use std::time::Duration;
 

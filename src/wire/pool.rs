@@ -1,0 +1,201 @@
+//! The receive-buffer pool: large buffers that received tensors live in, reused once the last
+//! tensor sharing one is dropped.
+//!
+//! A fresh multi-MiB allocation is fresh pages from the kernel: every 4 KiB page faults and is
+//! zeroed on first touch, which costs about as much as moving the bytes over loopback TCP. A
+//! training step receives the same tensors every step, so the buffers of step k serve step
+//! k+1 already mapped. Buffers return to the pool from the `Bytes` that shares them
+//! ([`Bytes::from_owner`]), whichever thread drops it last.
+//!
+//! Bounded: at most [`MAX_IDLE_BYTES`] wait in the pool (oldest evicted first); buffers under
+//! [`MIN_POOLED_BYTES`] are plain allocations (the allocator reuses those well by itself).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+/// Buffers smaller than this are not pooled.
+pub const MIN_POOLED_BYTES: usize = 256 << 10;
+
+/// The most idle memory the pool keeps.
+pub const MAX_IDLE_BYTES: usize = 256 << 20;
+
+/// A buffer is reused for a request of at least half its capacity, so a small tensor does not
+/// pin a huge buffer.
+const MAX_WASTE_FACTOR: usize = 2;
+
+/// Idle buffers, oldest first, with their total capacity.
+struct Idle {
+    buffers: VecDeque<Vec<u8>>,
+    bytes: usize,
+}
+
+static IDLE: Mutex<Idle> = Mutex::new(Idle {
+    buffers: VecDeque::new(),
+    bytes: 0,
+});
+
+fn idle() -> std::sync::MutexGuard<'static, Idle> {
+    // The pool holds no invariant a panicking holder could break halfway.
+    IDLE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An empty buffer with room for at least `capacity` bytes, reused from the pool when one fits.
+pub fn take(capacity: usize) -> Buffer {
+    if capacity >= MIN_POOLED_BYTES {
+        let mut idle = idle();
+        let best = idle
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| {
+                b.capacity() >= capacity && b.capacity() <= capacity * MAX_WASTE_FACTOR
+            })
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        if let Some(vec) = best.and_then(|i| idle.buffers.remove(i)) {
+            idle.bytes -= vec.capacity();
+            return Buffer { vec };
+        }
+    }
+    Buffer {
+        vec: Vec::with_capacity(capacity),
+    }
+}
+
+/// Returns `vec` to the pool (or frees it when it is small or the pool is full).
+fn give_back(mut vec: Vec<u8>) {
+    let capacity = vec.capacity();
+    if !(MIN_POOLED_BYTES..=MAX_IDLE_BYTES).contains(&capacity) {
+        return;
+    }
+    vec.clear();
+    let mut idle = idle();
+    while idle.bytes + capacity > MAX_IDLE_BYTES {
+        match idle.buffers.pop_front() {
+            Some(old) => idle.bytes -= old.capacity(),
+            None => break,
+        }
+    }
+    idle.bytes += capacity;
+    idle.buffers.push_back(vec);
+}
+
+/// Bytes held by idle buffers (for tests and metrics).
+pub fn idle_bytes() -> usize {
+    idle().bytes
+}
+
+/// A buffer being filled; [`Buffer::freeze`] turns it into `Bytes` that return it to the pool
+/// when dropped.
+#[derive(Debug)]
+pub struct Buffer {
+    vec: Vec<u8>,
+}
+
+impl Buffer {
+    /// The address of the first byte (for alignment).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.vec.as_ptr()
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.vec.len()
+    }
+
+    /// Whether nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.vec.is_empty()
+    }
+
+    /// Grows the buffer with zeros to `len` bytes (padding before a message).
+    pub fn resize_to(&mut self, len: usize) {
+        self.vec.resize(len, 0);
+    }
+
+    /// Appends `data` (within the capacity asked of [`take`], without reallocating).
+    pub fn extend_from_slice(&mut self, data: &[u8]) {
+        self.vec.extend_from_slice(data);
+    }
+
+    /// The written bytes as `Bytes` sharing this buffer; the buffer goes back to the pool once
+    /// the last `Bytes` sharing it is dropped.
+    pub fn freeze(self) -> Bytes {
+        if self.vec.capacity() < MIN_POOLED_BYTES {
+            return Bytes::from(self.vec);
+        }
+        Bytes::from_owner(Pooled(self.vec))
+    }
+}
+
+/// The owner behind pooled `Bytes`: gives its buffer back when dropped.
+struct Pooled(Vec<u8>);
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        give_back(std::mem::take(&mut self.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pool is process-wide; tests that count its bytes run one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_dropped_buffer_serves_the_next_message_of_its_size() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let size = 3 << 20;
+        let mut first = take(size);
+        first.extend_from_slice(&[7u8; 100]);
+        let address = first.as_ptr();
+        let bytes = first.freeze();
+        assert_eq!(&bytes[..], &[7u8; 100][..]);
+        let shared = bytes.slice(10..20);
+        drop(bytes);
+        // Still shared by `shared`: not back yet, so a new buffer is a different one.
+        let other = take(size);
+        assert_ne!(other.as_ptr(), address);
+        drop(other);
+        drop(shared);
+        let again = take(size);
+        assert_eq!(again.as_ptr(), address);
+        assert!(again.is_empty());
+    }
+
+    #[test]
+    fn small_requests_do_not_take_large_buffers_and_small_buffers_are_not_kept() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let big = take(8 << 20);
+        let address = big.as_ptr();
+        drop(big.freeze());
+        // 1 MiB would waste 7 of 8 MiB: a fresh buffer.
+        let small = take(1 << 20);
+        assert_ne!(small.as_ptr(), address);
+        let before = idle_bytes();
+        drop(take(1000).freeze());
+        assert_eq!(idle_bytes(), before);
+    }
+
+    #[test]
+    fn idle_memory_stays_under_the_bound() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let buffers: Vec<Buffer> = (0..5).map(|_| take(64 << 20)).collect();
+        for buffer in buffers {
+            drop(buffer.freeze());
+        }
+        // Five 64 MiB buffers came back; a 256 MiB pool keeps four of them.
+        assert!(idle_bytes() <= MAX_IDLE_BYTES, "{}", idle_bytes());
+        assert!(idle_bytes() >= 4 * (64 << 20), "{}", idle_bytes());
+    }
+}
