@@ -42,14 +42,22 @@ for target in "${TARGETS[@]}"; do
   artifacts="$WORK/artifacts/$target"
   mkdir -p "$scratch" "$artifacts" "corpus/$target"
   echo "fuzz: $target for ${SECONDS_PER_TARGET} s"
-  # -rss_limit_mb: a claimed size that turns into a huge allocation is a finding.
+  # -rss_limit_mb / -malloc_limit_mb: a claimed size that turns into a huge allocation is
+  # a finding (a tensor from a proto may take up to 2 GiB by design, so the limits sit above).
   # -timeout: one input taking over 10 s (a hang, a deep recursion) is a finding.
+  log="$WORK/$target.log"
+  set +e
   "$CARGO_TARGET_DIR/$HOST/release/$target" "$scratch" "corpus/$target" \
-    -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+    -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=3072 -malloc_limit_mb=2304 \
     -timeout=10 -max_len=65536 -print_final_stats=1 \
-    -artifact_prefix="$artifacts/" 2>&1 | grep -v '^#[0-9]*	\(NEW\|REDUCE\|pulse\)' || {
-    echo "fuzz: $target found a failing input; see $artifacts" >&2
+    -artifact_prefix="$artifacts/" >"$log" 2>&1
+  status=$?
+  set -e
+  grep -E '^(INFO: seed corpus|#[0-9]+\s+(INITED|DONE)|stat::(number_of_executed_units|peak_rss_mb))' "$log" || true
+  if [ "$status" -ne 0 ]; then
+    tail -n 60 "$log" >&2
+    echo "fuzz: $target found a failing input (exit $status); see $artifacts and $log" >&2
     exit 1
-  }
+  fi
 done
 echo "fuzz: every target ran ${SECONDS_PER_TARGET} s without a finding ($(( $(date +%s) - start )) s in all)"

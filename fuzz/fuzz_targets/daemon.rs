@@ -11,6 +11,7 @@ use tessera::server::Server;
 use tonic::transport::{Channel, Endpoint};
 
 /// The only device of the fuzzed task.
+#[allow(dead_code)] // run_step does not name the device.
 pub const DEVICE: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
 
 /// How long one call may take before the input counts as a hang (libFuzzer's -timeout is
