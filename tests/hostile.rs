@@ -625,3 +625,122 @@ fn a_broadcast_beyond_the_proto_limit_is_resource_exhausted_not_an_abort() {
     .expect("four floats from one value");
     assert_eq!(four.values::<f32>().expect("floats").to_vec(), [2.5; 4]);
 }
+
+/// Deep input: a chain of 20 000 Identity nodes (a few hundred KiB of GraphDef) through
+/// CreateSession and a RunStep. Nothing on the way (import, shape inference, pruning,
+/// placement, partitioning, the executor) may recurse once per node: on a daemon thread's
+/// stack that would be a crash any client could cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_chain_of_nodes_runs_without_exhausting_the_stack() {
+    const DEPTH: usize = 20_000;
+    let daemon = Daemon::start().await;
+    let v = Tensor::from_vec(vec![2], vec![1.5f32, -2.0]).expect("v");
+    let mut nodes = vec![node(
+        "n0",
+        "Const",
+        &[],
+        vec![
+            ("dtype", tessera::graph::attr::value::dtype(DType::Float)),
+            ("value", tessera::graph::attr::value::tensor(v.to_proto())),
+        ],
+    )];
+    for i in 1..=DEPTH {
+        let input = format!("n{}", i - 1);
+        nodes.push(node(
+            &format!("n{i}"),
+            "Identity",
+            &[&input],
+            vec![("T", tessera::graph::attr::value::dtype(DType::Float))],
+        ));
+    }
+    let handle = MasterServiceClient::new(daemon.channel.clone())
+        .create_session(CreateSessionRequest {
+            graph_def: Some(GraphDef {
+                node: nodes,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSession of a deep chain")
+        .into_inner()
+        .session_handle;
+    let response = MasterServiceClient::new(daemon.channel.clone())
+        .run_step(RunStepRequest {
+            session_handle: handle,
+            fetch: vec![format!("n{DEPTH}:0")],
+            ..Default::default()
+        })
+        .await
+        .expect("RunStep through the deep chain")
+        .into_inner();
+    let (_, out) = Tensor::from_named_proto(&response.tensor[0]).expect("the fetched tensor");
+    // Identity all the way: the constant comes out unchanged.
+    assert_eq!(out.values::<f32>().expect("floats").to_vec(), [1.5, -2.0]);
+    daemon.assert_serving("the deep chain").await;
+}
+
+/// Deep input in the encoding itself: an attr value nested 10 000 times (`AttrValue.func` →
+/// `NameAttrList.attr` → `AttrValue` ...) in a CreateSession. Decoding stops at prost's depth
+/// limit: INVALID_ARGUMENT, no stack overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attr_nested_ten_thousand_deep_is_invalid_not_a_stack_overflow() {
+    let daemon = Daemon::start().await;
+    let length_delimited = |field: u32, body: &[u8]| {
+        let mut out = Vec::with_capacity(body.len() + 12);
+        prost::encoding::encode_key(field, prost::encoding::WireType::LengthDelimited, &mut out);
+        prost::encoding::encode_varint(body.len() as u64, &mut out);
+        out.extend_from_slice(body);
+        out
+    };
+    // Innermost: AttrValue { i: 1 }. Each level wraps it: AttrValue { func (10):
+    // NameAttrList { attr (2): entry { key (1): "a", value (2): <inner> } } }.
+    let mut value = vec![0x18, 0x01];
+    for _ in 0..10_000 {
+        let mut entry = length_delimited(1, b"a");
+        entry.extend(length_delimited(2, &value));
+        value = length_delimited(10, &length_delimited(2, &entry));
+    }
+    // NodeDef { name (1): "n", op (2): "NoOp", attr (5): entry { "deep": value } }.
+    let mut entry = length_delimited(1, b"deep");
+    entry.extend(length_delimited(2, &value));
+    let mut node_def = length_delimited(1, b"n");
+    node_def.extend(length_delimited(2, b"NoOp"));
+    node_def.extend(length_delimited(5, &entry));
+    // CreateSessionRequest { graph_def (1): GraphDef { node (1): node_def } }.
+    let body = length_delimited(1, &length_delimited(1, &node_def));
+    daemon
+        .expect_refused(
+            "an attr nested 10 000 deep",
+            CREATE_SESSION,
+            body,
+            &[InvalidArgument],
+            "recursion limit",
+        )
+        .await;
+}
+
+/// Deep input in a cluster file: arrays and inline tables nested 100 000 deep are a syntax
+/// error naming the file and position (the TOML parser stops at its depth limit).
+#[test]
+fn a_cluster_file_nested_a_hundred_thousand_deep_is_a_syntax_error() {
+    let depth = 100_000;
+    for text in [
+        format!(
+            "[cluster]\nworker = {}{}\n",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        ),
+        format!("a = {}1{}\n", "{b=".repeat(depth), "}".repeat(depth)),
+    ] {
+        let err = tessera::cluster::TaskConfig::from_toml_with_env(
+            &text,
+            "deep.toml",
+            Vec::<(String, String)>::new(),
+        )
+        .expect_err("a file nested 100 000 deep");
+        let message = err.to_string();
+        assert!(message.starts_with("deep.toml:"), "{message}");
+        assert!(message.contains("recursion"), "{message}");
+    }
+}
