@@ -12,6 +12,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", entry?.path().display());
     }
     let fds = protox::compile(files, ["proto"])?;
-    tonic_prost_build::configure().bytes(".").compile_fds(fds)?;
+    // Malformed requests are INVALID_ARGUMENT rather than tonic's INTERNAL (see src/codec.rs).
+    tonic_prost_build::configure()
+        .bytes(".")
+        .codec_path("crate::codec::ProtoCodec")
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod cluster;
+pub mod codec;
 pub mod data;
 pub mod device;
 pub mod error;

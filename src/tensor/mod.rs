@@ -20,6 +20,7 @@ use bytes::Bytes;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 pub use dtype::DType;
+pub use proto::MAX_PROTO_TENSOR_BYTES;
 pub use shape::{PartialShape, Shape};
 
 use crate::error::{Result, Status};

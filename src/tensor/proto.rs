@@ -185,17 +185,39 @@ impl Tensor {
     }
 }
 
-/// The number of elements of `shape`, failing rather than overflowing on absurd peer shapes.
+/// The most memory a tensor read from a proto may take: protobuf's 2 GiB message ceiling.
+///
+/// A proto of a few bytes can describe an enormous tensor (one `float_val` fills every
+/// element; the shape is free), and TensorFlow allocates whatever it claims. A peer must not
+/// be able to make a task allocate gigabytes with a 30-byte message, so tensors whose elements
+/// would take more than a whole message could carry are refused instead.
+pub const MAX_PROTO_TENSOR_BYTES: usize = i32::MAX as usize;
+
+/// The number of elements of `shape`, failing rather than overflowing on absurd peer shapes,
+/// and refusing (RESOURCE_EXHAUSTED) tensors that would take over [`MAX_PROTO_TENSOR_BYTES`]
+/// in memory.
 fn checked_num_elements(dtype: DType, shape: &Shape) -> Result<usize> {
     let n = shape
         .dims()
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    let bytes = n.and_then(|n| n.checked_mul(dtype.size().unwrap_or(1)));
-    match (n, bytes) {
-        (Some(n), Some(b)) if b <= isize::MAX as usize => Ok(n),
-        _ => Err(Status::invalid_argument(format!(
+    // In memory, strings and handles take their Rust size per element, whatever their bytes.
+    let per_element = match dtype {
+        DType::String => std::mem::size_of::<Bytes>(),
+        DType::Resource => std::mem::size_of::<ResourceHandle>(),
+        _ => dtype.size().unwrap_or(1),
+    };
+    let Some(n) = n else {
+        return Err(Status::invalid_argument(format!(
             "a {dtype} tensor of shape {shape} has too many elements to hold in memory"
+        )));
+    };
+    match n.checked_mul(per_element) {
+        Some(bytes) if bytes <= MAX_PROTO_TENSOR_BYTES => Ok(n),
+        _ => Err(Status::resource_exhausted(format!(
+            "a {dtype} tensor of shape {shape} ({n} elements) would take over \
+             {MAX_PROTO_TENSOR_BYTES} bytes, the most a TensorProto may describe; send it in \
+             smaller pieces"
         ))),
     }
 }

@@ -147,6 +147,11 @@ impl Cluster {
         self.task(job, index).addr
     }
 
+    /// Returns the process id of a running task (for reading `/proc/<pid>`).
+    pub fn pid(&self, job: &str, index: usize) -> Option<u32> {
+        self.task(job, index).child.as_ref().map(Child::id)
+    }
+
     /// Kills a task with SIGKILL and waits for it (a crash, as far as its peers can tell).
     pub fn kill(&mut self, job: &str, index: usize) -> ExitStatus {
         let task = self.task_mut(job, index);

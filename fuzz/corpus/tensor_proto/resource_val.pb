@@ -1,0 +1,2 @@
+r*
+%/job:ps/replica:0/task:0/device:CPU:0v

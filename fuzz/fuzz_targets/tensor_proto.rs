@@ -1,0 +1,22 @@
+//! TensorProto bytes → `Tensor::from_proto`, the conversion every feed, fetch, `Const` value
+//! and RecvTensor answer goes through. A tensor that converts must survive a round trip
+//! through both of tessera's encodings unchanged.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use tessera::proto::TensorProto;
+use tessera::tensor::Tensor;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(proto) = TensorProto::decode(data) else {
+        return;
+    };
+    let Ok(tensor) = Tensor::from_proto(&proto) else {
+        return;
+    };
+    for encoded in [tensor.to_proto(), tensor.to_proto_content()] {
+        let back = Tensor::from_proto(&encoded).expect("a tensor's own proto converts back");
+        assert!(back == tensor, "round trip changed the tensor");
+    }
+});
