@@ -151,7 +151,12 @@ fn queue_and_accumulator_users_follow_the_resource() {
             node("q", "FIFOQueueV2", "/job:ps/task:1", &[]),
             node("q_Dequeue", "QueueDequeueV2", "/job:worker/task:0", &["q"]),
             node("q_Close", "QueueCloseV2", "/job:worker/task:0", &["q"]),
-            node("acc", "ResourceConditionalAccumulator", "/job:ps/task:1", &[]),
+            node(
+                "acc",
+                "ResourceConditionalAccumulator",
+                "/job:ps/task:1",
+                &[],
+            ),
             node("step", "Const", "/job:worker/task:0", &[]),
             node(
                 "acc_SetGlobalStep",

@@ -87,8 +87,9 @@ where
     let message = received.message.ok_or_else(|| {
         tonic::Status::internal("RecvTensor response carried a status OK but no message")
     })?;
+    // As in crate::codec: a message that does not parse is INVALID_ARGUMENT.
     RecvTensorResponse::decode(message).map_err(|e| {
-        tonic::Status::internal(format!(
+        tonic::Status::invalid_argument(format!(
             "RecvTensor response is not a RecvTensorResponse: {e}"
         ))
     })

@@ -103,9 +103,10 @@ async fn recv_tensor<T: WorkerService>(
     let message = read_message(body, MAX_REQUEST_BYTES)
         .await?
         .message
-        .ok_or_else(|| tonic::Status::internal("RecvTensor request carried no message"))?;
+        .ok_or_else(|| tonic::Status::invalid_argument("RecvTensor request carried no message"))?;
+    // A request that does not parse is the caller's bad argument, as in crate::codec.
     let message = RecvTensorRequest::decode(message).map_err(|e| {
-        tonic::Status::internal(format!(
+        tonic::Status::invalid_argument(format!(
             "RecvTensor request is not a RecvTensorRequest: {e}"
         ))
     })?;
