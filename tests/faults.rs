@@ -412,8 +412,11 @@ fn async_training_survives_a_ps_restart_and_goes_on_from_the_last_checkpoint() {
         .extend(&linear_replica(0, &optimizer).unwrap().graph)
         .unwrap();
     let step = read_step(&check).unwrap();
+    // A worker stops once it reads the last step after a step of its own; a step whose fetched
+    // value (read before the other worker's increments) was still two short skips that read,
+    // so each worker may run up to two steps past the other's arrival: 80 to 83.
     assert!(
-        (LAST_STEP..LAST_STEP + 2).contains(&step),
+        (LAST_STEP..=LAST_STEP + 3).contains(&step),
         "final global step {step}"
     );
     assert!(
