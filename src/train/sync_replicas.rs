@@ -28,8 +28,9 @@
 //! backup the chief's take fails with DEADLINE_EXCEEDED saying how many gradients arrived, the
 //! [`ChiefQueueRunner`] closes the token queue, and the waiting workers end with OUT_OF_RANGE.
 //!
-//! The update is plain gradient descent (`ResourceApplyGradientDescent`) on the averaged
-//! gradients, under the name scope `GradientDescent` as TensorFlow's optimizer names it.
+//! The update is the wrapped [`Optimizer`]'s `apply_gradients` on the averaged gradients
+//! (gradient descent under `GradientDescent` unless [`SyncReplicasOptimizer::wrapping`] names
+//! another), so momentum, Adam and the others keep their slots next to their variables.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,11 +44,12 @@ use crate::graph::{Graph, NodeSpec, Output, Variable};
 use crate::proto::GraphDef;
 use crate::runtime::Device;
 use crate::tensor::{DType, PartialShape, Tensor};
+use crate::train::optimizer::Optimizer;
 
 /// Builds synchronous-replica training around gradient descent.
 #[derive(Clone, Debug)]
 pub struct SyncReplicasOptimizer {
-    learning_rate: f64,
+    optimizer: Optimizer,
     replicas_to_aggregate: usize,
     total_num_replicas: usize,
     wait: Option<Duration>,
@@ -59,6 +61,21 @@ impl SyncReplicasOptimizer {
     /// workers (`None`: as many as aggregated; more: backup workers).
     pub fn new(
         learning_rate: f64,
+        replicas_to_aggregate: usize,
+        total_num_replicas: Option<usize>,
+    ) -> Result<Self> {
+        Self::wrapping(
+            Optimizer::gradient_descent(learning_rate),
+            replicas_to_aggregate,
+            total_num_replicas,
+        )
+    }
+
+    /// Wraps `optimizer` (TensorFlow's `SyncReplicasOptimizer(opt, ...)`): the averaged
+    /// gradients are applied through [`Optimizer::apply_gradients`], so any update rule works,
+    /// its slots created next to their variables on the ps.
+    pub fn wrapping(
+        optimizer: Optimizer,
         replicas_to_aggregate: usize,
         total_num_replicas: Option<usize>,
     ) -> Result<Self> {
@@ -74,7 +91,7 @@ impl SyncReplicasOptimizer {
             ));
         }
         Ok(Self {
-            learning_rate,
+            optimizer,
             replicas_to_aggregate,
             total_num_replicas: total,
             wait: None,
@@ -294,47 +311,21 @@ impl SyncReplicasOptimizer {
         })
     }
 
-    /// `GradientDescent/update_<var>/ResourceApplyGradientDescent` per variable, grouped as
-    /// `GradientDescent/update`, then `GradientDescent` (global_step += 1); returns the latter.
+    /// The wrapped optimizer's update of the averaged gradients (`<opt>/update_<var>/...`,
+    /// slots colocated with their variables), then `<opt>` (global_step += 1); returns the
+    /// latter.
     fn update(
         &self,
         g: &mut Graph,
         averaged: &[(Output, Variable)],
         global_step: &Variable,
     ) -> Result<String> {
-        let scope = g.with_name_scope("", |g| g.unique_name("GradientDescent"));
-        g.with_name_scope(&format!("{scope}/"), |g| -> Result<String> {
-            let mut updates = Vec::with_capacity(averaged.len());
-            // One learning-rate constant per dtype, as TensorFlow's optimizers make them.
-            let mut rates: Vec<(DType, Output)> = Vec::new();
-            for (grad, var) in averaged {
-                let lr = match rates.iter().find(|(d, _)| *d == grad.dtype) {
-                    Some((_, lr)) => lr.clone(),
-                    None => {
-                        let lr = g.scalar("learning_rate", grad.dtype, self.learning_rate)?;
-                        rates.push((grad.dtype, lr.clone()));
-                        lr
-                    }
-                };
-                let node = var.handle.node.clone();
-                let update = g.with_name_scope(&format!("update_{node}"), |g| {
-                    g.with_colocation(&node, |g| g.apply_gradient_descent(&var.handle, &lr, grad))
-                })?;
-                updates.push(update);
-            }
-            let refs: Vec<&str> = updates.iter().map(String::as_str).collect();
-            let update = g.group("update", &refs)?;
-            g.with_control_dependencies(&[update.as_str()], |g| {
-                g.with_colocation(&global_step.handle.node.clone(), |g| {
-                    let one = g.constant_proto("Const", Tensor::scalar(1i64).to_proto())?;
-                    g.add_op(
-                        NodeSpec::new("AssignAddVariableOp")
-                            .name(&format!("{scope}/"))
-                            .input(&global_step.handle)
-                            .input(&one),
-                    )
-                })
-            })
+        let pairs: Vec<(Option<Output>, Variable)> = averaged
+            .iter()
+            .map(|(grad, var)| (Some(grad.clone()), var.clone()))
+            .collect();
+        g.with_name_scope("", |g| {
+            self.optimizer.apply_gradients(g, &pairs, Some(global_step))
         })
     }
 }
