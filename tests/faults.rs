@@ -24,9 +24,10 @@ use std::thread;
 use std::time::Duration;
 
 use support::cluster::{killed_by, Cluster};
-use tessera::client::Session;
+use tessera::client::{ConnectOptions, Session};
 use tessera::graph::scope::replica_device_setter;
-use tessera::graph::{Graph, Variable};
+use tessera::graph::{Graph, Output, Variable};
+use tessera::proto::ConfigProto;
 use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::train::checkpoint::state::latest_checkpoint;
 use tessera::train::checkpoint::{build_saver_ops, BundleReader, Saver};
@@ -35,6 +36,7 @@ use tessera::train::monitored::{
     SessionManager, StopAt, StopAtStepHook, TrainingConfig,
 };
 use tessera::train::optimizer::{get_or_create_global_step, Optimizer};
+use tessera::train::sync_replicas::{SyncReplicasHook, SyncReplicasOps, SyncReplicasOptimizer};
 use tessera::{Code, Result, Status};
 
 /// The global step as a hook fetches it.
@@ -214,7 +216,6 @@ impl Hook for Steps {
 /// What one worker's training loop saw.
 #[derive(Debug)]
 struct Outcome {
-    steps: usize,
     sessions: u64,
     first_loss: f32,
     last_loss: f32,
@@ -233,7 +234,6 @@ fn train_loop(mut session: MonitoredSession, task: usize, replica: &Replica) -> 
         losses.push(values[0].scalar_value::<f32>()?);
     }
     let outcome = Outcome {
-        steps: losses.len(),
         sessions: session.sessions_created(),
         first_loss: losses.first().copied().unwrap_or(f32::NAN),
         last_loss: losses.last().copied().unwrap_or(f32::NAN),
@@ -244,7 +244,9 @@ fn train_loop(mut session: MonitoredSession, task: usize, replica: &Replica) -> 
 
 #[test]
 fn async_training_survives_a_ps_restart_and_goes_on_from_the_last_checkpoint() {
-    const LAST_STEP: i64 = 80;
+    // Far enough past the kill that the other worker, training on while the chief is held,
+    // is still training when the ps dies.
+    const LAST_STEP: i64 = 300;
     const KILL_AT: i64 = 35;
     const SAVE_EVERY: u64 = 10;
     let mut cluster = Cluster::start(&[("ps", 1), ("worker", 2)]);
@@ -338,7 +340,7 @@ fn async_training_survives_a_ps_restart_and_goes_on_from_the_last_checkpoint() {
     };
 
     // The chief holds at KILL_AT (the worker trains on); the ps dies, losing every variable.
-    let paused_at = match reached_rx.recv_timeout(Duration::from_secs(120)) {
+    let paused_at = match reached_rx.recv_timeout(Duration::from_secs(25)) {
         Ok(step) => step,
         Err(e) => panic!(
             "the chief never reached step {KILL_AT} ({e}): {:?}",
@@ -425,4 +427,277 @@ fn async_training_survives_a_ps_restart_and_goes_on_from_the_last_checkpoint() {
     );
     let final_ckpt = latest_checkpoint(&ckpt_dir).unwrap().unwrap();
     assert!(checkpoint_step(&final_ckpt) >= LAST_STEP, "{final_ckpt:?}");
+}
+
+/// One replica of the synchronous model: the same regression, its averaged gradients applied
+/// by gradient descent through a SyncReplicasOptimizer naming the replica.
+struct SyncReplica {
+    graph: tessera::proto::GraphDef,
+    x: String,
+    y: String,
+    loss: String,
+    init: String,
+    init_tokens: String,
+    ops: SyncReplicasOps,
+    ready: ReadyOp,
+}
+
+fn sync_replica(
+    task: usize,
+    aggregate: usize,
+    total: usize,
+    wait: Duration,
+) -> Result<SyncReplica> {
+    let mut g = Graph::new();
+    let setter = replica_device_setter(1, &format!("/job:worker/task:{task}"))?;
+    let optimizer = Optimizer::gradient_descent(0.05);
+    let sync = SyncReplicasOptimizer::wrapping(optimizer.clone(), aggregate, Some(total))?
+        .wait_timeout(wait)
+        .replica_id(&format!("/job:worker/task:{task}"));
+    let (x, y, loss, ops, vars) = g.with_device_fn(setter, |g| -> Result<_> {
+        let global_step = get_or_create_global_step(g)?;
+        let w0 = g.constant(&Tensor::from_vec(
+            vec![FEATURES, 1],
+            vec![0.0f32; FEATURES],
+        )?)?;
+        let w = g.variable("w", &w0)?;
+        let b0 = g.constant(&Tensor::from_vec(vec![1], vec![0.0f32])?)?;
+        let b = g.variable("b", &b0)?;
+        let x = g.placeholder(
+            "x",
+            DType::Float,
+            PartialShape::new(vec![None, Some(FEATURES)]),
+        )?;
+        let y = g.placeholder("y", DType::Float, PartialShape::new(vec![None, Some(1)]))?;
+        let xw = g.matmul(&x, &w.value)?;
+        let pred = g.add(&xw, &b.value)?;
+        let err = g.sub(&pred, &y)?;
+        let sq = g.mul(&err, &err)?;
+        let loss = g.mean(&sq, &[0, 1], false)?;
+        let grads = optimizer.compute_gradients(g, &loss, &[w.clone(), b.clone()])?;
+        let grads: Vec<(Output, Variable)> = grads
+            .into_iter()
+            .map(|(grad, var)| (grad.expect("the loss depends on every variable"), var))
+            .collect();
+        let ops = sync.apply_gradients(g, &grads, &global_step)?;
+        Ok((x, y, loss, ops, [global_step, w, b]))
+    })?;
+    let init = g.global_variables_initializer()?;
+    let init_tokens = ops.get_init_tokens_op(&mut g, -1)?;
+    Ok(SyncReplica {
+        graph: g.to_graph_def(),
+        x: x.name(),
+        y: y.name(),
+        loss: loss.name(),
+        init,
+        init_tokens,
+        ops,
+        ready: ReadyOp::for_variables(&vars.iter().collect::<Vec<_>>()),
+    })
+}
+
+/// Tells the test, once, that the global step reached `at` (training goes on).
+struct Notify {
+    at: i64,
+    tx: Option<mpsc::Sender<i64>>,
+}
+
+impl Hook for Notify {
+    fn before_run(&mut self, _context: &RunContext<'_>) -> Result<RunArgs> {
+        Ok(RunArgs::fetch(&[GLOBAL_STEP]))
+    }
+    fn after_run(&mut self, _context: &mut RunContext<'_>, values: &[Tensor]) -> Result<()> {
+        let step = values[0].scalar_value::<i64>()?;
+        if step >= self.at {
+            if let Some(tx) = self.tx.take() {
+                let _ = tx.send(step);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts worker `task`'s client thread: a monitored session over its own daemon running
+/// synchronous steps until it stops, the token queue closes (OUT_OF_RANGE) or it fails.
+/// Returns the steps it ran, or the error that ended it (the chief's includes its runner's).
+fn spawn_sync_worker(
+    cluster: &Cluster,
+    task: usize,
+    replica: SyncReplica,
+    last_step: i64,
+    retry: RetryPolicy,
+    extra: Option<Box<dyn Hook>>,
+) -> thread::JoinHandle<Result<usize>> {
+    let target = cluster.target("worker", task);
+    thread::spawn(move || {
+        let is_chief = task == 0;
+        let scaffold = Scaffold {
+            init_op: is_chief.then(|| replica.init.clone()),
+            local_init_op: None,
+            ready_op: replica.ready.clone(),
+        };
+        let manager = SessionManager::new(
+            connect(target.clone(), replica.graph.clone()),
+            scaffold,
+            is_chief,
+        )
+        .with_wait(Duration::from_millis(100), Duration::from_secs(60));
+        let mut config = TrainingConfig::new(GLOBAL_STEP);
+        config.log_step_count = None;
+        let sync: Box<dyn Hook> = if is_chief {
+            let runner = connect(target, replica.graph.clone());
+            Box::new(SyncReplicasHook::chief(
+                &replica.ops,
+                &replica.init_tokens,
+                runner,
+                Some(last_step),
+            ))
+        } else {
+            Box::new(SyncReplicasHook::worker(&replica.ops))
+        };
+        config.hooks.push(sync);
+        config.hooks.push(Box::new(StopAtStepHook::new(
+            GLOBAL_STEP,
+            StopAt::LastStep(last_step),
+        )));
+        config.hooks.extend(extra);
+        config.retry = retry;
+        let mut session = MonitoredSession::training(manager, config)?;
+        let mut steps = 0;
+        while !session.should_stop() {
+            let (x, y) = batch(task, steps);
+            match session.run(
+                &[(&replica.x, x), (&replica.y, y)],
+                &[&replica.loss, &replica.ops.train_op],
+                &[],
+            ) {
+                Ok(_) => steps += 1,
+                Err(e) if e.code() == Code::OutOfRange => break,
+                Err(e) => return Err(e),
+            }
+        }
+        session.close()?;
+        Ok(steps)
+    })
+}
+
+/// Few, quick retries: a worker whose own daemon is gone gives up soon.
+fn short_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 3,
+        initial_backoff: Duration::from_millis(50),
+        multiplier: 2.0,
+        max_backoff: Duration::from_millis(200),
+    }
+}
+
+#[test]
+fn sync_training_with_a_backup_worker_finishes_when_one_worker_dies() {
+    const LAST_STEP: i64 = 30;
+    let mut cluster = Cluster::start(&[("ps", 1), ("worker", 3)]);
+    let wait = Duration::from_secs(10);
+    let (tx, rx) = mpsc::channel();
+    let workers: Vec<_> = (0..3)
+        .map(|task| {
+            let replica = sync_replica(task, 2, 3, wait).unwrap();
+            let notify = (task == 0).then(|| {
+                Box::new(Notify {
+                    at: 10,
+                    tx: Some(tx.clone()),
+                }) as Box<dyn Hook>
+            });
+            spawn_sync_worker(&cluster, task, replica, LAST_STEP, short_retry(), notify)
+        })
+        .collect();
+    let at = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the chief reaches step 10");
+    assert!(at < LAST_STEP);
+    let status = cluster.kill("worker", 2);
+    assert!(killed_by(status, libc::SIGKILL), "{status:?}");
+
+    let results: Vec<Result<usize>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    // The dead worker's client lost its master: UNAVAILABLE after its few retries.
+    let dead = results[2]
+        .as_ref()
+        .expect_err("worker 2's client fails with its daemon");
+    assert_eq!(dead.code(), Code::Unavailable, "{dead}");
+    // The other two finished training.
+    for (task, result) in results[..2].iter().enumerate() {
+        let steps = result
+            .as_ref()
+            .unwrap_or_else(|e| panic!("worker {task}: {e}"));
+        assert!(*steps > 0, "worker {task} ran no step");
+    }
+    // Worker 2 is gone: this session asks only for the tasks it needs.
+    let options = ConnectOptions {
+        config: ConfigProto {
+            device_filters: vec!["/job:ps".into(), "/job:worker/task:0".into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let check = Session::connect_with(&cluster.target("worker", 0), options).unwrap();
+    check
+        .extend(&sync_replica(0, 2, 3, wait).unwrap().graph)
+        .unwrap();
+    let step = read_step(&check).unwrap();
+    // The chief's loop ends at the last step: one update per step, no more.
+    assert_eq!(step, LAST_STEP);
+}
+
+#[test]
+fn without_a_backup_a_dead_worker_ends_the_survivors_wait_with_an_error_naming_it() {
+    let mut cluster = Cluster::start(&[("ps", 1), ("worker", 2)]);
+    let wait = Duration::from_secs(2);
+    // Worker 1 is held after a step, holding the token for its next one, and dies there: the
+    // chief gets the round's other token only, so the update misses worker 1's gradient. (A
+    // worker dying with no token left behind would not stall anything: the chief would spend
+    // the spare tokens and contribute twice per update, as in TensorFlow.)
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (resume_tx, resume_rx) = mpsc::channel();
+    let mut hold = Some(PauseAt {
+        at: 5,
+        fired: false,
+        reached: reached_tx,
+        resume: resume_rx,
+    });
+    let workers: Vec<_> = (0..2)
+        .map(|task| {
+            let replica = sync_replica(task, 2, 2, wait).unwrap();
+            let extra = if task == 1 {
+                hold.take().map(|h| Box::new(h) as Box<dyn Hook>)
+            } else {
+                None
+            };
+            spawn_sync_worker(&cluster, task, replica, 1000, short_retry(), extra)
+        })
+        .collect();
+    reached_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("worker 1 reaches step 5");
+    let status = cluster.kill("worker", 1);
+    assert!(killed_by(status, libc::SIGKILL), "{status:?}");
+    let killed = std::time::Instant::now();
+    resume_tx.send(()).unwrap();
+
+    let mut workers = workers.into_iter();
+    let chief = workers.next().unwrap().join().unwrap();
+    let waited = killed.elapsed();
+    let e = chief.expect_err("the survivor cannot finish without its peer");
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e}");
+    assert!(
+        e.message()
+            .contains("/job:worker/task:1 (last gradient at local step"),
+        "the error names the missing replica: {e}"
+    );
+    assert!(!e.message().contains("/job:worker/task:0 ("), "{e}");
+    // The chief's take waits `wait` from its last update; the survivor's token wait is
+    // longer, so the take's error comes first and the closed queue releases the survivor.
+    assert!(
+        waited < wait * 2 + Duration::from_secs(3),
+        "took {waited:?}"
+    );
+    let dead = workers.next().unwrap().join().unwrap();
+    assert!(dead.is_err(), "{dead:?}");
 }

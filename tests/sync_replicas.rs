@@ -343,7 +343,12 @@ fn node_names_follow_tensorflows_sync_replicas_graph() {
             "sync_replicas/ResourceAccumulatorTakeGradient_1/num_required"
         ]
     );
+    // The waits are bounded inside steps with longer deadlines (remote steps have one): the
+    // take by the optimizer's wait (1 s here), the token by twice that.
+    let take = node("sync_replicas/ResourceAccumulatorTakeGradient_1");
+    assert_eq!(tessera::graph::attr::int_or(take, "_timeout_ms", -1).unwrap(), 1000);
     let dequeue = node("sync_token_q_Dequeue");
+    assert_eq!(tessera::graph::attr::int_or(dequeue, "timeout_ms", -1).unwrap(), 2000);
     assert_eq!(
         dequeue.input,
         [

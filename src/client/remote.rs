@@ -424,12 +424,13 @@ impl RemoteSession {
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
                 self.deadline_exceeded(name, timeout)
             }
-            code => Status::from(tonic::Status::new(
-                code,
-                format!(
-                    "{name} to the master at {} failed in transport: {cause}",
-                    self.target
-                ),
+            // The connection broke during the call (the master's task crashed or was
+            // killed): UNAVAILABLE, the code a monitored session recovers from, as the
+            // master's own peers report a task lost mid-call.
+            _ => Status::unavailable(format!(
+                "{name} to the master at {} lost the connection: {cause}; the task may have \
+                 crashed or restarted",
+                self.target
             )),
         }
     }

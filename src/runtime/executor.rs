@@ -545,13 +545,24 @@ struct StepState {
 }
 
 impl StepState {
-    /// Records the step's first error; later ones are dropped.
+    /// Records the step's first error; later ones are dropped. The first also aborts the
+    /// step's rendezvous at once, so that a `_Recv` of this or another executor of the step
+    /// (one pulling from another task, say) gives up now instead of holding the step, and with
+    /// it the error, until its deadline. (The cancellation token is left alone: a local
+    /// session's token is the session's own, and the caller cancels a worker step's token.)
     fn fail(&self, status: Status) {
         let mut slot = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(status);
+        let first = slot.is_none();
+        if first {
+            *slot = Some(status.clone());
         }
         self.failed.store(true, Ordering::Release);
+        drop(slot);
+        if first {
+            if let Some(rendezvous) = &self.options.rendezvous {
+                rendezvous.abort(status);
+            }
+        }
     }
 
     /// Whether no new node may start (failed, cancelled or past the deadline), recording why.

@@ -125,7 +125,10 @@ fn is_resource_source(node: &NodeDef) -> bool {
             .unwrap_or(false)
     };
     match node.op.as_str() {
-        "VarHandleOp" => true,
+        // Queues and accumulators are resources too: their enqueue, close, apply and
+        // set-global-step ops must run where the resource lives (the ps), not on the worker
+        // the device setter asked for.
+        "VarHandleOp" | "FIFOQueueV2" | "ResourceConditionalAccumulator" => true,
         "Placeholder" | "PlaceholderWithDefault" => typed("dtype"),
         "_Recv" | "_HostRecv" => typed("tensor_type"),
         "_Arg" => typed("T"),

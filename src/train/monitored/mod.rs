@@ -199,6 +199,12 @@ impl MonitoredSession {
                 .and_then(|()| self.run_with_hooks(feeds, fetches, targets));
             match result {
                 Ok(values) => return Ok(values),
+                // The input (or the token queue) ran out: training is over, as TensorFlow's
+                // monitored session treats OUT_OF_RANGE. The error is still returned.
+                Err(e) if e.code() == crate::error::Code::OutOfRange => {
+                    self.stop_requested = true;
+                    return Err(e);
+                }
                 Err(e) => self.recover(e, &mut attempt, "running a step")?,
             }
         }
