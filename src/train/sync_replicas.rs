@@ -24,9 +24,19 @@
 //! as `replicas_to_aggregate` gradients arrived; the late ones are stale (their local step is
 //! behind the accumulator's) and dropped, and `tokens_per_step = max(total, aggregate)` tokens
 //! let every worker go on. Unlike TensorFlow, nothing waits forever: the accumulators and the
-//! token queue carry a wait (`_wait_timeout_ms`: 30 s unless set, twice that for the queue), so with a replica gone and no
-//! backup the chief's take fails with DEADLINE_EXCEEDED saying how many gradients arrived, the
-//! [`ChiefQueueRunner`] closes the token queue, and the waiting workers end with OUT_OF_RANGE.
+//! token queue carry a wait (`_wait_timeout_ms`: 30 s unless set, twice that for the queue),
+//! and the take (`_timeout_ms`) and the token dequeue (`timeout_ms`) carry it too, so that it
+//! holds inside a remote step, whose own deadline is longer. With a replica gone and no backup
+//! the chief's take fails with DEADLINE_EXCEEDED saying how many gradients arrived and, when
+//! the replicas name themselves ([`SyncReplicasOptimizer::replica_id`]), which one sent none;
+//! the [`ChiefQueueRunner`] closes the token queue, and the waiting workers end with
+//! OUT_OF_RANGE. The token `Fill` and enqueue run on the global step's device, as in
+//! TensorFlow, so an update involves the ps alone.
+//!
+//! In a monitored session, [`SyncReplicasHook`] does the rest of TensorFlow's
+//! `make_session_run_hook`: local-step or chief init after each session creation, the init
+//! tokens and the queue runner (on a session of its own, local or remote) on the chief, and
+//! the closing of the token queue at the end.
 //!
 //! The update is the wrapped [`Optimizer`]'s `apply_gradients` on the averaged gradients
 //! (gradient descent under `GradientDescent` unless [`SyncReplicasOptimizer::wrapping`] names

@@ -10,7 +10,9 @@
 //! restarted, a task was preempted), the session is closed, a new one created (the chief
 //! re-initialises or restores, workers wait) and the step retried — with exponential backoff
 //! and a bound on attempts, where TensorFlow retries forever and at once. Other errors
-//! propagate unchanged. Time goes through a [`Clock`] so that tests do not sleep.
+//! propagate unchanged; OUT_OF_RANGE (the input, or the sync token queue, ran out) also makes
+//! `should_stop()` true, as it ends training in TensorFlow. Hooks asking for the same tensor
+//! share one fetch. Time goes through a [`Clock`] so that tests do not sleep.
 
 pub mod hooks;
 pub mod session_manager;
