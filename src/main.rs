@@ -205,7 +205,7 @@ struct TrainingFlags {
     #[arg(long, default_value_t = 1000)]
     steps: i64,
     /// Synchronous replication: average the gradients of `--replicas_to_aggregate` workers per
-    /// update (gradient descent).
+    /// update, applied with `--optimizer`.
     #[arg(long)]
     sync: bool,
     /// Gradients per synchronous update (default: every worker).

@@ -18,6 +18,7 @@ use tessera::proto::GraphDef;
 use tessera::runtime::accumulator::ConditionalAccumulator;
 use tessera::runtime::Device;
 use tessera::tensor::Tensor;
+use tessera::train::optimizer::Optimizer;
 use tessera::train::sync_replicas::{ChiefQueueRunner, SyncReplicasOps, SyncReplicasOptimizer};
 use tessera::{Code, Result};
 
@@ -33,8 +34,13 @@ struct Replica {
 fn build(aggregate: usize, total: usize, worker: usize, wait: Duration) -> Replica {
     let opt = SyncReplicasOptimizer::new(LR, aggregate, Some(total))
         .unwrap()
-        .wait_timeout(wait)
-        .local_step_container(&format!("worker_{worker}"));
+        .wait_timeout(wait);
+    build_with(opt, worker)
+}
+
+/// The replica of `worker` around `opt` (any wrapped optimizer).
+fn build_with(opt: SyncReplicasOptimizer, worker: usize) -> Replica {
+    let opt = opt.local_step_container(&format!("worker_{worker}"));
     let mut g = Graph::new();
     let zero = g.constant(&Tensor::scalar(0i64)).unwrap();
     let global_step = g.variable("global_step", &zero).unwrap();
@@ -337,7 +343,18 @@ fn node_names_follow_tensorflows_sync_replicas_graph() {
             "sync_replicas/ResourceAccumulatorTakeGradient_1/num_required"
         ]
     );
+    // The waits are bounded inside steps with longer deadlines (remote steps have one): the
+    // take by the optimizer's wait (1 s here), the token by twice that.
+    let take = node("sync_replicas/ResourceAccumulatorTakeGradient_1");
+    assert_eq!(
+        tessera::graph::attr::int_or(take, "_timeout_ms", -1).unwrap(),
+        1000
+    );
     let dequeue = node("sync_token_q_Dequeue");
+    assert_eq!(
+        tessera::graph::attr::int_or(dequeue, "timeout_ms", -1).unwrap(),
+        2000
+    );
     assert_eq!(
         dequeue.input,
         [
@@ -364,4 +381,82 @@ fn node_names_follow_tensorflows_sync_replicas_graph() {
     assert_eq!(r.ops.chief_init_op, "sync_replicas/group_deps");
     assert_eq!(r.ops.cancel_close_op, "sync_token_q_Close_1");
     assert_eq!(node("GradientDescent").op, "AssignAddVariableOp");
+}
+
+#[test]
+fn the_averaged_gradients_go_through_the_wrapped_optimizer_with_its_slots() {
+    // Momentum 0.9 at learning rate 0.1 wrapped for 2 of 2 replicas. Both replicas send the
+    // same constant gradient g (dw = [1, 2], db = 0.5), so every average is g, and by hand:
+    //   accum_n = 0.9 accum_(n-1) + g,   var_n = var_(n-1) - 0.1 accum_n,   accum_0 = 0.
+    // (Plain gradient descent would give var_n = var_0 - 0.1 n g; a sum instead of an
+    // average would double every step.)
+    const UPDATES: i64 = 5;
+    let device = Arc::new(Device::local_cpu());
+    let wait = Duration::from_secs(5);
+    let make = |k| {
+        let momentum = Optimizer::momentum(LR, 0.9, false);
+        let opt = SyncReplicasOptimizer::wrapping(momentum, 2, Some(2))
+            .unwrap()
+            .wait_timeout(wait);
+        build_with(opt, k)
+    };
+    let replicas: Vec<Replica> = (0..2).map(make).collect();
+    // The slot lives with its variable (on the ps, wherever the variable is placed).
+    let slot = replicas[0]
+        .graph
+        .node
+        .iter()
+        .find(|n| n.name == "w/Momentum")
+        .expect("the momentum slot of w");
+    assert_eq!(slot.op, "VarHandleOp");
+    let class = slot.attr.get("_class").expect("the slot is colocated");
+    assert!(format!("{:?}", class.value).contains("loc:@w"), "{class:?}");
+    let runner = start_chief(&device, &replicas[0], UPDATES);
+    let workers: Vec<_> = replicas
+        .into_iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let device = device.clone();
+            thread::spawn(move || run_worker(device, r, k == 0, None))
+        })
+        .collect();
+    assert_eq!(runner.join().unwrap(), UPDATES as u64);
+    for w in workers {
+        w.join().unwrap().unwrap();
+    }
+
+    let (mut w, mut b) = ([1.0f64, -1.0], 0.0f64);
+    let (mut acc_w, mut acc_b) = ([0.0f64; 2], 0.0f64);
+    let g_w = [1.0, 2.0];
+    for _ in 0..UPDATES {
+        for i in 0..2 {
+            acc_w[i] = 0.9 * acc_w[i] + g_w[i];
+            w[i] -= LR * acc_w[i];
+        }
+        acc_b = 0.9 * acc_b + 0.5;
+        b -= LR * acc_b;
+    }
+    let graph = make(0).graph;
+    let got = |t: &str| -> Vec<f32> { read(&device, &graph, t).values::<f32>().unwrap().to_vec() };
+    let close = |got: &[f32], want: &[f64], what: &str| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (*g as f64 - w).abs() < 1e-5,
+                "{what}: got {got:?}, want {want:?}"
+            );
+        }
+    };
+    close(&got("w/Read/ReadVariableOp:0"), &w, "w");
+    close(&got("b/Read/ReadVariableOp:0"), &[b], "b");
+    close(
+        &got("w/Momentum/Read/ReadVariableOp:0"),
+        &acc_w,
+        "w/Momentum",
+    );
+    assert_eq!(
+        read(&device, &graph, "global_step/Read/ReadVariableOp:0")
+            .scalar_value::<i64>()
+            .unwrap(),
+        UPDATES
+    );
 }

@@ -257,6 +257,7 @@ fn async_training_of_the_mlp_reaches_the_stated_accuracy_and_every_task_exits_0(
 
 #[test]
 fn sync_training_with_two_replicas_reaches_the_stated_accuracy_and_every_task_exits_0() {
+    // Momentum: the averaged gradients go through the optimizer's own update and its slots.
     let ended = run_job(
         &[("ps", 1), ("worker", 2)],
         &[
@@ -264,7 +265,7 @@ fn sync_training_with_two_replicas_reaches_the_stated_accuracy_and_every_task_ex
             "--replicas_to_aggregate",
             "2",
             "--optimizer",
-            "gd",
+            "momentum",
             "--learning_rate",
             "0.05",
             "--steps",

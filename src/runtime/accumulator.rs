@@ -7,10 +7,14 @@
 //! silently). The chief takes the average (or sum) once `num_required` gradients were
 //! accepted, which resets the sum and advances the global step. A take waits with a
 //! deadline ([`Wait`]): when replicas stop contributing it fails with DEADLINE_EXCEEDED saying
-//! how many of how many gradients arrived, instead of hanging as TensorFlow does.
+//! how many of how many gradients arrived, instead of hanging as TensorFlow does. Gradients
+//! may name the replica that sent them ([`apply_from`]); the error then also names the
+//! replicas heard from before that sent nothing since the last take.
 //!
+//! [`apply_from`]: ConditionalAccumulator::apply_from
 //! [`dropped`]: ConditionalAccumulator::dropped
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -48,6 +52,10 @@ struct State {
     count: usize,
     global_step: i64,
     dropped: u64,
+    /// Each named replica and the local step of its last gradient (stale ones included).
+    replicas: BTreeMap<String, i64>,
+    /// The named replicas whose gradients were accepted since the last take.
+    contributed: BTreeSet<String>,
 }
 
 /// Sums gradients of one dtype and shape until the chief takes them.
@@ -127,6 +135,17 @@ impl ConditionalAccumulator {
     /// Adds `gradient` computed at `local_step`; returns whether it was accepted (a gradient
     /// whose step is below the global step is stale and dropped).
     pub fn apply(&self, local_step: i64, gradient: &Tensor) -> Result<bool> {
+        self.apply_from(local_step, gradient, None)
+    }
+
+    /// [`apply`](Self::apply) for a gradient from `replica` (e.g. `/job:worker/task:1`), which
+    /// the accumulator remembers so that a take that times out can name who is missing.
+    pub fn apply_from(
+        &self,
+        local_step: i64,
+        gradient: &Tensor,
+        replica: Option<&str>,
+    ) -> Result<bool> {
         if gradient.dtype() != self.dtype {
             return Err(Status::invalid_argument(format!(
                 "accumulator `{}` holds {} gradients, got a {} one",
@@ -145,6 +164,9 @@ impl ConditionalAccumulator {
         }
         let values = as_f64(gradient)?;
         let mut state = self.lock();
+        if let Some(replica) = replica {
+            state.replicas.insert(replica.to_string(), local_step);
+        }
         if local_step < state.global_step {
             state.dropped += 1;
             tracing::debug!(
@@ -174,6 +196,9 @@ impl ConditionalAccumulator {
             }
         }
         state.count += 1;
+        if let Some(replica) = replica {
+            state.contributed.insert(replica.to_string());
+        }
         drop(state);
         self.changed.notify_all();
         Ok(true)
@@ -198,11 +223,12 @@ impl ConditionalAccumulator {
             Err((Ended::Deadline, state)) => {
                 return Err(Status::deadline_exceeded(format!(
                     "accumulator `{}`: {} of {need} gradients arrived within {}; a replica \
-                     stopped contributing (stale gradients dropped so far: {})",
+                     stopped contributing (stale gradients dropped so far: {}){}",
                     self.name,
                     state.count,
                     human(wait.allowed),
-                    state.dropped
+                    state.dropped,
+                    missing_replicas(&state)
                 )))
             }
         };
@@ -214,6 +240,7 @@ impl ConditionalAccumulator {
             ))
         })?;
         state.count = 0;
+        state.contributed.clear();
         state.global_step += 1;
         drop(state);
         self.changed.notify_all();
@@ -241,6 +268,24 @@ impl ConditionalAccumulator {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// `"; nothing since the last update from R (last gradient at local step N), ..."` for the
+/// named replicas that have not contributed to this update; empty when none is known.
+fn missing_replicas(state: &State) -> String {
+    let missing: Vec<String> = state
+        .replicas
+        .iter()
+        .filter(|(name, _)| !state.contributed.contains(*name))
+        .map(|(name, step)| format!("{name} (last gradient at local step {step})"))
+        .collect();
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; nothing since the last update from {}: check that it is alive",
+        missing.join(", ")
+    )
 }
 
 fn as_f64(t: &Tensor) -> Result<Vec<f64>> {

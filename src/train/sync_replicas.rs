@@ -24,12 +24,23 @@
 //! as `replicas_to_aggregate` gradients arrived; the late ones are stale (their local step is
 //! behind the accumulator's) and dropped, and `tokens_per_step = max(total, aggregate)` tokens
 //! let every worker go on. Unlike TensorFlow, nothing waits forever: the accumulators and the
-//! token queue carry a wait (`_wait_timeout_ms`: 30 s unless set, twice that for the queue), so with a replica gone and no
-//! backup the chief's take fails with DEADLINE_EXCEEDED saying how many gradients arrived, the
-//! [`ChiefQueueRunner`] closes the token queue, and the waiting workers end with OUT_OF_RANGE.
+//! token queue carry a wait (`_wait_timeout_ms`: 30 s unless set, twice that for the queue),
+//! and the take (`_timeout_ms`) and the token dequeue (`timeout_ms`) carry it too, so that it
+//! holds inside a remote step, whose own deadline is longer. With a replica gone and no backup
+//! the chief's take fails with DEADLINE_EXCEEDED saying how many gradients arrived and, when
+//! the replicas name themselves ([`SyncReplicasOptimizer::replica_id`]), which one sent none;
+//! the [`ChiefQueueRunner`] closes the token queue, and the waiting workers end with
+//! OUT_OF_RANGE. The token `Fill` and enqueue run on the global step's device, as in
+//! TensorFlow, so an update involves the ps alone.
 //!
-//! The update is plain gradient descent (`ResourceApplyGradientDescent`) on the averaged
-//! gradients, under the name scope `GradientDescent` as TensorFlow's optimizer names it.
+//! In a monitored session, [`SyncReplicasHook`] does the rest of TensorFlow's
+//! `make_session_run_hook`: local-step or chief init after each session creation, the init
+//! tokens and the queue runner (on a session of its own, local or remote) on the chief, and
+//! the closing of the token queue at the end.
+//!
+//! The update is the wrapped [`Optimizer`]'s `apply_gradients` on the averaged gradients
+//! (gradient descent under `GradientDescent` unless [`SyncReplicasOptimizer::wrapping`] names
+//! another), so momentum, Adam and the others keep their slots next to their variables.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,15 +54,18 @@ use crate::graph::{Graph, NodeSpec, Output, Variable};
 use crate::proto::GraphDef;
 use crate::runtime::Device;
 use crate::tensor::{DType, PartialShape, Tensor};
+use crate::train::monitored::{CreateSession, Hook, RunArgs, RunContext};
+use crate::train::optimizer::Optimizer;
 
 /// Builds synchronous-replica training around gradient descent.
 #[derive(Clone, Debug)]
 pub struct SyncReplicasOptimizer {
-    learning_rate: f64,
+    optimizer: Optimizer,
     replicas_to_aggregate: usize,
     total_num_replicas: usize,
     wait: Option<Duration>,
     local_step_container: String,
+    replica: Option<String>,
 }
 
 impl SyncReplicasOptimizer {
@@ -59,6 +73,21 @@ impl SyncReplicasOptimizer {
     /// workers (`None`: as many as aggregated; more: backup workers).
     pub fn new(
         learning_rate: f64,
+        replicas_to_aggregate: usize,
+        total_num_replicas: Option<usize>,
+    ) -> Result<Self> {
+        Self::wrapping(
+            Optimizer::gradient_descent(learning_rate),
+            replicas_to_aggregate,
+            total_num_replicas,
+        )
+    }
+
+    /// Wraps `optimizer` (TensorFlow's `SyncReplicasOptimizer(opt, ...)`): the averaged
+    /// gradients are applied through [`Optimizer::apply_gradients`], so any update rule works,
+    /// its slots created next to their variables on the ps.
+    pub fn wrapping(
+        optimizer: Optimizer,
         replicas_to_aggregate: usize,
         total_num_replicas: Option<usize>,
     ) -> Result<Self> {
@@ -74,11 +103,12 @@ impl SyncReplicasOptimizer {
             ));
         }
         Ok(Self {
-            learning_rate,
+            optimizer,
             replicas_to_aggregate,
             total_num_replicas: total,
             wait: None,
             local_step_container: String::new(),
+            replica: None,
         })
     }
 
@@ -94,6 +124,14 @@ impl SyncReplicasOptimizer {
     /// containers instead.
     pub fn local_step_container(mut self, container: &str) -> Self {
         self.local_step_container = container.to_string();
+        self
+    }
+
+    /// Names this replica (e.g. `/job:worker/task:1`) on its gradients (the `_replica` attr of
+    /// its `ResourceAccumulatorApplyGradient`s), so that when it stops contributing the
+    /// chief's timed-out take says which replica is missing.
+    pub fn replica_id(mut self, replica: &str) -> Self {
+        self.replica = Some(replica.to_string());
         self
     }
 
@@ -153,12 +191,17 @@ impl SyncReplicasOptimizer {
                 })?;
                 let step = g.read_variable(&local_step.handle)?;
                 let (apply, take) = g.with_colocation(&var_node, |g| -> Result<_> {
-                    let apply = g.accumulator_apply_gradient(&accum, &step, grad)?;
-                    let take = g.accumulator_take_gradient(
-                        &accum,
-                        self.replicas_to_aggregate as i32,
-                        grad.dtype,
-                    )?;
+                    let apply = match &self.replica {
+                        None => g.accumulator_apply_gradient(&accum, &step, grad)?,
+                        Some(replica) => g.add_op(
+                            NodeSpec::new("ResourceAccumulatorApplyGradient")
+                                .input(&accum)
+                                .input(&step)
+                                .input(grad)
+                                .attr("_replica", value::string(replica)),
+                        )?,
+                    };
+                    let take = self.take_gradient(g, &accum, grad.dtype, wait)?;
                     Ok((apply, take))
                 })?;
                 accumulators.push(accum);
@@ -187,9 +230,20 @@ impl SyncReplicasOptimizer {
             )
         })?;
         let apply_refs: Vec<&str> = applies.iter().map(String::as_str).collect();
+        // The op's own `timeout_ms` bounds the wait inside a step with a longer deadline (a
+        // remote step always has one); twice the take's wait, as for the queue's default.
         let token = g.with_control_dependencies(&apply_refs, |g| {
             g.with_colocation(&gs_node, |g| {
-                g.queue_dequeue("sync_token_q_Dequeue", &queue, &[DType::Int64])
+                g.add_node(
+                    NodeSpec::new("QueueDequeueV2")
+                        .name("sync_token_q_Dequeue")
+                        .input(&queue)
+                        .attr("component_types", value::dtype_list(&[DType::Int64]))
+                        .attr(
+                            "timeout_ms",
+                            value::int(wait_ms.unwrap_or(0).saturating_mul(2) as i64),
+                        ),
+                )
             })
         })?;
         let assign_token = g.add_op(
@@ -204,23 +258,29 @@ impl SyncReplicasOptimizer {
 
         let (sync_op, global_step_after) =
             g.with_control_dependencies(&[update_op.as_str()], |g| -> Result<_> {
-                let fill = g.reserve_name("Fill");
-                let dims = g.const_i32(
-                    &format!("{fill}/dims/"),
-                    &[1],
-                    &[self.tokens_per_step() as i32],
-                )?;
-                let read = g.with_name_scope(&format!("{fill}/"), |g| {
-                    g.read_variable(&global_step.handle)
+                // On the global step's device, as TensorFlow puts it: the whole update then
+                // runs on the ps, with nothing to wait for from the chief's task.
+                let gs_node = global_step.handle.node.clone();
+                let (enqueue, read) = g.with_colocation(&gs_node, |g| -> Result<_> {
+                    let fill = g.reserve_name("Fill");
+                    let dims = g.const_i32(
+                        &format!("{fill}/dims/"),
+                        &[1],
+                        &[self.tokens_per_step() as i32],
+                    )?;
+                    let read = g.with_name_scope(&format!("{fill}/"), |g| {
+                        g.read_variable(&global_step.handle)
+                    })?;
+                    let tokens = g.add1(
+                        NodeSpec::new("Fill")
+                            .name(&format!("{fill}/"))
+                            .input(&dims)
+                            .input(&read),
+                    )?;
+                    let enqueue =
+                        g.queue_enqueue_many("sync_token_q_EnqueueMany", &queue, &[tokens])?;
+                    Ok((enqueue, read))
                 })?;
-                let tokens = g.add1(
-                    NodeSpec::new("Fill")
-                        .name(&format!("{fill}/"))
-                        .input(&dims)
-                        .input(&read),
-                )?;
-                let enqueue =
-                    g.queue_enqueue_many("sync_token_q_EnqueueMany", &queue, &[tokens])?;
                 Ok((enqueue, read))
             })?;
         let close_op = g.queue_close("sync_token_q_Close", &queue, false)?;
@@ -253,6 +313,32 @@ impl SyncReplicasOptimizer {
             replicas_to_aggregate: self.replicas_to_aggregate,
             total_num_replicas: self.total_num_replicas,
         })
+    }
+
+    /// `ResourceAccumulatorTakeGradient` of `replicas_to_aggregate` gradients, its wait bounded
+    /// by `_timeout_ms` even inside a step with a longer deadline.
+    fn take_gradient(
+        &self,
+        g: &mut Graph,
+        accum: &Output,
+        dtype: DType,
+        wait: Duration,
+    ) -> Result<Output> {
+        let name = g.reserve_name("ResourceAccumulatorTakeGradient");
+        let n = g.const_i32(
+            &format!("{name}/num_required/"),
+            &[],
+            &[self.replicas_to_aggregate as i32],
+        )?;
+        let ms = wait.as_millis().clamp(1, i64::MAX as u128) as i64;
+        g.add1(
+            NodeSpec::new("ResourceAccumulatorTakeGradient")
+                .name(&format!("{name}/"))
+                .input(accum)
+                .input(&n)
+                .attr("dtype", value::dtype(dtype))
+                .attr("_timeout_ms", value::int(ms)),
+        )
     }
 
     /// `sync_rep_local_step`: a local int64 variable initialised to 0 (not in the global
@@ -294,47 +380,21 @@ impl SyncReplicasOptimizer {
         })
     }
 
-    /// `GradientDescent/update_<var>/ResourceApplyGradientDescent` per variable, grouped as
-    /// `GradientDescent/update`, then `GradientDescent` (global_step += 1); returns the latter.
+    /// The wrapped optimizer's update of the averaged gradients (`<opt>/update_<var>/...`,
+    /// slots colocated with their variables), then `<opt>` (global_step += 1); returns the
+    /// latter.
     fn update(
         &self,
         g: &mut Graph,
         averaged: &[(Output, Variable)],
         global_step: &Variable,
     ) -> Result<String> {
-        let scope = g.with_name_scope("", |g| g.unique_name("GradientDescent"));
-        g.with_name_scope(&format!("{scope}/"), |g| -> Result<String> {
-            let mut updates = Vec::with_capacity(averaged.len());
-            // One learning-rate constant per dtype, as TensorFlow's optimizers make them.
-            let mut rates: Vec<(DType, Output)> = Vec::new();
-            for (grad, var) in averaged {
-                let lr = match rates.iter().find(|(d, _)| *d == grad.dtype) {
-                    Some((_, lr)) => lr.clone(),
-                    None => {
-                        let lr = g.scalar("learning_rate", grad.dtype, self.learning_rate)?;
-                        rates.push((grad.dtype, lr.clone()));
-                        lr
-                    }
-                };
-                let node = var.handle.node.clone();
-                let update = g.with_name_scope(&format!("update_{node}"), |g| {
-                    g.with_colocation(&node, |g| g.apply_gradient_descent(&var.handle, &lr, grad))
-                })?;
-                updates.push(update);
-            }
-            let refs: Vec<&str> = updates.iter().map(String::as_str).collect();
-            let update = g.group("update", &refs)?;
-            g.with_control_dependencies(&[update.as_str()], |g| {
-                g.with_colocation(&global_step.handle.node.clone(), |g| {
-                    let one = g.constant_proto("Const", Tensor::scalar(1i64).to_proto())?;
-                    g.add_op(
-                        NodeSpec::new("AssignAddVariableOp")
-                            .name(&format!("{scope}/"))
-                            .input(&global_step.handle)
-                            .input(&one),
-                    )
-                })
-            })
+        let pairs: Vec<(Option<Output>, Variable)> = averaged
+            .iter()
+            .map(|(grad, var)| (Some(grad.clone()), var.clone()))
+            .collect();
+        g.with_name_scope("", |g| {
+            self.optimizer.apply_gradients(g, &pairs, Some(global_step))
         })
     }
 }
@@ -390,18 +450,20 @@ impl SyncReplicasOps {
         } else {
             num_tokens
         };
-        let fill = g.reserve_name("Fill");
-        let dims = g.const_i32(&format!("{fill}/dims/"), &[1], &[n as i32])?;
-        let read = g.with_name_scope(&format!("{fill}/"), |g| {
-            g.read_variable(&self.global_step.handle)
-        })?;
-        let tokens = g.add1(
-            NodeSpec::new("Fill")
-                .name(&format!("{fill}/"))
-                .input(&dims)
-                .input(&read),
-        )?;
-        g.queue_enqueue_many("sync_token_q_EnqueueMany", &self.token_queue, &[tokens])
+        g.with_colocation(&self.global_step.handle.node.clone(), |g| {
+            let fill = g.reserve_name("Fill");
+            let dims = g.const_i32(&format!("{fill}/dims/"), &[1], &[n as i32])?;
+            let read = g.with_name_scope(&format!("{fill}/"), |g| {
+                g.read_variable(&self.global_step.handle)
+            })?;
+            let tokens = g.add1(
+                NodeSpec::new("Fill")
+                    .name(&format!("{fill}/"))
+                    .input(&dims)
+                    .input(&read),
+            )?;
+            g.queue_enqueue_many("sync_token_q_EnqueueMany", &self.token_queue, &[tokens])
+        })
     }
 }
 
@@ -428,12 +490,13 @@ impl ChiefQueueRunner {
     ) -> Result<Self> {
         let session = Session::with_options(device, options);
         session.extend(graph)?;
-        Self::with_session(session, ops, last_step)
+        Self::start_on(session, ops, last_step)
     }
 
     /// Starts the loop on `session`, which already holds the chief's graph: a remote session
-    /// on the chief's own master, when the chief is a process of a cluster.
-    pub fn with_session(
+    /// to the chief's master (`Session::connect`) as well as an in-process one. The loop owns
+    /// the session (a step of its own may wait in a take) and closes it when stopped.
+    pub fn start_on(
         session: Session,
         ops: &SyncReplicasOps,
         last_step: Option<i64>,
@@ -556,4 +619,119 @@ fn run_loop(
         }
     }
     result
+}
+
+/// The chief's side of what TensorFlow's `make_session_run_hook` sets up.
+struct ChiefSide {
+    init_tokens_op: String,
+    runner_session: CreateSession,
+    last_step: Option<i64>,
+    runner: Option<ChiefQueueRunner>,
+}
+
+/// Synchronous replication in a [`MonitoredSession`](crate::train::monitored::MonitoredSession)
+/// (TensorFlow's `SyncReplicasOptimizer.make_session_run_hook`), local or remote alike.
+///
+/// After every session creation (again after a recovery) a worker initialises its local step;
+/// the chief runs `chief_init_op` and the init tokens and starts a [`ChiefQueueRunner`] on a
+/// session of its own. A runner that fails (a replica gone, no backup) fails the chief's next
+/// step with its error; at the end the chief stops the runner, which closes the token queue so
+/// that no worker waits for a token that will not come, and reports the error that ended it.
+pub struct SyncReplicasHook {
+    ops: SyncReplicasOps,
+    chief: Option<ChiefSide>,
+}
+
+impl SyncReplicasHook {
+    /// A non-chief worker's hook.
+    pub fn worker(ops: &SyncReplicasOps) -> Self {
+        Self {
+            ops: ops.clone(),
+            chief: None,
+        }
+    }
+
+    /// The chief's hook: `init_tokens_op` (from [`SyncReplicasOps::get_init_tokens_op`]) is
+    /// run after `chief_init_op`; `runner_session` makes the aggregation loop's session (with
+    /// the graph extended into it), `last_step` ends the loop.
+    pub fn chief(
+        ops: &SyncReplicasOps,
+        init_tokens_op: &str,
+        runner_session: CreateSession,
+        last_step: Option<i64>,
+    ) -> Self {
+        Self {
+            ops: ops.clone(),
+            chief: Some(ChiefSide {
+                init_tokens_op: init_tokens_op.to_string(),
+                runner_session,
+                last_step,
+                runner: None,
+            }),
+        }
+    }
+
+    /// The error that ended the chief's loop, once it ended with one.
+    fn runner_failure(&mut self) -> Result<()> {
+        let Some(chief) = &mut self.chief else {
+            return Ok(());
+        };
+        match &chief.runner {
+            Some(runner) if !runner.is_running() => {}
+            _ => return Ok(()),
+        }
+        let runner = chief.runner.take();
+        match runner.map(|r| r.join()) {
+            Some(Err(e)) => Err(e.context("the chief's synchronous aggregation loop failed")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Hook for SyncReplicasHook {
+    fn after_create_session(&mut self, session: &Session) -> Result<()> {
+        let Some(chief) = &mut self.chief else {
+            session
+                .run(&[], &[], &[self.ops.local_step_init_op.as_str()])
+                .map_err(|e| e.context("initialising the worker's sync_rep_local_step"))?;
+            return Ok(());
+        };
+        // A recovery: the old loop's session is gone with the old cluster state.
+        if let Some(old) = chief.runner.take() {
+            if let Err(e) = old.stop() {
+                tracing::warn!(error = %e, "the previous chief queue runner ended with an error");
+            }
+        }
+        session
+            .run(
+                &[],
+                &[],
+                &[
+                    self.ops.chief_init_op.as_str(),
+                    chief.init_tokens_op.as_str(),
+                ],
+            )
+            .map_err(|e| e.context("running the chief's sync init and init tokens"))?;
+        let runner_session = (chief.runner_session)()
+            .map_err(|e| e.context("creating the chief queue runner's session"))?;
+        chief.runner = Some(ChiefQueueRunner::start_on(
+            runner_session,
+            &self.ops,
+            chief.last_step,
+        )?);
+        Ok(())
+    }
+
+    fn before_run(&mut self, _context: &RunContext<'_>) -> Result<RunArgs> {
+        self.runner_failure()?;
+        Ok(RunArgs::default())
+    }
+
+    fn end(&mut self, _session: &Session) -> Result<()> {
+        self.runner_failure()?;
+        match self.chief.as_mut().and_then(|c| c.runner.take()) {
+            Some(runner) => runner.stop().map(|_| ()),
+            None => Ok(()),
+        }
+    }
 }

@@ -171,6 +171,41 @@ impl Cluster {
         wait_with_deadline(child, &format!("/job:{job}/task:{index}"))
     }
 
+    /// Starts a task again after [`kill`](Self::kill) or [`terminate`](Self::terminate), on
+    /// the same port (a new incarnation, as a restarted job would be), and waits for its
+    /// readiness line. The port is bound again here (`SO_REUSEADDR`, so connections of the
+    /// dead process lingering in TIME_WAIT do not block it) and handed over as before.
+    pub fn restart(&mut self, job: &str, index: usize) {
+        let config = self.config.clone();
+        let task = self.task_mut(job, index);
+        assert!(task.child.is_none(), "{} is still running", task.prefix());
+        let listener = TcpListener::bind(task.addr)
+            .unwrap_or_else(|e| panic!("bind {} again for {}: {e}", task.addr, task.prefix()));
+        let (child, ready) = spawn(&config, job, index, &listener);
+        drop(listener);
+        task.child = Some(child);
+        let line = match ready.recv_timeout(READY_DEADLINE) {
+            Ok(line) => line,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "no readiness line from the restarted {} within {READY_DEADLINE:?}",
+                task.prefix()
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!(
+                    "the restarted {} exited before its readiness line",
+                    task.prefix()
+                )
+            }
+        };
+        let expected = format!("tessera: serving {} on {}", task.prefix(), task.addr);
+        assert_eq!(
+            line,
+            expected,
+            "readiness line of the restarted {}",
+            task.prefix()
+        );
+    }
+
     /// Whether a task's process is still running (it has not exited on its own).
     pub fn is_running(&mut self, job: &str, index: usize) -> bool {
         let task = self.task_mut(job, index);

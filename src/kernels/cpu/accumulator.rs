@@ -112,15 +112,22 @@ fn apply(ctx: &mut OpContext<'_>) -> Result<()> {
     let a = accumulator(ctx)?;
     let local_step = super::int_scalar(ctx, ctx.input(1)?, "local_step")?;
     let gradient = ctx.input(2)?.clone();
-    a.apply(local_step, &gradient).map_err(|e| ctx.named(e))?;
+    // `_replica` (set by the SyncReplicasOptimizer) names the sender for timeout errors.
+    let replica = crate::graph::attr::string_or(ctx.node(), "_replica", "")?;
+    let replica = Some(replica.as_str()).filter(|r| !r.is_empty());
+    a.apply_from(local_step, &gradient, replica)
+        .map_err(|e| ctx.named(e))?;
     Ok(())
 }
 
 fn take(ctx: &mut OpContext<'_>) -> Result<()> {
     let a = accumulator(ctx)?;
     let n = super::int_scalar(ctx, ctx.input(1)?, "num_required")?;
+    // `_timeout_ms` (tessera's, set by the SyncReplicasOptimizer) bounds the wait even inside
+    // a step with a longer deadline, as a remote step always has one.
+    let ms = crate::graph::attr::int_or(ctx.node(), "_timeout_ms", -1)?;
     let wait = Wait::new(
-        None,
+        (ms > 0).then(|| std::time::Duration::from_millis(ms as u64)),
         ctx.deadline(),
         a.default_wait(),
         ctx.cancellation().cloned(),

@@ -134,7 +134,7 @@ pub fn build(
         let logits = h;
         let (xent, _) = g.sparse_softmax_cross_entropy(&logits, &y)?;
         let loss = g.mean(&xent, &[0], false)?;
-        let train = train_op(g, spec, &loss, &variables, &global_step)?;
+        let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
         Ok((global_step, logits, loss, train))
     })?;
     let (global_step, logits, loss, train) = built;
@@ -171,11 +171,12 @@ pub fn build(
     })
 }
 
-/// The optimizer's ops: `minimize` for asynchronous training, SyncReplicas around gradient
-/// descent for synchronous.
+/// The optimizer's ops: `minimize` for asynchronous training, SyncReplicas around the
+/// optimizer for synchronous, its gradients tagged with `replica` (this worker's task).
 fn train_op(
     g: &mut Graph,
     spec: &TrainSpec,
+    replica: &str,
     loss: &Output,
     variables: &[Variable],
     global_step: &Variable,
@@ -201,11 +202,12 @@ fn train_op(
                     })
                 })
                 .collect::<Result<_>>()?;
-            let opt = SyncReplicasOptimizer::new(
-                spec.learning_rate,
+            let opt = SyncReplicasOptimizer::wrapping(
+                optimizer,
                 sync.replicas_to_aggregate,
                 Some(sync.total_num_replicas),
-            )?;
+            )?
+            .replica_id(replica);
             let ops = opt.apply_gradients(g, &pairs, global_step)?;
             Ok(TrainOp::Sync {
                 ops: Box::new(ops),

@@ -163,7 +163,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
             raw.run(&[], &[], &[init_tokens])?;
             let own = Session::connect_with(target, connect_options(config))?;
             own.extend(&built.graph)?;
-            Some(ChiefQueueRunner::with_session(own, ops, Some(spec.steps))?)
+            Some(ChiefQueueRunner::start_on(own, ops, Some(spec.steps))?)
         }
         _ => None,
     };

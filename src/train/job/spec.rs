@@ -234,14 +234,6 @@ impl TrainSpec {
             )));
         }
         if let Some(sync) = &self.sync {
-            let name = self.optimizer.to_ascii_lowercase();
-            if !matches!(name.as_str(), "gd" | "sgd" | "gradientdescent") {
-                return Err(Status::invalid_argument(format!(
-                    "--sync averages gradients and applies them with gradient descent; \
-                     --optimizer {} cannot be used with it (pass --optimizer gd)",
-                    self.optimizer
-                )));
-            }
             if sync.replicas_to_aggregate == 0 || sync.replicas_to_aggregate > num_workers {
                 return Err(Status::invalid_argument(format!(
                     "--replicas_to_aggregate {}: must be between 1 and the {num_workers} \

@@ -10,7 +10,9 @@
 //! restarted, a task was preempted), the session is closed, a new one created (the chief
 //! re-initialises or restores, workers wait) and the step retried — with exponential backoff
 //! and a bound on attempts, where TensorFlow retries forever and at once. Other errors
-//! propagate unchanged. Time goes through a [`Clock`] so that tests do not sleep.
+//! propagate unchanged; OUT_OF_RANGE (the input, or the sync token queue, ran out) also makes
+//! `should_stop()` true, as it ends training in TensorFlow. Hooks asking for the same tensor
+//! share one fetch. Time goes through a [`Clock`] so that tests do not sleep.
 
 pub mod hooks;
 pub mod session_manager;
@@ -199,6 +201,12 @@ impl MonitoredSession {
                 .and_then(|()| self.run_with_hooks(feeds, fetches, targets));
             match result {
                 Ok(values) => return Ok(values),
+                // The input (or the token queue) ran out: training is over, as TensorFlow's
+                // monitored session treats OUT_OF_RANGE. The error is still returned.
+                Err(e) if e.code() == crate::error::Code::OutOfRange => {
+                    self.stop_requested = true;
+                    return Err(e);
+                }
                 Err(e) => self.recover(e, &mut attempt, "running a step")?,
             }
         }
@@ -337,9 +345,22 @@ impl MonitoredSession {
             .iter()
             .map(|(n, t)| (n.as_str(), t.clone()))
             .collect();
-        let fetch_refs: Vec<&str> = all_fetches.iter().map(String::as_str).collect();
+        // Hooks often fetch the same tensor (the global step); each is fetched once and its
+        // value handed to every asker, as a master may refuse a tensor fetched twice.
+        let (unique, slots) = dedup(&all_fetches);
         let target_refs: Vec<&str> = all_targets.iter().map(String::as_str).collect();
-        let mut values = session.run(&feed_refs, &fetch_refs, &target_refs)?;
+        let fetched = session.run(&feed_refs, &unique, &target_refs)?;
+        let mut values = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let value = fetched.get(slot).ok_or_else(|| {
+                Status::internal(format!(
+                    "the step returned {} values for {} fetches",
+                    fetched.len(),
+                    unique.len()
+                ))
+            })?;
+            values.push(value.clone());
+        }
         let mut context = RunContext::new(session);
         for (hook, span) in self.hooks.iter_mut().zip(spans) {
             hook.after_run(&mut context, &values[span])?;
@@ -358,6 +379,22 @@ impl Drop for MonitoredSession {
             tracing::warn!(error = %e, "closing the monitored session on drop failed");
         }
     }
+}
+
+/// The distinct names of `fetches` in first-seen order, and for each fetch its index there.
+fn dedup(fetches: &[String]) -> (Vec<&str>, Vec<usize>) {
+    let mut unique: Vec<&str> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let slots = fetches
+        .iter()
+        .map(|name| {
+            *index.entry(name.as_str()).or_insert_with(|| {
+                unique.push(name.as_str());
+                unique.len() - 1
+            })
+        })
+        .collect();
+    (unique, slots)
 }
 
 /// What [`MonitoredSession::training`] sets up (TensorFlow's `MonitoredTrainingSession`
@@ -425,6 +462,17 @@ impl MonitoredSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tensor_fetched_twice_is_fetched_once_and_handed_to_both() {
+        let names: Vec<String> = ["loss", "step", "w", "step", "loss"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (unique, slots) = dedup(&names);
+        assert_eq!(unique, ["loss", "step", "w"]);
+        assert_eq!(slots, [0, 1, 2, 1, 0]);
+    }
 
     #[test]
     fn backoff_doubles_from_the_initial_wait_up_to_the_cap() {
