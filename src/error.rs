@@ -95,6 +95,28 @@ impl fmt::Display for Status {
 
 impl std::error::Error for Status {}
 
+/// The error's message followed by each distinct cause under it, for a message a person reads
+/// ("tcp connect error: Connection refused (os error 111)").
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    message_chain(error.to_string(), error.source())
+}
+
+/// `first`, then each distinct message of `source` and its own sources, joined by `: `;
+/// tonic's empty wrapper layers ("transport error") say nothing their neighbours do not.
+pub fn message_chain(first: String, source: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut parts = vec![first];
+    let mut source = source;
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p == &text) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.retain(|p| !p.is_empty() && p != "transport error");
+    parts.join(": ")
+}
+
 impl From<Status> for tonic::Status {
     fn from(status: Status) -> Self {
         tonic::Status::new(tonic::Code::from_i32(status.code as i32), status.message)

@@ -37,6 +37,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 use clap::{Args, Parser, Subcommand};
 use tessera::cluster::{ClassicFlags, TaskConfig};
+use tessera::error::error_chain;
 use tessera::ops::systemd::{self, Notifier};
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::{DeviceAttributes, GetStatusRequest};
@@ -711,21 +712,6 @@ async fn get_status(
             }
         })?;
     Ok(reply.into_inner().device_attributes)
-}
-
-/// The error's message followed by each distinct cause under it.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![error.to_string()];
-    let mut source = error.source();
-    while let Some(err) = source {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p == &text) {
-            parts.push(text);
-        }
-        source = err.source();
-    }
-    parts.retain(|p| !p.is_empty() && p != "transport error");
-    parts.join(": ")
 }
 
 /// Formats devices as `NAME TYPE MEMORY INCARNATION` rows, columns padded to fit.

@@ -501,7 +501,7 @@ impl Guards {
                 Status::invalid_argument(format!(
                     "{}: cannot serve TLS: {}; check the [tls] files",
                     config.task,
-                    crate::security::error_chain(&e)
+                    crate::error::error_chain(&e)
                 ))
             })?;
         }

@@ -9,15 +9,16 @@
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use tessera::ops::systemd::socket_activated;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 /// How long a cold debug daemon may take to become ready on a busy machine.
@@ -258,14 +259,10 @@ fn a_socket_activated_daemon_is_ready_on_the_socket_it_was_given() {
     // LISTEN_PID naming the daemon (`$$` of the shell that execs it).
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let fd = listener.as_raw_fd();
-    let mut command = Command::new("/bin/sh");
+    let mut command = socket_activated(Path::new(BIN), &listener);
     command
-        .args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#])
-        .arg(BIN)
         .args(["serve", "--config"])
         .arg(&config)
-        .env("LISTEN_FDS", "1")
         .env("NOTIFY_SOCKET", &systemd.path)
         .env("RUST_LOG", "warn")
         .env_remove("WATCHDOG_USEC")
@@ -273,21 +270,6 @@ fn a_socket_activated_daemon_is_ready_on_the_socket_it_was_given() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
-    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
-    unsafe {
-        command.pre_exec(move || {
-            if fd == 3 {
-                // dup2 onto itself keeps close-on-exec; clear it by hand.
-                let flags = libc::fcntl(3, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut daemon = Daemon {
         child: Some(command.spawn().unwrap()),
     };

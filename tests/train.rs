@@ -16,8 +16,7 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -27,6 +26,7 @@ use std::time::{Duration, Instant};
 use support::cluster::{Cluster, BIN};
 use tessera::client::Session;
 use tessera::graph::attr::value;
+use tessera::ops::systemd::socket_activated;
 use tessera::proto::{GraphDef, NodeDef};
 use tessera::train::checkpoint::{latest_checkpoint, BundleReader, Saver};
 use tessera::train::job::model::{self, Placement};
@@ -101,35 +101,17 @@ fn spawn_train(
     listener: &TcpListener,
     args: &[&str],
 ) -> Child {
-    let fd = listener.as_raw_fd();
-    let mut command = Command::new("/bin/sh");
+    let mut command = socket_activated(Path::new(BIN), listener);
     command
-        .args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#])
-        .arg(BIN)
         .args(["train", "--config"])
         .arg(config)
         .args(args)
-        .env("LISTEN_FDS", "1")
         .env("TESSERA__TASK__JOB", job)
         .env("TESSERA__TASK__INDEX", index.to_string())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
-    unsafe {
-        command.pre_exec(move || {
-            if fd == 3 {
-                let flags = libc::fcntl(3, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     command.spawn().expect("spawn tessera train")
 }
 

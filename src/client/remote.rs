@@ -30,7 +30,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::error::{Result, Status};
+use crate::error::{error_chain, Result, Status};
 use crate::proto::master_service_client::MasterServiceClient;
 use crate::proto::{
     CallableOptions, CloseSessionRequest, ConfigProto, CreateSessionRequest, DeviceAttributes,
@@ -579,21 +579,6 @@ fn not_in_async(what: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The error's message followed by each distinct cause under it.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![error.to_string()];
-    let mut source = error.source();
-    while let Some(err) = source {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p == &text) {
-            parts.push(text);
-        }
-        source = err.source();
-    }
-    parts.retain(|p| !p.is_empty() && p != "transport error");
-    parts.join(": ")
 }
 
 /// A nonzero random id, so a master that deduplicates retried requests can tell calls apart.

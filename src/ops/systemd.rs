@@ -15,8 +15,41 @@
 //! systemd (no `NOTIFY_SOCKET`) every call does nothing.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 use std::time::Duration;
+
+/// A command that runs `program` with `listener` handed over as systemd socket activation
+/// does: fd 3, `LISTEN_FDS=1` and `LISTEN_PID` naming the program (a shell sets it to its own
+/// pid, `$$`, then `exec`s the program, which keeps the pid). `tessera local` starts its tasks
+/// this way, so no port is picked twice; the caller adds the program's arguments and must keep
+/// `listener` open until the command is spawned.
+pub fn socket_activated(program: &std::path::Path, listener: &std::net::TcpListener) -> Command {
+    let fd = listener.as_raw_fd();
+    let mut command = Command::new("/bin/sh");
+    command
+        .args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#])
+        .arg(program)
+        .env("LISTEN_FDS", "1");
+    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
+    unsafe {
+        command.pre_exec(move || {
+            if fd == 3 {
+                // dup2 onto itself keeps close-on-exec; clear it by hand.
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, 3) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command
+}
 
 /// A handle on systemd's notification socket.
 pub struct Notifier {

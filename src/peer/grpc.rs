@@ -165,18 +165,7 @@ impl GrpcPeer {
 /// The status's message followed by each distinct cause under it ("tcp connect error:
 /// Connection refused (os error 111)").
 fn cause_chain(status: &tonic::Status) -> String {
-    let mut parts = vec![status.message().to_string()];
-    let mut source = status.source();
-    while let Some(err) = source {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p == &text) {
-            parts.push(text);
-        }
-        source = err.source();
-    }
-    // tonic's wrapper layer says nothing its neighbours do not.
-    parts.retain(|p| !p.is_empty() && p != "transport error");
-    parts.join(": ")
+    crate::error::message_chain(status.message().to_string(), status.source())
 }
 
 /// A tonic request carrying the call's deadline as `grpc-timeout`.

@@ -30,7 +30,7 @@ use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, ServerTlsConfig};
 
-use crate::error::{Code, Result, Status};
+use crate::error::{error_chain, Code, Result, Status};
 
 /// A channel that sends the cluster token (if any) on every call.
 pub type AuthChannel = InterceptedService<Channel, AttachToken>;
@@ -214,21 +214,6 @@ impl Security {
              ConnectOptions::tls, or the [tls] section of the cluster file)"
         }
     }
-}
-
-/// The error's message followed by each distinct cause under it.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![error.to_string()];
-    let mut source = error.source();
-    while let Some(err) = source {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p == &text) {
-            parts.push(text);
-        }
-        source = err.source();
-    }
-    parts.retain(|p| !p.is_empty() && p != "transport error");
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@ use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-use super::{error_chain, SecurityError, SecurityFile};
+use super::{SecurityError, SecurityFile};
+use crate::error::error_chain;
 
 /// The TLS material of a task or client: the CA that signs the cluster's certificates, and
 /// (to serve, or to dial an mTLS task) a certificate and its key. Cheap to clone; `Debug` shows

@@ -15,15 +15,16 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tessera::cluster::TaskConfig;
+use tessera::ops::systemd::socket_activated;
 use tessera::server::Server;
 
 /// How long a daemon may take to print its readiness line (a cold debug binary on a busy
@@ -312,15 +313,10 @@ fn spawn(
     index: usize,
     listener: &TcpListener,
 ) -> (Child, mpsc::Receiver<String>) {
-    let fd = listener.as_raw_fd();
-    let mut command = Command::new("/bin/sh");
+    let mut command = socket_activated(Path::new(BIN), listener);
     command
-        // `$$` is the shell's pid, which `exec` hands to the daemon.
-        .args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#])
-        .arg(BIN)
         .args(["serve", "--config"])
         .arg(config)
-        .env("LISTEN_FDS", "1")
         .env("TESSERA__TASK__JOB", job)
         .env("TESSERA__TASK__INDEX", index.to_string())
         .env(
@@ -330,21 +326,6 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
-    unsafe {
-        command.pre_exec(move || {
-            if fd == 3 {
-                // dup2 onto itself keeps close-on-exec; clear it by hand.
-                let flags = libc::fcntl(3, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("spawn tessera serve for /job:{job}/task:{index}: {e}"));

@@ -14,15 +14,15 @@
 //! ended; past the deadline every task still running is killed and named.
 
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{TaskConfig, TaskId};
 use crate::error::{Result, Status};
+use crate::ops::systemd::socket_activated;
 
 /// What to launch.
 #[derive(Clone, Debug)]
@@ -182,36 +182,16 @@ fn kill_all(running: &mut [Running]) {
 
 /// Starts one task with `listener` as fd 3.
 fn spawn(job: &LocalJob, config: &Path, task: &TaskId, listener: &TcpListener) -> Result<Child> {
-    let fd = listener.as_raw_fd();
-    let mut command = Command::new("/bin/sh");
+    let mut command = socket_activated(&job.exe, listener);
     command
-        // `$$` is the shell's pid, which `exec` hands to the daemon.
-        .args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#])
-        .arg(&job.exe)
         .args(["train", "--config"])
         .arg(config)
         .args(&job.train_args)
-        .env("LISTEN_FDS", "1")
         .env("TESSERA__TASK__JOB", &task.job)
         .env("TESSERA__TASK__INDEX", task.index.to_string())
         .stdin(Stdio::null());
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "warn");
-    }
-    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) run.
-    unsafe {
-        command.pre_exec(move || {
-            if fd == 3 {
-                // dup2 onto itself keeps close-on-exec; clear it by hand.
-                let flags = libc::fcntl(3, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
     command.spawn().map_err(|e| {
         Status::unavailable(format!(
