@@ -761,3 +761,35 @@ fn a_bad_towers_value_is_refused_naming_it_and_the_batch() {
         ended.stdout
     );
 }
+
+#[test]
+fn sync_training_with_two_towers_per_worker_reaches_the_stated_accuracy_and_exits_0() {
+    // Each worker averages its two towers' gradients; the chief averages the two workers'.
+    let ended = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &[
+            "--sync",
+            "--optimizer",
+            "gd",
+            "--learning_rate",
+            "0.05",
+            "--towers",
+            "2",
+            "--steps",
+            "200",
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let chief = chief(&ended);
+    let accuracy = held_out_accuracy(chief);
+    assert!(
+        accuracy >= 0.75,
+        "held-out accuracy {accuracy}:\n{}",
+        chief.stdout
+    );
+    assert!(
+        chief.stdout.contains("trained to global step 200 "),
+        "{}",
+        chief.stdout
+    );
+}

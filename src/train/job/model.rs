@@ -389,4 +389,49 @@ mod tests {
         assert!(built.saved.contains(&"global_step".to_string()));
         assert!(built.saved.contains(&"layer2/w".to_string()));
     }
+
+    #[test]
+    fn towers_split_the_batch_over_the_workers_cpus_and_keep_the_variables_on_the_ps() {
+        let spec = TrainSpec {
+            towers: 2,
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 1,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        let built = build(&spec, &placement, 4, 3).unwrap();
+        let mut per_tower = [0usize; 2];
+        for node in &built.graph.node {
+            if node.op == "VarHandleOp" {
+                assert_eq!(node.device, "/job:ps/task:0", "`{}`", node.name);
+            }
+            for (i, count) in per_tower.iter_mut().enumerate() {
+                if node.name.starts_with(&format!("tower_{i}/")) {
+                    let want = format!("/job:worker/task:1/device:CPU:{i}");
+                    assert_eq!(node.device, want, "`{}` ({})", node.name, node.op);
+                    *count += 1;
+                }
+            }
+            if node.name.starts_with("split_batch/") || node.name.starts_with("average_gradients/")
+            {
+                assert_eq!(
+                    node.device, "/job:worker/task:1/device:CPU:0",
+                    "`{}`",
+                    node.name
+                );
+            }
+        }
+        // Three layers: at least a MatMul forward and two backward per layer in each tower.
+        assert!(per_tower.iter().all(|&c| c >= 9), "{per_tower:?}");
+        // The loss is the towers' mean; the logits (for evaluation) take the whole batch.
+        assert!(
+            built.loss.starts_with("average_gradients/"),
+            "{}",
+            built.loss
+        );
+        assert!(!built.logits.starts_with("tower_"), "{}", built.logits);
+        assert!(matches!(built.train, TrainOp::Async(_)));
+    }
 }
