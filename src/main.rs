@@ -5,6 +5,7 @@
 //! tessera                      (same as `tessera local`)
 //! tessera local [--steps 500 --optimizer adam ...]
 //! tessera train --config cluster.toml --model mlp --hidden 64,32 --steps 1000 [--sync ...]
+//! tessera train --config cluster.toml --towers 2    (batches split over CPU:0 and CPU:1)
 //! tessera train --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222 --job_name=worker --task_index=0
 //! tessera serve --config /etc/tessera/ps0.toml [--listen 0.0.0.0:2222]
 //! tessera serve --ps_hosts=h0:2222 --worker_hosts=h1:2222 --job_name=ps --task_index=0
@@ -202,6 +203,10 @@ struct TrainingFlags {
     /// Examples per step and worker.
     #[arg(long = "batch_size", default_value_t = 64)]
     batch_size: usize,
+    /// In-graph towers per worker: split each batch over this many CPU devices of the worker
+    /// (the worker gets that many `[devices] cpu`) and average their gradients.
+    #[arg(long, default_value_t = 1)]
+    towers: usize,
     /// Training ends when the global step reaches this.
     #[arg(long, default_value_t = 1000)]
     steps: i64,
@@ -247,6 +252,7 @@ impl TrainingFlags {
             optimizer: self.optimizer.clone(),
             learning_rate: self.learning_rate,
             batch_size: self.batch_size,
+            towers: self.towers,
             steps: self.steps,
             sync,
             checkpoint_dir: self.checkpoint_dir.clone(),
@@ -267,6 +273,7 @@ impl TrainingFlags {
             format!("--optimizer={}", self.optimizer),
             format!("--learning_rate={}", self.learning_rate),
             format!("--batch_size={}", self.batch_size),
+            format!("--towers={}", self.towers),
             format!("--steps={}", self.steps),
             format!("--save_every={}", self.save_every),
             format!("--data={}", self.data),
@@ -390,6 +397,8 @@ fn load_task_config(
 /// `tessera local` (and `tessera` alone): the embedded cluster as child processes.
 fn local(args: LocalArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
+    // Bad flags are refused here once, not by every child (the embedded cluster has 2 workers).
+    args.training.to_spec(2)?.validate(2)?;
     println!(
         "tessera: local cluster of 1 ps and 2 workers training {} for {} steps",
         args.training.model, args.training.steps
@@ -406,10 +415,11 @@ fn local(args: LocalArgs) -> anyhow::Result<()> {
 /// `tessera train`: this task's daemon and its part of the job; exits once the chief says
 /// training is over (the chief: once it told the others), or on SIGTERM.
 fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let config = load_task_config(args.config.as_deref(), &args.classic, args.listen)?;
+    let mut config = load_task_config(args.config.as_deref(), &args.classic, args.listen)?;
     let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
     let spec = args.training.to_spec(num_workers)?;
     tessera::train::job::check(&config, &spec)?;
+    tessera::train::job::provide_tower_devices(&mut config, &spec);
     let task = config.task.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -850,6 +860,10 @@ mod tests {
             "3s",
             "--hidden",
             "8,4",
+            "--towers",
+            "2",
+            "--batch_size",
+            "32",
         ];
         let Some(Command::Local(local)) = Cli::parse_from(given).command else {
             panic!("not parsed as local");
@@ -863,6 +877,7 @@ mod tests {
         assert_eq!(child.training.to_args(), args);
         let spec = child.training.to_spec(2).unwrap();
         assert_eq!(spec.steps, 7);
+        assert_eq!((spec.towers, spec.batch_size), (2, 32));
         assert_eq!(spec.wait_for_model, Duration::from_secs(3));
         assert_eq!(
             spec.model.hidden(),

@@ -65,6 +65,11 @@ struct Job {
 
 /// Starts one `tessera train` per task of `jobs`, all with `args`, each on a port bound here.
 fn start_job(jobs: &[(&str, usize)], args: &[&str]) -> Job {
+    start_job_with_devices(jobs, "", args)
+}
+
+/// [`start_job`] with `devices` (TOML lines) added to the cluster file's `[devices]` table.
+fn start_job_with_devices(jobs: &[(&str, usize)], devices: &str, args: &[&str]) -> Job {
     let dir = tempfile::tempdir().unwrap();
     let mut listeners = Vec::new();
     let mut text = String::from("[cluster]\n");
@@ -78,6 +83,7 @@ fn start_job(jobs: &[(&str, usize)], args: &[&str]) -> Job {
         text.push_str(&format!("{job} = [{}]\n", addrs.join(", ")));
     }
     text.push_str("[devices]\ngpu = 0\n");
+    text.push_str(devices);
     let config = dir.path().join("cluster.toml");
     std::fs::write(&config, text).unwrap();
 
@@ -695,5 +701,78 @@ fn tessera_local_names_the_task_that_failed_and_how() {
         ended[0].stderr.contains(&missing.display().to_string()),
         "the worker's own error names the file:\n{}",
         ended[0].stderr
+    );
+}
+
+#[test]
+fn async_training_with_two_towers_per_worker_reaches_the_stated_accuracy_and_exits_0() {
+    // Each worker's batch of 64 splits into two towers of 32 on its CPU:0 and CPU:1. The
+    // cluster file asks for no CPU count, so only `--towers 2` gives each worker a CPU:1; with
+    // soft placement off, a tower op requesting a CPU:1 that did not exist would fail the
+    // step instead of falling back to CPU:0.
+    let job = start_job_with_devices(
+        &[("ps", 1), ("worker", 2)],
+        "soft_placement = false\n",
+        &["--towers", "2", "--batch_size", "64", "--steps", "300"],
+    );
+    let ended = wait_all(job.tasks.into_iter().map(|t| (t.name, t.child)).collect());
+    assert_all_exited_0(&ended);
+    let chief = chief(&ended);
+    let accuracy = held_out_accuracy(chief);
+    assert!(
+        accuracy >= 0.75,
+        "held-out accuracy {accuracy}:\n{}",
+        chief.stdout
+    );
+    assert!(
+        chief.stdout.contains("trained to global step 3"),
+        "{}",
+        chief.stdout
+    );
+}
+
+#[test]
+fn a_bad_towers_value_is_refused_naming_it_and_the_batch() {
+    let ended = run_chief_alone(&["--towers", "0"]);
+    assert_fails_with(&ended, &["--towers 0"]);
+    // 50 = 3·16 + 2: three towers cannot take equal parts.
+    let ended = run_chief_alone(&["--towers", "3", "--batch_size", "50"]);
+    assert_fails_with(&ended, &["--batch_size 50", "--towers 3"]);
+    assert!(
+        !ended.stdout.contains("tessera: serving"),
+        "refused before the daemon started:\n{}",
+        ended.stdout
+    );
+}
+
+#[test]
+fn sync_training_with_two_towers_per_worker_reaches_the_stated_accuracy_and_exits_0() {
+    // Each worker averages its two towers' gradients; the chief averages the two workers'.
+    let ended = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &[
+            "--sync",
+            "--optimizer",
+            "gd",
+            "--learning_rate",
+            "0.05",
+            "--towers",
+            "2",
+            "--steps",
+            "200",
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let chief = chief(&ended);
+    let accuracy = held_out_accuracy(chief);
+    assert!(
+        accuracy >= 0.75,
+        "held-out accuracy {accuracy}:\n{}",
+        chief.stdout
+    );
+    assert!(
+        chief.stdout.contains("trained to global step 200 "),
+        "{}",
+        chief.stdout
     );
 }

@@ -20,8 +20,9 @@
 //! gradient of the whole batch's mean loss, so N towers train like one device with the whole
 //! batch (up to float rounding of the different summation order).
 //!
-//! `tessera train --towers N` would call [`build_towers`] with [`tower_devices`]`(N)` in place
-//! of `Optimizer::minimize` on its model.
+//! `tessera train --towers N` calls [`build_towers`] (asynchronous training) or
+//! [`average_towers`] (synchronous: the averaged gradients go to `SyncReplicasOptimizer`) with
+//! [`tower_devices`]`(N)` in place of `Optimizer::minimize` on its model.
 
 use crate::error::{Result, Status};
 use crate::graph::{Graph, Output, Variable};
@@ -98,8 +99,40 @@ pub fn build_towers(
     optimizer: &Optimizer,
     global_step: Option<&Variable>,
     options: &TowerOptions,
-    mut model: impl FnMut(&mut Graph, &[Output]) -> Result<Output>,
+    model: impl FnMut(&mut Graph, &[Output]) -> Result<Output>,
 ) -> Result<Towers> {
+    let averaged = average_towers(g, inputs, var_list, optimizer, options, model)?;
+    let train_op = optimizer.apply_gradients(g, &averaged.grads_and_vars, global_step)?;
+    Ok(Towers {
+        tower_losses: averaged.tower_losses,
+        loss: averaged.loss,
+        grads_and_vars: averaged.grads_and_vars,
+        train_op,
+    })
+}
+
+/// What [`average_towers`] added: the towers and their averaged gradients, not yet applied.
+#[derive(Clone, Debug)]
+pub struct AveragedTowers {
+    /// Each tower's loss, on its device.
+    pub tower_losses: Vec<Output>,
+    /// The mean of the tower losses, on the averaging device: the whole batch's loss.
+    pub loss: Output,
+    /// The averaged gradient of each variable (`None` where no tower's loss depends on it).
+    pub grads_and_vars: Vec<(Option<Output>, Variable)>,
+}
+
+/// [`build_towers`] without the update: the towers, their losses and the averaged gradients,
+/// for a caller that applies them itself (synchronous replication hands them to
+/// `SyncReplicasOptimizer`). `optimizer` only computes the gradients.
+pub fn average_towers(
+    g: &mut Graph,
+    inputs: &[Output],
+    var_list: &[Variable],
+    optimizer: &Optimizer,
+    options: &TowerOptions,
+    mut model: impl FnMut(&mut Graph, &[Output]) -> Result<Output>,
+) -> Result<AveragedTowers> {
     let n = options.devices.len();
     if n == 0 {
         return Err(Status::invalid_argument(
@@ -155,12 +188,10 @@ pub fn build_towers(
             Ok((loss, averaged))
         })
     })?;
-    let train_op = optimizer.apply_gradients(g, &grads_and_vars, global_step)?;
-    Ok(Towers {
+    Ok(AveragedTowers {
         tower_losses,
         loss,
         grads_and_vars,
-        train_op,
     })
 }
 

@@ -26,6 +26,7 @@ use crate::train::checkpoint::saver::{build_saver_ops, SaverDef};
 use crate::train::monitored::ReadyOp;
 use crate::train::optimizer::{get_or_create_global_step, variable_from_handle};
 use crate::train::sync_replicas::{SyncReplicasOps, SyncReplicasOptimizer};
+use crate::train::towers::{average_towers, build_towers, tower_devices, TowerOptions};
 
 use super::spec::TrainSpec;
 
@@ -115,26 +116,32 @@ pub fn build(
         widths.extend(spec.model.hidden());
         widths.push(classes);
         let mut rng = StdRng::seed_from_u64(spec.seed);
-        let mut h = x;
-        let mut variables = Vec::new();
+        let mut layers = Vec::new();
         for (layer, pair) in widths.windows(2).enumerate() {
             let (fan_in, fan_out) = (pair[0], pair[1]);
             let w0 = g.constant(&glorot(&mut rng, fan_in, fan_out)?)?;
             let w = g.variable(&format!("layer{layer}/w"), &w0)?;
             let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
             let b = g.variable(&format!("layer{layer}/b"), &b0)?;
-            let z = g.matmul(&h, &w.value)?;
-            h = g.bias_add(&z, &b.value)?;
-            if layer + 2 < widths.len() {
-                h = g.relu(&h)?;
-            }
-            variables.push(w);
-            variables.push(b);
+            layers.push((w, b));
         }
-        let logits = h;
-        let (xent, _) = g.sparse_softmax_cross_entropy(&logits, &y)?;
-        let loss = g.mean(&xent, &[0], false)?;
-        let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
+        let variables: Vec<Variable> = layers
+            .iter()
+            .flat_map(|(w, b)| [w.clone(), b.clone()])
+            .collect();
+        // The whole batch's logits (the held-out evaluation; the loss too without towers).
+        let values: Vec<(Output, Output)> = layers
+            .iter()
+            .map(|(w, b)| (w.value.clone(), b.value.clone()))
+            .collect();
+        let logits = forward(g, &x, &values)?;
+        let (loss, train) = if spec.towers > 1 {
+            tower_train_op(g, spec, &worker, &x, &y, &layers, &variables, &global_step)?
+        } else {
+            let loss = mean_loss(g, &logits, &y)?;
+            let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
+            (loss, train)
+        };
         Ok((global_step, logits, loss, train))
     })?;
     let (global_step, logits, loss, train) = built;
@@ -171,6 +178,69 @@ pub fn build(
     })
 }
 
+/// The layers' dense maps on `x`: `h = x·w + b` per layer, ReLU between layers; returns the
+/// logits. `layers` are the `(w, b)` values to use (reads of the variables).
+fn forward(g: &mut Graph, x: &Output, layers: &[(Output, Output)]) -> Result<Output> {
+    let mut h = x.clone();
+    for (layer, (w, b)) in layers.iter().enumerate() {
+        let z = g.matmul(&h, w)?;
+        h = g.bias_add(&z, b)?;
+        if layer + 1 < layers.len() {
+            h = g.relu(&h)?;
+        }
+    }
+    Ok(h)
+}
+
+/// The mean sparse softmax cross-entropy of `logits` against the labels `y`.
+fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
+    let (xent, _) = g.sparse_softmax_cross_entropy(logits, y)?;
+    g.mean(&xent, &[0], false)
+}
+
+/// `--towers N`: the batch split over the worker's `CPU:0..N-1` (each tower reads the
+/// variables and computes its part's mean loss and gradients on its own device; the setter
+/// adds this worker's job and task), the gradients averaged on `CPU:0`, then the same update
+/// as without towers. Returns the mean of the tower losses (the whole batch's mean loss) and
+/// the train op.
+fn tower_train_op(
+    g: &mut Graph,
+    spec: &TrainSpec,
+    replica: &str,
+    x: &Output,
+    y: &Output,
+    layers: &[(Variable, Variable)],
+    variables: &[Variable],
+    global_step: &Variable,
+) -> Result<(Output, TrainOp)> {
+    let optimizer = spec.optimizer()?;
+    let options = TowerOptions::new(tower_devices(spec.towers));
+    let model = |g: &mut Graph, parts: &[Output]| -> Result<Output> {
+        let mut values = Vec::with_capacity(layers.len());
+        for (w, b) in layers {
+            values.push((g.read_variable(&w.handle)?, g.read_variable(&b.handle)?));
+        }
+        let logits = forward(g, &parts[0], &values)?;
+        mean_loss(g, &logits, &parts[1])
+    };
+    let inputs = [x.clone(), y.clone()];
+    if spec.sync.is_none() {
+        let towers = build_towers(
+            g,
+            &inputs,
+            variables,
+            &optimizer,
+            Some(global_step),
+            &options,
+            model,
+        )?;
+        return Ok((towers.loss, TrainOp::Async(towers.train_op)));
+    }
+    let averaged = average_towers(g, &inputs, variables, &optimizer, &options, model)?;
+    let train = sync_train_op(g, spec, replica, averaged.grads_and_vars, global_step)?;
+    Ok((averaged.loss, train))
+}
+
 /// The optimizer's ops: `minimize` for asynchronous training, SyncReplicas around the
 /// optimizer for synchronous, its gradients tagged with `replica` (this worker's task).
 fn train_op(
@@ -189,32 +259,48 @@ fn train_op(
             variables,
             Some(global_step),
         )?)),
-        Some(sync) => {
+        Some(_) => {
             let grads = optimizer.compute_gradients(g, loss, variables)?;
-            let pairs: Vec<(Output, Variable)> = grads
-                .into_iter()
-                .map(|(grad, var)| {
-                    grad.map(|grad| (grad, var.clone())).ok_or_else(|| {
-                        Status::internal(format!(
-                            "no gradient reaches `{}` from the loss",
-                            var.handle.node
-                        ))
-                    })
-                })
-                .collect::<Result<_>>()?;
-            let opt = SyncReplicasOptimizer::wrapping(
-                optimizer,
-                sync.replicas_to_aggregate,
-                Some(sync.total_num_replicas),
-            )?
-            .replica_id(replica);
-            let ops = opt.apply_gradients(g, &pairs, global_step)?;
-            Ok(TrainOp::Sync {
-                ops: Box::new(ops),
-                init_tokens: String::new(),
-            })
+            sync_train_op(g, spec, replica, grads, global_step)
         }
     }
+}
+
+/// SyncReplicas around the optimizer over `grads` (every variable must have a gradient), the
+/// gradients tagged with `replica`.
+fn sync_train_op(
+    g: &mut Graph,
+    spec: &TrainSpec,
+    replica: &str,
+    grads: Vec<(Option<Output>, Variable)>,
+    global_step: &Variable,
+) -> Result<TrainOp> {
+    let sync = spec
+        .sync
+        .as_ref()
+        .ok_or_else(|| Status::internal("sync_train_op called for asynchronous training"))?;
+    let pairs: Vec<(Output, Variable)> = grads
+        .into_iter()
+        .map(|(grad, var)| {
+            grad.map(|grad| (grad, var.clone())).ok_or_else(|| {
+                Status::internal(format!(
+                    "no gradient reaches `{}` from the loss",
+                    var.handle.node
+                ))
+            })
+        })
+        .collect::<Result<_>>()?;
+    let opt = SyncReplicasOptimizer::wrapping(
+        spec.optimizer()?,
+        sync.replicas_to_aggregate,
+        Some(sync.total_num_replicas),
+    )?
+    .replica_id(replica);
+    let ops = opt.apply_gradients(g, &pairs, global_step)?;
+    Ok(TrainOp::Sync {
+        ops: Box::new(ops),
+        init_tokens: String::new(),
+    })
 }
 
 /// Every variable on a ps task (the model, the optimizer's slots, the global step), by name:
@@ -307,5 +393,50 @@ mod tests {
         );
         assert!(built.saved.contains(&"global_step".to_string()));
         assert!(built.saved.contains(&"layer2/w".to_string()));
+    }
+
+    #[test]
+    fn towers_split_the_batch_over_the_workers_cpus_and_keep_the_variables_on_the_ps() {
+        let spec = TrainSpec {
+            towers: 2,
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 1,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        let built = build(&spec, &placement, 4, 3).unwrap();
+        let mut per_tower = [0usize; 2];
+        for node in &built.graph.node {
+            if node.op == "VarHandleOp" {
+                assert_eq!(node.device, "/job:ps/task:0", "`{}`", node.name);
+            }
+            for (i, count) in per_tower.iter_mut().enumerate() {
+                if node.name.starts_with(&format!("tower_{i}/")) {
+                    let want = format!("/job:worker/task:1/device:CPU:{i}");
+                    assert_eq!(node.device, want, "`{}` ({})", node.name, node.op);
+                    *count += 1;
+                }
+            }
+            if node.name.starts_with("split_batch/") || node.name.starts_with("average_gradients/")
+            {
+                assert_eq!(
+                    node.device, "/job:worker/task:1/device:CPU:0",
+                    "`{}`",
+                    node.name
+                );
+            }
+        }
+        // Three layers: at least a MatMul forward and two backward per layer in each tower.
+        assert!(per_tower.iter().all(|&c| c >= 9), "{per_tower:?}");
+        // The loss is the towers' mean; the logits (for evaluation) take the whole batch.
+        assert!(
+            built.loss.starts_with("average_gradients/"),
+            "{}",
+            built.loss
+        );
+        assert!(!built.logits.starts_with("tower_"), "{}", built.logits);
+        assert!(matches!(built.train, TrainOp::Async(_)));
     }
 }

@@ -13,6 +13,7 @@
 //! closes every DONE_QUEUE ────────────────► exits 0 ─────────────────────► exits 0
 //! ```
 
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +109,21 @@ pub fn check(config: &TaskConfig, spec: &TrainSpec) -> Result<()> {
     Ok(())
 }
 
+/// Gives a worker the CPU devices its towers run on: with `--towers N`, a worker whose
+/// configuration asks for fewer than N CPU devices (`[devices] cpu`) gets N; a configuration
+/// asking for more keeps its count, and a ps is left as it is (it only holds variables).
+pub fn provide_tower_devices(config: &mut TaskConfig, spec: &TrainSpec) {
+    if config.task.job != "worker" {
+        return;
+    }
+    let wanted = u32::try_from(spec.towers).unwrap_or(u32::MAX);
+    if let Some(wanted) = NonZeroU32::new(wanted) {
+        if wanted > config.devices.cpu_count {
+            config.devices.cpu_count = wanted;
+        }
+    }
+}
+
 /// How this task's client reaches its own master: the cluster file's connect timeout, and
 /// [`STEP_TIMEOUT`] per step.
 fn connect_options(config: &TaskConfig) -> ConnectOptions {
@@ -135,6 +151,18 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
              more data or fewer workers",
             config.task,
             train.len()
+        )));
+    }
+    // A shard smaller than a batch is trained on whole, one batch per step: that batch, too,
+    // must split evenly over the towers.
+    if shard.len() < spec.batch_size && shard.len() % spec.towers != 0 {
+        return Err(Status::invalid_argument(format!(
+            "{}: its shard of {} examples is smaller than --batch_size {} and does not divide \
+             over --towers {}; use more data, a smaller batch or fewer towers",
+            config.task,
+            shard.len(),
+            spec.batch_size,
+            spec.towers
         )));
     }
     let placement = Placement {
@@ -353,4 +381,36 @@ fn evaluate(session: &MonitoredSession, built: &TrainGraph, held_out: &Dataset) 
     let batch = held_out.to_batch()?;
     let logits = raw.run(&[(X, batch.x), (Y, batch.y)], &[&built.logits], &[])?;
     model::accuracy(&logits[0], held_out.labels())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(job: &str, cpu: u32) -> TaskConfig {
+        let mut config = TaskConfig::local();
+        config.task = TaskId::new(job, 0);
+        config.devices.cpu_count = NonZeroU32::new(cpu).unwrap();
+        config
+    }
+
+    fn with_towers(towers: usize) -> TrainSpec {
+        TrainSpec {
+            towers,
+            ..TrainSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_worker_gets_a_cpu_device_per_tower_unless_it_asks_for_more() {
+        let mut worker = config("worker", 1);
+        provide_tower_devices(&mut worker, &with_towers(3));
+        assert_eq!(worker.devices.cpu_count.get(), 3);
+        let mut bigger = config("worker", 4);
+        provide_tower_devices(&mut bigger, &with_towers(2));
+        assert_eq!(bigger.devices.cpu_count.get(), 4);
+        let mut ps = config("ps", 1);
+        provide_tower_devices(&mut ps, &with_towers(2));
+        assert_eq!(ps.devices.cpu_count.get(), 1);
+    }
 }

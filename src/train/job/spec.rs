@@ -164,6 +164,9 @@ pub struct TrainSpec {
     pub learning_rate: f64,
     /// Examples per step and worker.
     pub batch_size: usize,
+    /// In-graph towers per worker: each step's batch is split over this many CPU devices of
+    /// the worker and their gradients averaged (1: no towers).
+    pub towers: usize,
     /// Training ends when the global step reaches this.
     pub steps: i64,
     /// Synchronous replication, or `None` for asynchronous.
@@ -193,6 +196,7 @@ impl Default for TrainSpec {
             optimizer: "adam".into(),
             learning_rate: 0.01,
             batch_size: 64,
+            towers: 1,
             steps: 1000,
             sync: None,
             checkpoint_dir: None,
@@ -207,13 +211,26 @@ impl Default for TrainSpec {
 
 impl TrainSpec {
     /// Checks what can be checked without the data or the cluster: the optimizer's name, the
-    /// numbers, and that synchronous training fits the workers (`num_workers`).
+    /// numbers (the batch must divide over the towers), and that synchronous training fits
+    /// the workers (`num_workers`).
     pub fn validate(&self, num_workers: usize) -> Result<()> {
         self.optimizer()?;
         if self.batch_size == 0 {
             return Err(Status::invalid_argument(
                 "--batch_size 0: a step needs at least one example",
             ));
+        }
+        if self.towers == 0 {
+            return Err(Status::invalid_argument(
+                "--towers 0: a worker needs at least one tower (1 trains without towers)",
+            ));
+        }
+        if self.batch_size % self.towers != 0 {
+            return Err(Status::invalid_argument(format!(
+                "--batch_size {} does not divide over --towers {}: each tower takes an equal \
+                 part of the batch; pass a batch size that is a multiple of {}",
+                self.batch_size, self.towers, self.towers
+            )));
         }
         if self.steps < 1 {
             return Err(Status::invalid_argument(format!(
@@ -321,6 +338,27 @@ mod tests {
         );
         assert!(DataSource::parse("idx:a").is_err());
         assert!(DataSource::parse("parquet:x").is_err());
+    }
+
+    #[test]
+    fn towers_must_be_positive_and_divide_the_batch() {
+        let spec = |batch_size, towers| TrainSpec {
+            batch_size,
+            towers,
+            ..TrainSpec::default()
+        };
+        let err = spec(64, 0).validate(2).unwrap_err();
+        assert_eq!(err.code(), crate::Code::InvalidArgument);
+        assert!(err.message().contains("--towers 0"), "{err}");
+        // 64 = 3·21 + 1: not a multiple of 3.
+        let err = spec(64, 3).validate(2).unwrap_err();
+        assert_eq!(err.code(), crate::Code::InvalidArgument);
+        assert!(
+            err.message().contains("--batch_size 64") && err.message().contains("--towers 3"),
+            "{err}"
+        );
+        spec(64, 4).validate(2).unwrap();
+        spec(64, 1).validate(2).unwrap();
     }
 
     #[test]
