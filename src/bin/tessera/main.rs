@@ -1,0 +1,217 @@
+//! The `tessera` command: train on the embedded local cluster, run one task of a training
+//! job, run a task's daemon, check a cluster file, ask a task its status.
+//!
+//! ```text
+//! tessera                      (same as `tessera local`)
+//! tessera local [--steps 500 --optimizer adam ...]
+//! tessera train --config cluster.toml --model mlp --hidden 64,32 --steps 1000 [--sync ...]
+//! tessera train --config cluster.toml --towers 2    (batches split over CPU:0 and CPU:1)
+//! tessera train --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222 --job_name=worker --task_index=0
+//! tessera serve --config /etc/tessera/ps0.toml [--listen 0.0.0.0:2222]
+//! tessera serve --ps_hosts=h0:2222 --worker_hosts=h1:2222 --job_name=ps --task_index=0
+//! TF_CONFIG='{"cluster": ..., "task": ...}' tessera serve
+//! tessera validate /etc/tessera/ps0.toml
+//! tessera status grpc://h0:2222 [--timeout 5s]
+//! tessera status grpcs://h0:2222 --ca ca.pem [--cert me.pem --key me.key] [--token-file token]
+//! tessera export --safetensors model.safetensors /tmp/train/model.ckpt-1000
+//! ```
+//!
+//! Under systemd socket activation (`LISTEN_FDS=1`, `LISTEN_PID` = our pid) `serve` takes the
+//! listening socket from fd 3 instead of binding one (`config/tessera@.socket`).
+//!
+//! `serve` prints one readiness line on stdout once the port is bound and the actors are up
+//! (`tessera: serving /job:ps/replica:0/task:0 on 127.0.0.1:2222`); logs go to stderr.
+//!
+//! Under systemd (`Type=notify`, `config/tessera@.service`) `serve` also sends `READY=1` at that
+//! moment, `STATUS=` lines, `WATCHDOG=1` every half `WatchdogSec=` while it serves, and
+//! `STOPPING=1` when it starts draining; with stderr on the journal (`JOURNAL_STREAM`) log
+//! lines carry no colours and no timestamps of their own.
+
+mod serve;
+mod status;
+mod train;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tessera::cluster::TaskConfig;
+use tessera::ops::systemd;
+
+use serve::{serve, ServeArgs};
+use status::{status, SecurityArgs};
+use train::{local, train, LocalArgs, TrainArgs};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "A distributed training runtime with TensorFlow's architecture"
+)]
+pub(crate) struct Cli {
+    /// Without a command, `tessera local` runs with its defaults.
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Trains the MLP on the built-in data set with the embedded cluster (1 ps, 2 workers as
+    /// child processes on loopback ports) and reports its accuracy.
+    Local(LocalArgs),
+    /// Runs this task of a training job: its daemon, and (for a worker) its training client.
+    /// Exits 0 when the chief says training is over.
+    Train(TrainArgs),
+    /// Runs this task's daemon (MasterService and WorkerService on one port) until SIGTERM.
+    Serve(ServeArgs),
+    /// Checks a cluster file and names this task; exits 1 with the error when it is bad.
+    Validate {
+        /// The TOML cluster file.
+        file: PathBuf,
+    },
+    /// Asks a running task for its devices (WorkerService GetStatus).
+    Status {
+        /// The task, as `grpc://HOST:PORT` (or `HOST:PORT`); `grpcs://HOST:PORT` for TLS.
+        target: String,
+        /// How long to wait for the task to answer (`5s`, `500ms`, `1m`).
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        timeout: Duration,
+        #[command(flatten)]
+        security: SecurityArgs,
+    },
+    /// Writes a checkpoint's tensors in another format.
+    Export {
+        /// Write this safetensors file (float32/float64/int32/int64/bool tensors; strings
+        /// are skipped).
+        #[arg(long, value_name = "OUT")]
+        safetensors: PathBuf,
+        /// The checkpoint: a prefix (`dir/model.ckpt-1000`) or a directory (its latest).
+        checkpoint: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    // `tessera` alone is `tessera local` with its defaults.
+    let command = cli
+        .command
+        .or_else(|| Cli::parse_from(["tessera", "local"]).command);
+    let Some(command) = command else {
+        eprintln!("tessera: no command; run `tessera --help`");
+        return ExitCode::FAILURE;
+    };
+    let result = match command {
+        Command::Local(args) => local(args),
+        Command::Train(args) => train(args),
+        Command::Serve(args) => serve(args),
+        Command::Validate { file } => validate(&file),
+        Command::Status {
+            target,
+            timeout,
+            security,
+        } => status(&target, timeout, &security),
+        Command::Export {
+            safetensors,
+            checkpoint,
+        } => export(&checkpoint, &safetensors),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tessera export --safetensors OUT CKPT`: one line per skipped tensor, then a summary.
+fn export(checkpoint: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let summary = tessera::train::checkpoint::export::export_safetensors(checkpoint, out)?;
+    for (name, why) in &summary.skipped {
+        eprintln!("tessera: skipped `{name}`: {why}");
+    }
+    println!(
+        "tessera: wrote {} tensors to {} ({} skipped)",
+        summary.written.len(),
+        out.display(),
+        summary.skipped.len()
+    );
+    Ok(())
+}
+
+/// Structured logs on stderr: `RUST_LOG`-style filter (default `info`), colours only on a
+/// terminal. On the journal, no colours and no timestamps: journald stamps each line itself.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if systemd::logs_to_journal() {
+        logs.with_ansi(false).without_time().init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
+/// `tessera validate FILE`: loads the file and names the task it describes.
+fn validate(file: &std::path::Path) -> anyhow::Result<()> {
+    let config = TaskConfig::from_file(file)?;
+    let tasks = config.cluster.all_tasks().count();
+    println!(
+        "{}: ok (job {} task {} of {tasks} tasks)",
+        file.display(),
+        config.task.job,
+        config.task.index
+    );
+    Ok(())
+}
+
+/// Parses `5s`, `500ms`, `2m`, `1h` or a bare number of seconds.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; write it like 5s, 500ms or 2m"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}`; use ms, s, m or h"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_every_unit() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,309 @@
+//! `tessera train` (one task of a training job) and `tessera local` (the embedded cluster).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context as _};
+use clap::Args;
+use tessera::cluster::ClassicFlags;
+use tessera::train::job::launcher::LocalJob;
+use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
+use tracing::info;
+
+use crate::parse_duration;
+use crate::serve::{load_task_config, start_and_announce, Signals};
+
+/// How long a ps or worker keeps serving after the chief said training is over.
+const LINGER: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Args)]
+pub(crate) struct TrainArgs {
+    /// The TOML cluster file. Without it, the classic flags, then `TF_CONFIG`, are used.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) classic: ClassicFlags,
+    /// Listen on this address instead of the one the configuration gives.
+    #[arg(long)]
+    pub(crate) listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub(crate) training: TrainingFlags,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LocalArgs {
+    #[command(flatten)]
+    pub(crate) training: TrainingFlags,
+    /// How long the whole job may take before every task is killed.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+/// The model and training flags, the same for every task of a job.
+#[derive(Clone, Debug, Args)]
+pub(crate) struct TrainingFlags {
+    /// The model: softmax (regression) or mlp.
+    #[arg(long, default_value = "mlp")]
+    model: String,
+    /// Hidden layer widths of the mlp.
+    #[arg(long, value_delimiter = ',', default_value = "64,32")]
+    hidden: Vec<usize>,
+    /// The optimizer: gd, momentum, adagrad, adam or rmsprop.
+    #[arg(long, default_value = "adam")]
+    optimizer: String,
+    #[arg(long = "learning_rate", default_value_t = 0.01)]
+    learning_rate: f64,
+    /// Examples per step and worker.
+    #[arg(long = "batch_size", default_value_t = 64)]
+    batch_size: usize,
+    /// In-graph towers per worker: split each batch over this many CPU devices of the worker
+    /// (the worker gets that many `[devices] cpu`) and average their gradients.
+    #[arg(long, default_value_t = 1)]
+    towers: usize,
+    /// Training ends when the global step reaches this.
+    #[arg(long, default_value_t = 1000)]
+    steps: i64,
+    /// Synchronous replication: average the gradients of `--replicas_to_aggregate` workers per
+    /// update, applied with `--optimizer`.
+    #[arg(long)]
+    sync: bool,
+    /// Gradients per synchronous update (default: every worker).
+    #[arg(long = "replicas_to_aggregate")]
+    replicas_to_aggregate: Option<usize>,
+    /// The chief saves checkpoints here and restores the latest at start.
+    #[arg(long = "checkpoint_dir")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Save a checkpoint every this many global steps (and at the end).
+    #[arg(long = "save_every", default_value_t = 100)]
+    save_every: u64,
+    /// The data: synthetic, csv:PATH (features, then an integer label) or idx:IMAGES,LABELS.
+    #[arg(long, default_value = "synthetic")]
+    data: String,
+    /// Seeds the data, the initial weights and the batch order.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The fraction of examples held out for the final accuracy.
+    #[arg(long = "held_out", default_value_t = 0.2)]
+    held_out: f64,
+    /// How long a worker waits for the chief to initialise the model.
+    #[arg(long = "wait_for_model", default_value = "120s", value_parser = parse_duration)]
+    wait_for_model: Duration,
+}
+
+impl TrainingFlags {
+    /// The spec for a cluster of `num_workers` workers.
+    pub(crate) fn to_spec(&self, num_workers: usize) -> anyhow::Result<TrainSpec> {
+        let sync = self.sync.then(|| SyncSpec {
+            replicas_to_aggregate: self.replicas_to_aggregate.unwrap_or(num_workers),
+            total_num_replicas: num_workers,
+        });
+        if !self.sync && self.replicas_to_aggregate.is_some() {
+            bail!("--replicas_to_aggregate needs --sync");
+        }
+        Ok(TrainSpec {
+            model: ModelKind::from_name(&self.model, &self.hidden)?,
+            optimizer: self.optimizer.clone(),
+            learning_rate: self.learning_rate,
+            batch_size: self.batch_size,
+            towers: self.towers,
+            steps: self.steps,
+            sync,
+            checkpoint_dir: self.checkpoint_dir.clone(),
+            save_every_steps: self.save_every,
+            data: DataSource::parse(&self.data)?,
+            seed: self.seed,
+            held_out_fraction: self.held_out,
+            wait_for_model: self.wait_for_model,
+        })
+    }
+
+    /// The same flags as command-line arguments, for the children of `tessera local`.
+    pub(crate) fn to_args(&self) -> Vec<String> {
+        let hidden: Vec<String> = self.hidden.iter().map(usize::to_string).collect();
+        let mut args = vec![
+            format!("--model={}", self.model),
+            format!("--hidden={}", hidden.join(",")),
+            format!("--optimizer={}", self.optimizer),
+            format!("--learning_rate={}", self.learning_rate),
+            format!("--batch_size={}", self.batch_size),
+            format!("--towers={}", self.towers),
+            format!("--steps={}", self.steps),
+            format!("--save_every={}", self.save_every),
+            format!("--data={}", self.data),
+            format!("--seed={}", self.seed),
+            format!("--held_out={}", self.held_out),
+            format!("--wait_for_model={}ms", self.wait_for_model.as_millis()),
+        ];
+        if self.sync {
+            args.push("--sync".into());
+        }
+        if let Some(n) = self.replicas_to_aggregate {
+            args.push(format!("--replicas_to_aggregate={n}"));
+        }
+        if let Some(dir) = &self.checkpoint_dir {
+            args.push(format!("--checkpoint_dir={}", dir.display()));
+        }
+        args
+    }
+}
+
+/// `tessera local` (and `tessera` alone): the embedded cluster as child processes.
+pub(crate) fn local(args: LocalArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find this program's path")?;
+    // Bad flags are refused here once, not by every child (the embedded cluster has 2 workers).
+    args.training.to_spec(2)?.validate(2)?;
+    println!(
+        "tessera: local cluster of 1 ps and 2 workers training {} for {} steps",
+        args.training.model, args.training.steps
+    );
+    tessera::train::job::launcher::run_local(&LocalJob {
+        exe,
+        train_args: args.training.to_args(),
+        deadline: args.timeout,
+    })?;
+    println!("tessera: every task exited 0");
+    Ok(())
+}
+
+/// `tessera train`: this task's daemon and its part of the job; exits once the chief says
+/// training is over (the chief: once it told the others), or on SIGTERM.
+pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let mut config = load_task_config(args.config.as_deref(), &args.classic, args.listen)?;
+    let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
+    let spec = args.training.to_spec(num_workers)?;
+    tessera::train::job::check(&config, &spec)?;
+    tessera::train::job::provide_tower_devices(&mut config, &spec);
+    let task = config.task.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot build the signal runtime")?;
+    let mut signals = runtime.block_on(async { Signals::install() })?;
+    let server = start_and_announce(config.clone())?;
+    let addr = server.local_addr();
+    // The client reaches its own server on loopback when it listens on every interface.
+    let own = if addr.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], addr.port()))
+    } else {
+        addr
+    };
+    let target = format!("grpc://{own}");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tessera-train".into())
+        .spawn(move || {
+            let _ = tx.send(tessera::train::job::run(&config, &target, &spec));
+        })
+        .context("cannot start the training thread")?;
+    let outcome = runtime.block_on(async move {
+        tokio::select! {
+            signal = signals.recv() => Err(signal),
+            finished = rx => Ok(finished),
+        }
+    });
+    if let Ok(Ok(Ok(Finished::Ps | Finished::Worker { .. }))) = &outcome {
+        // The chief's session that told this task is closed right after; serving a moment
+        // longer lets that close reach it instead of a refused connection.
+        std::thread::sleep(LINGER);
+    }
+    server.stop();
+    match outcome {
+        Err(signal) => {
+            info!(task = %task, reason = %signal, "stopped before training ended");
+            Ok(())
+        }
+        Ok(Err(_)) => bail!("{task}: the training thread ended without a result"),
+        Ok(Ok(Err(e))) => Err(anyhow!("{task}: {e}")),
+        Ok(Ok(Ok(finished))) => {
+            if let Finished::Chief(report) = finished {
+                print_report(&report);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The chief's last words, on stdout.
+fn print_report(report: &ChiefReport) {
+    if let Some(from) = &report.restored_from {
+        println!("tessera: started from checkpoint {}", from.display());
+    }
+    println!(
+        "tessera: trained to global step {} ({:.1} steps/s), last batch loss {:.4}",
+        report.global_step, report.steps_per_sec, report.final_loss
+    );
+    println!(
+        "tessera: held-out accuracy {:.2} % on {} examples",
+        100.0 * report.held_out_accuracy,
+        report.held_out_examples
+    );
+    if let Some(checkpoint) = &report.checkpoint {
+        println!("tessera: checkpoint {}", checkpoint.display());
+    }
+    if !report.missing_workers.is_empty() {
+        println!(
+            "tessera: workers {:?} did not report their last step",
+            report.missing_workers
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Cli, Command};
+
+    #[test]
+    fn local_hands_its_children_the_training_flags_it_was_given() {
+        let given = [
+            "tessera",
+            "local",
+            "--model",
+            "softmax",
+            "--optimizer",
+            "gd",
+            "--sync",
+            "--replicas_to_aggregate",
+            "1",
+            "--steps",
+            "7",
+            "--checkpoint_dir",
+            "/tmp/c",
+            "--wait_for_model",
+            "3s",
+            "--hidden",
+            "8,4",
+            "--towers",
+            "2",
+            "--batch_size",
+            "32",
+        ];
+        let Some(Command::Local(local)) = Cli::parse_from(given).command else {
+            panic!("not parsed as local");
+        };
+        let args = local.training.to_args();
+        let mut train = vec!["tessera".to_string(), "train".into()];
+        train.extend(args.iter().cloned());
+        let Some(Command::Train(child)) = Cli::parse_from(train).command else {
+            panic!("not parsed as train");
+        };
+        assert_eq!(child.training.to_args(), args);
+        let spec = child.training.to_spec(2).unwrap();
+        assert_eq!(spec.steps, 7);
+        assert_eq!((spec.towers, spec.batch_size), (2, 32));
+        assert_eq!(spec.wait_for_model, Duration::from_secs(3));
+        assert_eq!(
+            spec.model.hidden(),
+            &[] as &[usize],
+            "softmax has no hidden layers"
+        );
+        let sync = spec.sync.unwrap();
+        assert_eq!(
+            (sync.replicas_to_aggregate, sync.total_num_replicas),
+            (1, 2)
+        );
+    }
+}
