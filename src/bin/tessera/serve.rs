@@ -16,8 +16,9 @@ use tessera::ops::systemd::{self, Notifier};
 use tessera::server::Server;
 use tracing::{info, warn};
 
+/// Which task this is and of which cluster: the flags of every command that runs a daemon.
 #[derive(Debug, Args)]
-pub(crate) struct ServeArgs {
+pub(crate) struct TaskArgs {
     /// The TOML cluster file. Without it, the classic flags, then `TF_CONFIG`, are used.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
@@ -28,13 +29,21 @@ pub(crate) struct ServeArgs {
     pub(crate) listen: Option<SocketAddr>,
 }
 
-/// Loads the task's configuration: `--config`, else the classic flags, else `TF_CONFIG`.
-fn load_config(args: &ServeArgs) -> anyhow::Result<TaskConfig> {
-    load_task_config(args.config.as_deref(), &args.classic, args.listen)
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    pub(crate) task: TaskArgs,
 }
 
-/// [`load_config`] from its parts.
-pub(crate) fn load_task_config(
+impl TaskArgs {
+    /// Loads the task's configuration: `--config`, else the classic flags, else `TF_CONFIG`.
+    pub(crate) fn load(&self) -> anyhow::Result<TaskConfig> {
+        load_task_config(self.config.as_deref(), &self.classic, self.listen)
+    }
+}
+
+/// [`TaskArgs::load`] from its parts.
+fn load_task_config(
     file: Option<&std::path::Path>,
     classic: &ClassicFlags,
     listen: Option<SocketAddr>,
@@ -65,7 +74,7 @@ pub(crate) fn load_task_config(
 
 /// `tessera serve`: starts the daemon, announces it, and stops it on SIGTERM or SIGINT.
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = load_config(&args)?;
+    let config = args.task.load()?;
     let task = config.task.clone();
     // A small runtime of our own for signals; the server runs its own threads.
     let runtime = tokio::runtime::Builder::new_current_thread()

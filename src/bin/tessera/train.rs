@@ -6,27 +6,20 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
-use tessera::cluster::ClassicFlags;
 use tessera::train::job::launcher::LocalJob;
 use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
 use tracing::info;
 
 use crate::parse_duration;
-use crate::serve::{load_task_config, start_and_announce, Signals};
+use crate::serve::{start_and_announce, Signals, TaskArgs};
 
 /// How long a ps or worker keeps serving after the chief said training is over.
 const LINGER: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub(crate) struct TrainArgs {
-    /// The TOML cluster file. Without it, the classic flags, then `TF_CONFIG`, are used.
-    #[arg(long)]
-    pub(crate) config: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) classic: ClassicFlags,
-    /// Listen on this address instead of the one the configuration gives.
-    #[arg(long)]
-    pub(crate) listen: Option<SocketAddr>,
+    pub(crate) task: TaskArgs,
     #[command(flatten)]
     pub(crate) training: TrainingFlags,
 }
@@ -169,7 +162,7 @@ pub(crate) fn local(args: LocalArgs) -> anyhow::Result<()> {
 /// `tessera train`: this task's daemon and its part of the job; exits once the chief says
 /// training is over (the chief: once it told the others), or on SIGTERM.
 pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
-    let mut config = load_task_config(args.config.as_deref(), &args.classic, args.listen)?;
+    let mut config = args.task.load()?;
     let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
     let spec = args.training.to_spec(num_workers)?;
     tessera::train::job::check(&config, &spec)?;
