@@ -59,31 +59,61 @@ struct Replica {
     ready: ReadyOp,
 }
 
+/// Linear regression's graph: `pred = x·w + b`, its mean squared error against `y`.
+struct LinearModel {
+    x: Output,
+    y: Output,
+    loss: Output,
+    global_step: Variable,
+    w: Variable,
+    b: Variable,
+}
+
+/// Adds [`LinearModel`] to `g`, in whatever device scope the caller set.
+fn linear_model(g: &mut Graph) -> Result<LinearModel> {
+    let global_step = get_or_create_global_step(g)?;
+    let w0 = g.constant(&Tensor::from_vec(
+        vec![FEATURES, 1],
+        vec![0.0f32; FEATURES],
+    )?)?;
+    let w = g.variable("w", &w0)?;
+    let b0 = g.constant(&Tensor::from_vec(vec![1], vec![0.0f32])?)?;
+    let b = g.variable("b", &b0)?;
+    let x = g.placeholder(
+        "x",
+        DType::Float,
+        PartialShape::new(vec![None, Some(FEATURES)]),
+    )?;
+    let y = g.placeholder("y", DType::Float, PartialShape::new(vec![None, Some(1)]))?;
+    let xw = g.matmul(&x, &w.value)?;
+    let pred = g.add(&xw, &b.value)?;
+    let err = g.sub(&pred, &y)?;
+    let sq = g.mul(&err, &err)?;
+    let loss = g.mean(&sq, &[0, 1], false)?;
+    Ok(LinearModel {
+        x,
+        y,
+        loss,
+        global_step,
+        w,
+        b,
+    })
+}
+
 /// Linear regression `pred = x·w + b` with a mean squared error, built by worker `task` with
 /// its variables on the ps (replica_device_setter) and its computation on its own task.
 fn linear_replica(task: usize, optimizer: &Optimizer) -> Result<Replica> {
     let mut g = Graph::new();
     let setter = replica_device_setter(1, &format!("/job:worker/task:{task}"))?;
     let (x, y, loss, train, vars) = g.with_device_fn(setter, |g| -> Result<_> {
-        let global_step = get_or_create_global_step(g)?;
-        let w0 = g.constant(&Tensor::from_vec(
-            vec![FEATURES, 1],
-            vec![0.0f32; FEATURES],
-        )?)?;
-        let w = g.variable("w", &w0)?;
-        let b0 = g.constant(&Tensor::from_vec(vec![1], vec![0.0f32])?)?;
-        let b = g.variable("b", &b0)?;
-        let x = g.placeholder(
-            "x",
-            DType::Float,
-            PartialShape::new(vec![None, Some(FEATURES)]),
-        )?;
-        let y = g.placeholder("y", DType::Float, PartialShape::new(vec![None, Some(1)]))?;
-        let xw = g.matmul(&x, &w.value)?;
-        let pred = g.add(&xw, &b.value)?;
-        let err = g.sub(&pred, &y)?;
-        let sq = g.mul(&err, &err)?;
-        let loss = g.mean(&sq, &[0, 1], false)?;
+        let LinearModel {
+            x,
+            y,
+            loss,
+            global_step,
+            w,
+            b,
+        } = linear_model(g)?;
         let train = optimizer.minimize(g, &loss, Some(&global_step))?;
         Ok((x, y, loss, train, [global_step, w, b]))
     })?;
@@ -453,25 +483,14 @@ fn sync_replica(
         .wait_timeout(wait)
         .replica_id(&format!("/job:worker/task:{task}"));
     let (x, y, loss, ops, vars) = g.with_device_fn(setter, |g| -> Result<_> {
-        let global_step = get_or_create_global_step(g)?;
-        let w0 = g.constant(&Tensor::from_vec(
-            vec![FEATURES, 1],
-            vec![0.0f32; FEATURES],
-        )?)?;
-        let w = g.variable("w", &w0)?;
-        let b0 = g.constant(&Tensor::from_vec(vec![1], vec![0.0f32])?)?;
-        let b = g.variable("b", &b0)?;
-        let x = g.placeholder(
-            "x",
-            DType::Float,
-            PartialShape::new(vec![None, Some(FEATURES)]),
-        )?;
-        let y = g.placeholder("y", DType::Float, PartialShape::new(vec![None, Some(1)]))?;
-        let xw = g.matmul(&x, &w.value)?;
-        let pred = g.add(&xw, &b.value)?;
-        let err = g.sub(&pred, &y)?;
-        let sq = g.mul(&err, &err)?;
-        let loss = g.mean(&sq, &[0, 1], false)?;
+        let LinearModel {
+            x,
+            y,
+            loss,
+            global_step,
+            w,
+            b,
+        } = linear_model(g)?;
         let grads = optimizer.compute_gradients(g, &loss, &[w.clone(), b.clone()])?;
         let grads: Vec<(Output, Variable)> = grads
             .into_iter()
