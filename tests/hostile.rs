@@ -626,6 +626,31 @@ fn a_broadcast_beyond_the_proto_limit_is_resource_exhausted_not_an_abort() {
     assert_eq!(four.values::<f32>().expect("floats").to_vec(), [2.5; 4]);
 }
 
+/// Found by the fuzzer (`fuzz/corpus/tensor_proto/resource_handles_3075x3075.pb`): a 40-byte
+/// proto repeating a handle over a 3075 x 3075 shape passed the limit counting each handle's
+/// struct alone, but took about twice that (the handle vector is copied once into the tensor's
+/// buffer) plus its strings. Now both count, so the same shape with a 100-byte name is refused
+/// before anything is allocated (9.5 million x (2 x 96 + 112) bytes is over 2 GiB), while a
+/// small handle tensor still converts.
+#[test]
+fn repeated_resource_handles_are_refused_by_what_they_take_in_memory() {
+    let handles = |dims: &[i64], name: &str| TensorProto {
+        dtype: DType::Resource.to_proto() as i32,
+        tensor_shape: Some(shape(dims)),
+        resource_handle_val: vec![tessera::proto::ResourceHandleProto {
+            name: name.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let long_name = "v".repeat(100);
+    let err = Tensor::from_proto(&handles(&[3075, 3075], &long_name)).expect_err("2.9 GB");
+    assert_eq!(err.code(), tessera::Code::ResourceExhausted, "{err}");
+    assert!(err.message().contains("9455625 elements"), "{err}");
+    let small = Tensor::from_proto(&handles(&[2, 3], &long_name)).expect("six handles");
+    assert_eq!(small.num_elements(), 6);
+}
+
 /// Deep input: a chain of 20 000 Identity nodes (a few hundred KiB of GraphDef) through
 /// CreateSession and a RunStep. Nothing on the way (import, shape inference, pruning,
 /// placement, partitioning, the executor) may recurse once per node: on a daemon thread's

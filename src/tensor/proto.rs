@@ -81,7 +81,7 @@ impl Tensor {
                 .map_err(|e| e.context(format!("TensorProto of dtype {dtype}")))?,
             None => Shape::scalar(),
         };
-        let n = checked_num_elements(dtype, &shape)?;
+        let n = checked_num_elements(dtype, &shape, handle_heap_bytes(proto))?;
         let what = Described(dtype, &shape);
         check_no_foreign_values(proto, dtype, &what)?;
 
@@ -196,7 +196,11 @@ pub const MAX_PROTO_TENSOR_BYTES: usize = i32::MAX as usize;
 /// The number of elements of `shape`, failing rather than overflowing on absurd peer shapes,
 /// and refusing (RESOURCE_EXHAUSTED) tensors that would take over [`MAX_PROTO_TENSOR_BYTES`]
 /// in memory.
-fn checked_num_elements(dtype: DType, shape: &Shape) -> Result<usize> {
+///
+/// `handle_heap` is what the strings of the largest handle given take on the heap: every
+/// element of a handle tensor is a copy of one. A handle vector is built, then moved into
+/// the tensor's shared buffer, so for a moment it is held twice.
+fn checked_num_elements(dtype: DType, shape: &Shape, handle_heap: usize) -> Result<usize> {
     let n = shape
         .dims()
         .iter()
@@ -204,7 +208,7 @@ fn checked_num_elements(dtype: DType, shape: &Shape) -> Result<usize> {
     // In memory, strings and handles take their Rust size per element, whatever their bytes.
     let per_element = match dtype {
         DType::String => std::mem::size_of::<Bytes>(),
-        DType::Resource => std::mem::size_of::<ResourceHandle>(),
+        DType::Resource => 2 * std::mem::size_of::<ResourceHandle>() + handle_heap,
         _ => dtype.size().unwrap_or(1),
     };
     let Some(n) = n else {
@@ -220,6 +224,25 @@ fn checked_num_elements(dtype: DType, shape: &Shape) -> Result<usize> {
              smaller pieces"
         ))),
     }
+}
+
+/// The most heap one copy of a handle in `proto` takes: each non-empty string is a block of at
+/// least 32 bytes (the allocator's smallest), its length plus a header rounded up to 16.
+/// The fuzzer found a 40-byte proto repeating a handle 9.5 million times; counting the struct
+/// alone put it under the limit while it took over 2 GiB.
+fn handle_heap_bytes(proto: &TensorProto) -> usize {
+    let block = |s: &str| match s.len() {
+        0 => 0,
+        len => (len + 8).next_multiple_of(16).max(32),
+    };
+    proto
+        .resource_handle_val
+        .iter()
+        .map(|h| {
+            block(&h.device) + block(&h.container) + block(&h.name) + block(&h.maybe_type_name)
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// How many values the typed field of `dtype` holds.
