@@ -198,16 +198,17 @@ pub const MAX_PROTO_TENSOR_BYTES: usize = i32::MAX as usize;
 /// in memory.
 ///
 /// `handle_heap` is what the strings of the largest handle given take on the heap: every
-/// element of a handle tensor is a copy of one. A handle vector is built, then moved into
-/// the tensor's shared buffer, so for a moment it is held twice.
+/// element of a handle tensor is a copy of one.
 fn checked_num_elements(dtype: DType, shape: &Shape, handle_heap: usize) -> Result<usize> {
     let n = shape
         .dims()
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    // In memory, strings and handles take their Rust size per element, whatever their bytes.
+    // Strings and handles are built in a vector, then moved into the tensor's shared buffer:
+    // for a moment each element is held twice (repeated strings share their bytes; each
+    // handle copy has its own strings).
     let per_element = match dtype {
-        DType::String => std::mem::size_of::<Bytes>(),
+        DType::String => 2 * std::mem::size_of::<Bytes>(),
         DType::Resource => 2 * std::mem::size_of::<ResourceHandle>() + handle_heap,
         _ => dtype.size().unwrap_or(1),
     };
