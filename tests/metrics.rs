@@ -8,13 +8,15 @@
 //! that by hand (4 RunSteps, 3 RecvTensors of `w`'s 16 bytes, one variable of 16 bytes, one
 //! session).
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use prost::Message;
-use tessera::cluster::{ClusterSpec, DeviceConfig, MetricsConfig, TaskConfig, TaskId, Timeouts};
+use support::cluster::{InProcessCluster, TEST_TIMEOUTS};
 use tessera::graph::builder::Graph;
 use tessera::proto::master_service_client::MasterServiceClient;
 use tessera::proto::*;
@@ -28,40 +30,14 @@ const SCRAPE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The two tasks, each on its own pre-bound port, each with a metrics endpoint on port 0.
 fn start_cluster() -> (Server, Server) {
-    let ps_listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let worker_listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let spec = ClusterSpec::from_dense([
-        ("ps", vec![ps_listener.local_addr().unwrap().to_string()]),
-        (
-            "worker",
-            vec![worker_listener.local_addr().unwrap().to_string()],
-        ),
-    ]);
-    let config = |task: TaskId, listener: &TcpListener| TaskConfig {
-        cluster: spec.clone(),
-        task,
-        listen: listener.local_addr().unwrap(),
-        devices: DeviceConfig {
-            gpu_count: Some(0),
-            ..DeviceConfig::default()
-        },
-        timeouts: Timeouts {
-            create_session: Duration::from_secs(10),
-            rpc: Duration::from_secs(10),
-            ..Timeouts::default()
-        },
-        metrics: MetricsConfig {
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-        },
-        ..TaskConfig::local()
-    };
-    let ps = Server::start_with_listener(config(TaskId::new("ps", 0), &ps_listener), ps_listener)
-        .unwrap();
-    let worker = Server::start_with_listener(
-        config(TaskId::new("worker", 0), &worker_listener),
-        worker_listener,
-    )
-    .unwrap();
+    let extra = format!("{TEST_TIMEOUTS}\n[metrics]\nlisten = \"127.0.0.1:0\"\n");
+    let mut cluster = InProcessCluster::start_with(&[("ps", 1), ("worker", 1)], &extra);
+    let worker = cluster.servers.pop().expect("the worker");
+    let ps = cluster.servers.pop().expect("the ps");
+    assert_eq!(
+        (ps.task().job.as_str(), worker.task().job.as_str()),
+        ("ps", "worker")
+    );
     (ps, worker)
 }
 
