@@ -3,9 +3,12 @@
 //! simulated peer's scripts, records, drops, delays and restarts on paused time, and the peer
 //! cache.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::worker_service::worker_service;
 use tessera::cluster::{ClusterSpec, TaskId, Timeouts};
 use tessera::peer::local::HandlerFuture;
 use tessera::peer::{
@@ -40,23 +43,7 @@ struct TestWorker {
 
 type TonicResult<T> = std::result::Result<Response<T>, tonic::Status>;
 
-/// The `WorkerService` impl: the methods given, and UNIMPLEMENTED for the listed ones. (The
-/// whole impl comes from the macro so that `async_trait` sees the expanded methods.)
-macro_rules! worker_service {
-    ({ $($answered:item)* } $($method:ident, $req:ty, $resp:ty;)*) => {
-        #[tonic::async_trait]
-        impl WorkerService for TestWorker {
-            $($answered)*
-            $(
-                async fn $method(&self, _: Request<$req>) -> TonicResult<$resp> {
-                    Err(tonic::Status::unimplemented(stringify!($method)))
-                }
-            )*
-        }
-    };
-}
-
-worker_service! {{
+worker_service! { TestWorker, {
     async fn get_status(&self, _: Request<GetStatusRequest>) -> TonicResult<GetStatusResponse> {
         Ok(Response::new(GetStatusResponse {
             device_attributes: vec![DeviceAttributes {

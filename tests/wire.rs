@@ -3,11 +3,14 @@
 //! same tensor, errors keep their codes, and the hand framing writes byte for byte what
 //! TensorFlow wrote in a recorded RecvTensor response.
 
+mod support;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
+use support::worker_service::worker_service;
 use tessera::cluster::TaskId;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
 use tessera::proto::worker_service_client::WorkerServiceClient;
@@ -41,21 +44,7 @@ struct RecvWorker {
 
 type TonicResult<T> = std::result::Result<Response<T>, tonic::Status>;
 
-macro_rules! worker_service {
-    ({ $($answered:item)* } $($method:ident, $req:ty, $resp:ty;)*) => {
-        #[tonic::async_trait]
-        impl WorkerService for RecvWorker {
-            $($answered)*
-            $(
-                async fn $method(&self, _: Request<$req>) -> TonicResult<$resp> {
-                    Err(tonic::Status::unimplemented(stringify!($method)))
-                }
-            )*
-        }
-    };
-}
-
-worker_service! {{
+worker_service! { RecvWorker, {
     async fn recv_tensor(&self, request: Request<RecvTensorRequest>) -> TonicResult<RecvTensorResponse> {
         match request.into_inner().step_id {
             1 => Ok(Response::new(big_response(self.content.clone()))),

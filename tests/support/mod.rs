@@ -6,3 +6,4 @@ pub mod certs;
 pub mod cluster;
 pub mod fake_master;
 pub mod training;
+pub mod worker_service;
