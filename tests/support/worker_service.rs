@@ -10,6 +10,9 @@
 //! }
 //! ```
 
+// Test binaries that include `support` without a fake worker do not use it.
+#![allow(unused_macros, unused_imports)]
+
 macro_rules! worker_service {
     ($worker:ty, { $($answered:item)* } $($method:ident, $req:ty, $resp:ty;)*) => {
         #[tonic::async_trait]
