@@ -135,6 +135,27 @@ impl<'a> OpContext<'a> {
     }
 }
 
+/// Whether the executor may run a node on the thread that starts a step (an async runtime's
+/// thread) instead of handing it to its pool: a thread hop costs more than a small kernel,
+/// but that thread must never wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inline {
+    /// Never: the kernel may wait, or runs on a device stream.
+    Never,
+    /// When its last run was cheap and its inputs are no larger than then.
+    WhenCheap,
+    /// A receive from this task's rendezvous, once a value is there under the key.
+    WhenSent(crate::runtime::rendezvous::ParsedKey),
+}
+
+/// How a node on a device of `device_type` may run inline (see [`Inline`]).
+pub fn inline_kind(node: &NodeDef, device_type: DeviceType) -> Inline {
+    match device_type {
+        DeviceType::Cpu => cpu::inline_kind(node),
+        DeviceType::Gpu => Inline::Never,
+    }
+}
+
 /// The computation of one node, built once from its `NodeDef` and run every step.
 pub trait OpKernel: Send + Sync {
     /// Computes the node's outputs from its inputs.

@@ -10,9 +10,17 @@
 //!
 //! Scheduling: the thread that finishes a node runs the first successor it made ready itself
 //! and hands the others to the [`ThreadPool`], so a chain costs no thread hops and a fan-out
-//! runs in parallel. The calling thread runs the first root node itself, unless the step has
-//! a deadline: then it only waits, so that it can return at the deadline. Kernels may block
-//! (a `_Recv` waiting for its rendezvous, with a deadline); the pool grows rather than starve.
+//! runs in parallel. Kernels may block (a `_Recv` waiting for its rendezvous, with a
+//! deadline); the pool grows rather than starve. Two ways in:
+//!
+//! - [`Executor::run`] blocks its caller until the step ends. The caller runs the first root
+//!   node itself, unless the step has a deadline: then it only waits, so that it can return at
+//!   the deadline.
+//! - [`Executor::spawn`] is for a caller on an async runtime (a worker's RunGraph). The caller
+//!   runs only nodes that cannot wait and took at most a few microseconds last step, on inputs
+//!   no larger ([`Inline`], [`InlineLimits`]), then returns; the thread that ends the step
+//!   wakes the task awaiting it. A small step (the feed, an add, the fetch) thus costs no
+//!   thread hop at all: on a two-core machine each hop is 15-20 µs, several times the step.
 //!
 //! Errors: the first failing node fails the step with its name in the message; nodes already
 //! running finish, nothing new starts, and `run` returns once they are done (or at the step's
@@ -25,20 +33,50 @@
 //! Invariant: a step's node `n` runs at most once, after every predecessor's outputs are set.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
 
 use crate::device::memory::Charge;
 use crate::error::{Result, Status};
 use crate::graph::attr;
-use crate::kernels::{DeviceType, OpContext, OpKernel};
+use crate::kernels::{inline_kind, DeviceType, Inline, OpContext, OpKernel};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::cancel::CancellationToken;
 use crate::runtime::device::Device;
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::rendezvous::{ParsedKey, Received, Rendezvous};
 use crate::tensor::{DType, PartialShape, Tensor};
+
+/// How much of a step [`Executor::spawn`]'s caller may run itself (see [`Inline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineLimits {
+    /// The most a node's last run may have taken for the caller to run it: the default is a
+    /// few times a kernel's fixed cost, below the thread hop it saves.
+    pub node: Duration,
+    /// How long the caller runs nodes before it hands the rest to the pool: the most a step
+    /// keeps an async runtime's thread (plus the node under way).
+    pub step: Duration,
+}
+
+impl InlineLimits {
+    /// Nothing inline: every node runs on the pool.
+    pub const NONE: Self = Self {
+        node: Duration::ZERO,
+        step: Duration::ZERO,
+    };
+}
+
+impl Default for InlineLimits {
+    fn default() -> Self {
+        Self {
+            node: Duration::from_micros(10),
+            step: Duration::from_micros(50),
+        }
+    }
+}
 
 /// Creates the kernel for a node on a device type. Production passes
 /// [`crate::kernels::create_kernel`]; tests inject fakes.
@@ -138,6 +176,26 @@ struct PlanNode {
     /// How many data inputs of the step read this node's outputs; once they all have, the
     /// outputs are dropped. `None` when a fetch reads them after the step (kept to the end).
     readers: Option<usize>,
+    /// Whether the thread that starts a step may run this node itself.
+    inline: Inline,
+    /// What the kernel took the last time it succeeded.
+    cost: Cost,
+}
+
+/// A node's last successful run: nanoseconds in its kernel and the bytes of its inputs
+/// (`u64::MAX` nanoseconds until it has run).
+struct Cost {
+    nanos: AtomicU64,
+    input_bytes: AtomicU64,
+}
+
+impl Default for Cost {
+    fn default() -> Self {
+        Self {
+            nanos: AtomicU64::new(u64::MAX),
+            input_bytes: AtomicU64::new(0),
+        }
+    }
 }
 
 /// A feed and what its placeholder (if it is one) says about it.
@@ -159,6 +217,7 @@ struct Plan {
 /// Runs the pruned graph for one signature, step after step; `Send + Sync`, steps may overlap.
 pub struct Executor {
     plan: Arc<Plan>,
+    inline: InlineLimits,
 }
 
 impl Executor {
@@ -301,6 +360,7 @@ impl Executor {
         for ((&g, (inputs, preds)), successors) in kept.iter().zip(edges).zip(successors) {
             let def = graph.node[g].clone();
             let kernel = kernels(&def, device.device_type()).map_err(|e| name_node(e, &def))?;
+            let inline = inline_kind(&def, device.device_type());
             nodes.push(PlanNode {
                 def,
                 kernel,
@@ -308,6 +368,8 @@ impl Executor {
                 successors,
                 pending: preds.len(),
                 readers: Some(0),
+                inline,
+                cost: Cost::default(),
             });
         }
         for n in 0..nodes.len() {
@@ -333,6 +395,7 @@ impl Executor {
             fetches.push((name, source));
         }
         Ok(Self {
+            inline: InlineLimits::default(),
             plan: Arc::new(Plan {
                 device,
                 nodes,
@@ -341,6 +404,12 @@ impl Executor {
                 fetches,
             }),
         })
+    }
+
+    /// The same executor with other [`InlineLimits`].
+    pub fn with_inline_limits(mut self, limits: InlineLimits) -> Self {
+        self.inline = limits;
+        self
     }
 
     /// Returns the device the executor runs on.
@@ -359,8 +428,67 @@ impl Executor {
     }
 
     /// Runs one step: `feeds` in the order the executor was built with; returns the fetched
-    /// tensors in fetch order.
+    /// tensors in fetch order. Blocks the calling thread until the step ends (or its deadline).
     pub fn run(&self, feeds: Vec<Tensor>, options: &StepOptions) -> Result<Vec<Tensor>> {
+        let state = self.begin(feeds, options, None)?;
+        let plan = &self.plan;
+        // With a deadline the caller only waits, so that it can give up at the deadline even
+        // when a kernel blocks; without one it runs the first root itself (no thread hop).
+        let inline = if options.deadline.is_some() {
+            None
+        } else {
+            plan.roots.first()
+        };
+        for &root in &plan.roots {
+            if Some(&root) != inline {
+                let state = state.clone();
+                ThreadPool::global().spawn(move || process(&state, root));
+            }
+        }
+        if let Some(&root) = inline {
+            process(&state, root);
+        }
+        if !plan.roots.is_empty() {
+            state.wait();
+        }
+        state.result()
+    }
+
+    /// Starts one step and returns without waiting for it, for callers on an async runtime;
+    /// the thread that finishes the step's last node wakes the task awaiting
+    /// [`RunningStep::finish`].
+    ///
+    /// The calling thread first runs the nodes that cannot wait and proved cheap in earlier
+    /// steps (see [`Inline`]), within the executor's [`InlineLimits`]; every other node goes
+    /// to the pool. A
+    /// small step thus finishes here without a thread hop, as TensorFlow runs inexpensive
+    /// kernels inline.
+    pub fn spawn(&self, feeds: Vec<Tensor>, options: &StepOptions) -> Result<RunningStep> {
+        let (notify, finished) = oneshot::channel();
+        let state = self.begin(feeds, options, Some(notify))?;
+        if self.plan.roots.is_empty() {
+            state.finish();
+        }
+        let started = Instant::now();
+        let mut ready: Vec<usize> = self.plan.roots.iter().rev().copied().collect();
+        while let Some(n) = ready.pop() {
+            if started.elapsed() < self.inline.step && state.runs_inline(n, self.inline.node) {
+                state.run_node(n, |s| ready.push(s));
+            } else {
+                let state = state.clone();
+                ThreadPool::global().spawn(move || process(&state, n));
+            }
+        }
+        Ok(RunningStep { state, finished })
+    }
+
+    /// Checks the feeds and sets up a step's state; `notify` is told when the step ends.
+    fn begin(
+        &self,
+        feeds: Vec<Tensor>,
+        options: &StepOptions,
+        notify: Option<oneshot::Sender<()>>,
+    ) -> Result<Arc<StepState>> {
         let plan = &self.plan;
         if feeds.len() != plan.feeds.len() {
             return Err(Status::invalid_argument(format!(
@@ -377,7 +505,7 @@ impl Executor {
         for (spec, tensor) in plan.feeds.iter().zip(&feeds) {
             spec.check(tensor)?;
         }
-        let state = Arc::new(StepState {
+        Ok(Arc::new(StepState {
             plan: plan.clone(),
             feeds,
             pending: plan
@@ -401,31 +529,33 @@ impl Executor {
             status: Mutex::new(None),
             done: Mutex::new(plan.roots.is_empty()),
             done_cv: Condvar::new(),
+            notify: Mutex::new(notify),
             options: options.clone(),
-        });
-        // With a deadline the caller only waits, so that it can give up at the deadline even
-        // when a kernel blocks; without one it runs the first root itself (no thread hop).
-        let inline = if options.deadline.is_some() {
-            None
-        } else {
-            plan.roots.first()
+        }))
+    }
+}
+
+/// A step started by [`Executor::spawn`], running on the pool.
+pub struct RunningStep {
+    state: Arc<StepState>,
+    finished: oneshot::Receiver<()>,
+}
+
+impl RunningStep {
+    /// Waits for the step to end without blocking a thread; returns the fetched tensors in
+    /// fetch order, or the step's first error. At the step's deadline it fails the step with
+    /// DEADLINE_EXCEEDED and returns; nodes still running finish on their own.
+    pub async fn finish(self) -> Result<Vec<Tensor>> {
+        let finished = match self.state.options.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), self.finished)
+                .await
+                .is_ok(),
+            None => self.finished.await.is_ok(),
         };
-        for &root in &plan.roots {
-            if Some(&root) != inline {
-                let state = state.clone();
-                ThreadPool::global().spawn(move || process(&state, root));
-            }
+        if !finished {
+            self.state.fail(self.state.deadline_exceeded());
         }
-        if let Some(&root) = inline {
-            process(&state, root);
-        }
-        if !plan.roots.is_empty() {
-            state.wait()?;
-        }
-        plan.fetches
-            .iter()
-            .map(|(name, source)| state.fetch(name, *source))
-            .collect()
+        self.state.result()
     }
 }
 
@@ -545,10 +675,68 @@ struct StepState {
     status: Mutex<Option<Status>>,
     done: Mutex<bool>,
     done_cv: Condvar,
+    /// Told when the step ends, for a step started by [`Executor::spawn`].
+    notify: Mutex<Option<oneshot::Sender<()>>>,
     options: StepOptions,
 }
 
 impl StepState {
+    /// Runs node `n` unless the step has stopped, and counts it done; each successor it makes
+    /// ready goes to `ready`. The node that ends the step wakes its caller.
+    fn run_node(&self, n: usize, mut ready: impl FnMut(usize)) {
+        if !self.stopped() && self.compute(n) {
+            for &s in &self.plan.nodes[n].successors {
+                if self.pending[s].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    self.outstanding.fetch_add(1, Ordering::AcqRel);
+                    ready(s);
+                }
+            }
+        }
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.finish();
+        }
+    }
+
+    /// Whether node `n`, ready now, may run on the thread that started the step: it cannot
+    /// wait, its last run took at most `limit`, and its inputs are no larger than then.
+    fn runs_inline(&self, n: usize, limit: Duration) -> bool {
+        let node = &self.plan.nodes[n];
+        let cheap = || {
+            let nanos = node.cost.nanos.load(Ordering::Relaxed);
+            nanos <= limit.as_nanos() as u64
+                && self.input_bytes(n) <= node.cost.input_bytes.load(Ordering::Relaxed)
+        };
+        match &node.inline {
+            Inline::Never => false,
+            Inline::WhenCheap => cheap(),
+            Inline::WhenSent(key) => {
+                self.options
+                    .rendezvous
+                    .as_ref()
+                    .is_some_and(|r| r.holds(key))
+                    && cheap()
+            }
+        }
+    }
+
+    /// The bytes of node `n`'s inputs as they stand (all produced once it is ready).
+    fn input_bytes(&self, n: usize) -> u64 {
+        self.plan.nodes[n]
+            .inputs
+            .iter()
+            .map(|source| match *source {
+                Source::Feed(k) => self.feeds[k].byte_size() as u64,
+                Source::Output { node, slot } => self.outputs[node]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values
+                    .get(slot)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |t| t.byte_size() as u64),
+            })
+            .sum()
+    }
+
     /// Records the step's first error; later ones are dropped. The first also aborts the
     /// step's rendezvous, so that the step's other executors (other devices, other tasks)
     /// blocked in a `_Recv` for a value this one will now never send fail at once with the
@@ -604,10 +792,26 @@ impl StepState {
     fn finish(&self) {
         *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.done_cv.notify_all();
+        let notify = self.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(notify) = notify {
+            let _ = notify.send(());
+        }
     }
 
-    /// Waits until every scheduled node is done (or the deadline), then returns the status.
-    fn wait(&self) -> Result<()> {
+    /// The step's first error, or its fetches in fetch order.
+    fn result(&self) -> Result<Vec<Tensor>> {
+        if let Some(status) = self.status.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(status);
+        }
+        self.plan
+            .fetches
+            .iter()
+            .map(|(name, source)| self.fetch(name, *source))
+            .collect()
+    }
+
+    /// Waits until every scheduled node is done, or fails the step at its deadline.
+    fn wait(&self) {
         let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
         while !*done {
             match self.options.deadline {
@@ -626,11 +830,6 @@ impl StepState {
                         .0;
                 }
             }
-        }
-        drop(done);
-        match self.status.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            Some(status) => Err(status),
-            None => Ok(()),
         }
     }
 
@@ -699,6 +898,7 @@ impl StepState {
                 }
             }
         }
+        let input_bytes = inputs.iter().map(|t| t.byte_size() as u64).sum();
         let device = &self.plan.device;
         let mut ctx = OpContext::new(
             &node.def,
@@ -708,11 +908,16 @@ impl StepState {
             self.options.step_id,
         )
         .with_step(&self.options);
+        let started = Instant::now();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             node.kernel.compute(&mut ctx)
         }));
         match result {
             Ok(Ok(())) => {
+                node.cost
+                    .nanos
+                    .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                node.cost.input_bytes.store(input_bytes, Ordering::Relaxed);
                 let values = ctx.take_outputs();
                 let charge = match device.memory() {
                     Some(budget) => {
@@ -775,25 +980,16 @@ fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
 /// Runs node `first`, then keeps running one successor it made ready on this thread and hands
 /// the other ready successors to the pool.
 fn process(state: &Arc<StepState>, first: usize) {
-    let plan = &state.plan;
     let mut next = Some(first);
     while let Some(n) = next.take() {
-        if !state.stopped() && state.compute(n) {
-            for &s in &plan.nodes[n].successors {
-                if state.pending[s].fetch_sub(1, Ordering::AcqRel) == 1 {
-                    state.outstanding.fetch_add(1, Ordering::AcqRel);
-                    if next.is_none() {
-                        next = Some(s);
-                    } else {
-                        let state = state.clone();
-                        ThreadPool::global().spawn(move || process(&state, s));
-                    }
-                }
+        state.run_node(n, |s| {
+            if next.is_none() {
+                next = Some(s);
+            } else {
+                let state = state.clone();
+                ThreadPool::global().spawn(move || process(&state, s));
             }
-        }
-        if state.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
-            state.finish();
-        }
+        });
     }
 }
 

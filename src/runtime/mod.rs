@@ -18,4 +18,4 @@ pub mod wait;
 
 pub use cancel::CancellationToken;
 pub use device::Device;
-pub use executor::{Executor, KernelLookup, StepOptions, TensorRef};
+pub use executor::{Executor, InlineLimits, KernelLookup, StepOptions, TensorRef};

@@ -1,9 +1,11 @@
 //! Running one step of a registered graph, and pulling tensors from other tasks.
 //!
-//! [`run_executors`] starts every per-device executor of a graph on the executor pool (never on
-//! an async runtime's thread) and waits for them without blocking: the first error aborts the
-//! step's rendezvous with that status, so the other devices' pending `_Recv`s (and other tasks'
-//! RecvTensors for this step) fail at once with the root cause instead of timing out.
+//! [`run_executors`] starts every per-device executor of a graph ([`Executor::spawn`]: nodes
+//! that may wait or take long go to the executor pool, never onto the async runtime's thread;
+//! only cheap ones run there, within a bounded budget) and waits for them without blocking: the
+//! first error aborts the step's rendezvous with that status, so the other devices' pending
+//! `_Recv`s (and other tasks' RecvTensors for this step) fail at once with the root cause
+//! instead of timing out.
 //!
 //! [`RemoteFetcher`] is the step's remote-receive hook: a `_Recv` of a cross-task edge calls it
 //! on its executor thread; it issues RecvTensor to the producer's task through the worker's
@@ -14,14 +16,12 @@ use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::oneshot;
 
 use crate::cluster::{DeviceName, TaskId};
 use crate::error::{Result, Status};
 use crate::peer::{CallOptions, PeerCache};
 use crate::proto::RecvTensorRequest;
 use crate::runtime::executor::{Executor, RemoteRecv, StepOptions};
-use crate::runtime::pool::ThreadPool;
 use crate::runtime::rendezvous::{ParsedKey, Received};
 use crate::tensor::Tensor;
 
@@ -32,22 +32,13 @@ use crate::tensor::Tensor;
 pub async fn run_executors(executors: &[Arc<Executor>], options: StepOptions) -> Result<()> {
     let mut running = FuturesUnordered::new();
     for executor in executors {
-        let (done, finished) = oneshot::channel();
-        let executor = Arc::clone(executor);
-        let options = options.clone();
-        ThreadPool::global().spawn(move || {
-            let _ = done.send(executor.run(Vec::new(), &options).map(|_| ()));
-        });
-        running.push(finished);
+        match executor.spawn(Vec::new(), &options) {
+            Ok(step) => running.push(futures::future::Either::Left(step.finish())),
+            Err(e) => running.push(futures::future::Either::Right(std::future::ready(Err(e)))),
+        }
     }
     let mut first: Option<Status> = None;
-    while let Some(finished) = running.next().await {
-        let result = finished.unwrap_or_else(|_| {
-            Err(Status::internal(format!(
-                "step {}: an executor thread ended without reporting",
-                options.step_id
-            )))
-        });
+    while let Some(result) = running.next().await {
         if let Err(status) = result {
             if first.is_none() {
                 if let Some(rendezvous) = &options.rendezvous {

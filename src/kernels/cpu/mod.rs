@@ -15,8 +15,9 @@
 
 use std::sync::Arc;
 
-use super::{KernelFactory, OpContext, OpKernel};
+use super::{Inline, KernelFactory, OpContext, OpKernel};
 use crate::error::Result;
+use crate::proto::NodeDef;
 use crate::tensor::{DType, Tensor};
 
 /// Runs `$body` with the type alias `$T` bound to the Rust type of `$dtype`, for the listed
@@ -112,6 +113,31 @@ pub fn kernel_for(op: &str) -> Option<KernelFactory> {
         .or_else(|| io::kernel_for(op))
         .or_else(|| queue::kernel_for(op))
         .or_else(|| accumulator::kernel_for(op))
+}
+
+/// Whether a node may run inline on the thread that starts its step (see [`Inline`]). Only
+/// the families that compute on their inputs and nothing else qualify, and `_Send`, which
+/// never waits; receives from this task's rendezvous qualify once their value is there. The
+/// rest may wait: for another task (`_Recv`), a queue or accumulator, a variable's lock that
+/// another step's update holds, or a file.
+pub fn inline_kind(node: &NodeDef) -> Inline {
+    let op = node.op.as_str();
+    if let Some(key) = sendrecv::local_recv_key(node) {
+        return Inline::WhenSent(key);
+    }
+    let computes = math::kernel_for(op)
+        .or_else(|| nn::kernel_for(op))
+        .or_else(|| reduce::kernel_for(op))
+        .or_else(|| compare::kernel_for(op))
+        .or_else(|| array::kernel_for(op))
+        .or_else(|| slicing::kernel_for(op))
+        .or_else(|| random::kernel_for(op))
+        .is_some();
+    if computes || matches!(op, "_Send" | "_HostSend") {
+        Inline::WhenCheap
+    } else {
+        Inline::Never
+    }
 }
 
 /// The signature of a kernel that needs nothing from its node's attrs.

@@ -75,15 +75,7 @@ struct RecvKernel {
 
 impl RecvKernel {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let key = rendezvous_key_of(node)?;
-        let client_terminated = attr::bool_or(node, "client_terminated", false)?;
-        // A client-terminated pair is fed by the master through RunGraph `send` into this
-        // task's rendezvous, whichever task the client device is on.
-        let source = if client_terminated || same_task(key.src_device(), key.dst_device())? {
-            Source::Local
-        } else {
-            Source::Remote
-        };
+        let (key, source) = recv_source(node)?;
         Ok(Arc::new(Self {
             key,
             dtype: attr::dtype(node, "tensor_type").ok(),
@@ -136,6 +128,32 @@ impl OpKernel for RecvKernel {
         }
         ctx.set_output(0, tensor);
         Ok(())
+    }
+}
+
+/// A `_Recv`'s key and where its tensor comes from. A client-terminated pair is fed by the
+/// master through RunGraph `send` into this task's rendezvous, whichever task the client
+/// device is on.
+fn recv_source(node: &NodeDef) -> Result<(ParsedKey, Source)> {
+    let key = rendezvous_key_of(node)?;
+    let client_terminated = attr::bool_or(node, "client_terminated", false)?;
+    let source = if client_terminated || same_task(key.src_device(), key.dst_device())? {
+        Source::Local
+    } else {
+        Source::Remote
+    };
+    Ok((key, source))
+}
+
+/// The key of a `_Recv` (or `_HostRecv`) that takes its tensor from this task's rendezvous;
+/// `None` for other ops and for receives from another task.
+pub fn local_recv_key(node: &NodeDef) -> Option<ParsedKey> {
+    if !matches!(node.op.as_str(), "_Recv" | "_HostRecv") {
+        return None;
+    }
+    match recv_source(node) {
+        Ok((key, Source::Local)) => Some(key),
+        _ => None,
     }
 }
 

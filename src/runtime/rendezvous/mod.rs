@@ -225,6 +225,12 @@ impl Rendezvous {
         }
     }
 
+    /// Whether a value sent under `key` is waiting for its receiver, so that a receive now
+    /// returns without waiting (the step's only receiver of a key may rely on it).
+    pub fn holds(&self, key: &ParsedKey) -> bool {
+        matches!(self.lock().table.get(key.as_str()), Some(Slot::Value(_)))
+    }
+
     /// Returns the abort status, `None` while the step is live.
     pub fn aborted(&self) -> Option<Status> {
         self.lock().aborted.clone()
