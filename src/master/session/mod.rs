@@ -56,7 +56,7 @@ struct Callable {
 pub struct MasterSession {
     graph: SessionGraph,
     devices: DeviceSet,
-    context: SessionContext,
+    context: Arc<SessionContext>,
     /// This task's devices and the others', for ListDevices.
     listed: ListDevicesResponse,
     /// Deadline of calls with no timeout of their own (RegisterGraph, steps without one).
@@ -100,7 +100,7 @@ impl MasterSession {
         Self {
             graph,
             devices,
-            context,
+            context: Arc::new(context),
             listed,
             rpc_timeout,
             cache: HashMap::new(),
@@ -186,7 +186,7 @@ impl MasterSession {
 struct PreparedStep {
     cell: Arc<OnceCell<Arc<Registered>>>,
     plan: Option<graph::Plan>,
-    context: SessionContext,
+    context: Arc<SessionContext>,
     register_options: CallOptions,
     cancel: watch::Receiver<Option<Status>>,
     running: Running,

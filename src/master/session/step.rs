@@ -20,6 +20,7 @@
 //! the client hears as ABORTED (TensorFlow's "recreate the session" code).
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -214,9 +215,9 @@ pub async fn run_step(
     let mut fetched = HashMap::new();
     let mut cancelled_first: Option<(Status, Option<TaskId>)> = None;
     let mut failure: Option<(Status, Option<TaskId>)> = None;
-    // Armed only when a CANCELLED failure arrives first.
-    let grace = tokio::time::sleep(Duration::from_secs(86_400 * 365));
-    tokio::pin!(grace);
+    // Armed only when a CANCELLED failure arrives first (a timer armed every step would cost
+    // the runtime a wake-up).
+    let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
         tokio::select! {
             next = calls.next() => {
@@ -247,7 +248,7 @@ pub async fn run_step(
                     Err(e) if e.code() == Code::Cancelled && cancelled_first.is_none() => {
                         // Likely caused by another partition's failure: give it a moment.
                         cancelled_first = Some((e, Some(part.task.clone())));
-                        grace.as_mut().reset(tokio::time::Instant::now() + ROOT_CAUSE_GRACE);
+                        grace = Some(Box::pin(tokio::time::sleep(ROOT_CAUSE_GRACE)));
                     }
                     Err(e) if e.code() == Code::Cancelled => {}
                     Err(e) => {
@@ -256,7 +257,7 @@ pub async fn run_step(
                     }
                 }
             }
-            _ = &mut grace => break,
+            _ = async { grace.as_mut().expect("armed").await }, if grace.is_some() => break,
             reason = cancel.wait_for(Option::is_some) => {
                 let reason = reason
                     .ok()
