@@ -790,11 +790,15 @@ impl StepState {
 
     /// Marks the step over and wakes the caller.
     fn finish(&self) {
-        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.done_cv.notify_all();
         let notify = self.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(notify) = notify {
-            let _ = notify.send(());
+        match notify {
+            Some(notify) => {
+                let _ = notify.send(());
+            }
+            None => {
+                *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                self.done_cv.notify_all();
+            }
         }
     }
 
