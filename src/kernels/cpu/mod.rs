@@ -100,20 +100,36 @@ pub use numeric::{Float, Real};
 
 /// Returns the CPU kernel factory for `op`.
 pub fn kernel_for(op: &str) -> Option<KernelFactory> {
-    math::kernel_for(op)
-        .or_else(|| nn::kernel_for(op))
-        .or_else(|| reduce::kernel_for(op))
-        .or_else(|| compare::kernel_for(op))
-        .or_else(|| array::kernel_for(op))
-        .or_else(|| slicing::kernel_for(op))
-        .or_else(|| random::kernel_for(op))
-        .or_else(|| variable::kernel_for(op))
-        .or_else(|| training::kernel_for(op))
-        .or_else(|| sendrecv::kernel_for(op))
-        .or_else(|| io::kernel_for(op))
-        .or_else(|| queue::kernel_for(op))
-        .or_else(|| accumulator::kernel_for(op))
+    COMPUTING
+        .iter()
+        .chain(&MAY_WAIT)
+        .find_map(|family| family(op))
 }
+
+/// A family's lookup of its ops' kernel factories.
+type Family = fn(&str) -> Option<KernelFactory>;
+
+/// The families whose kernels compute on their inputs and nothing else.
+const COMPUTING: [Family; 7] = [
+    math::kernel_for,
+    nn::kernel_for,
+    reduce::kernel_for,
+    compare::kernel_for,
+    array::kernel_for,
+    slicing::kernel_for,
+    random::kernel_for,
+];
+
+/// The families whose kernels may wait: for a variable's lock, a tensor, a queue or
+/// accumulator, a file.
+const MAY_WAIT: [Family; 6] = [
+    variable::kernel_for,
+    training::kernel_for,
+    sendrecv::kernel_for,
+    io::kernel_for,
+    queue::kernel_for,
+    accumulator::kernel_for,
+];
 
 /// Whether a node may run inline on the thread that starts its step (see [`Inline`]). Only
 /// the families that compute on their inputs and nothing else qualify, and `_Send`, which
@@ -125,14 +141,7 @@ pub fn inline_kind(node: &NodeDef) -> Inline {
     if let Some(key) = sendrecv::local_recv_key(node) {
         return Inline::WhenSent(key);
     }
-    let computes = math::kernel_for(op)
-        .or_else(|| nn::kernel_for(op))
-        .or_else(|| reduce::kernel_for(op))
-        .or_else(|| compare::kernel_for(op))
-        .or_else(|| array::kernel_for(op))
-        .or_else(|| slicing::kernel_for(op))
-        .or_else(|| random::kernel_for(op))
-        .is_some();
+    let computes = COMPUTING.iter().any(|family| family(op).is_some());
     if computes || matches!(op, "_Send" | "_HostSend") {
         Inline::WhenCheap
     } else {
