@@ -331,3 +331,19 @@ fn a_spawned_step_ends_at_its_deadline_with_deadline_exceeded() {
         started.elapsed()
     );
 }
+
+#[test]
+fn nothing_runs_inline_past_the_step_budget() {
+    let runs = Runs::default();
+    let (nodes, y) = add_one();
+    let exec = executor(nodes, &["x:0"], &[&y], &[], &runs).with_inline_limits(InlineLimits {
+        node: Duration::from_millis(20),
+        step: Duration::ZERO,
+    });
+    let rt = runtime();
+    for v in [1.0f32, 2.0, 3.0] {
+        let (result, inline) = step(&rt, &exec, vec![Tensor::scalar(v)], &options(), &runs);
+        assert_eq!(floats(&result.unwrap()[0]), [v + 1.0]);
+        assert!(inline.is_empty(), "ran inline with no budget: {inline:?}");
+    }
+}

@@ -61,14 +61,6 @@ pub struct InlineLimits {
     pub step: Duration,
 }
 
-impl InlineLimits {
-    /// Nothing inline: every node runs on the pool.
-    pub const NONE: Self = Self {
-        node: Duration::ZERO,
-        step: Duration::ZERO,
-    };
-}
-
 impl Default for InlineLimits {
     fn default() -> Self {
         Self {
