@@ -405,3 +405,67 @@ fn a_tensor_fetched_twice_is_returned_twice() {
     session.close().unwrap();
     server.stop();
 }
+
+#[test]
+fn a_step_carries_its_deadline_in_run_options_never_longer_than_the_sessions() {
+    let master = FakeMaster::start();
+    let config = |ms| tessera::proto::ConfigProto {
+        operation_timeout_in_ms: ms,
+        ..Default::default()
+    };
+    for (operation_timeout_ms, expected_ms) in [(0, 7_000), (1_500, 1_500), (60_000, 7_000)] {
+        let sess = Session::connect_with(
+            &master.target(),
+            ConnectOptions {
+                call_timeout: Duration::from_secs(7),
+                config: config(operation_timeout_ms),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        sess.extend(&matmul_graph().to_graph_def()).unwrap();
+        sess.run(&[("x:0", row([1., 2., 3.]))], &["MatMul:0"], &[])
+            .unwrap();
+        let calls = master.calls();
+        let Some(Call::RunStep(step)) = calls.last() else {
+            panic!("{:?}", calls.last())
+        };
+        assert_eq!(
+            step.options.as_ref().map(|o| o.timeout_in_ms),
+            Some(expected_ms),
+            "operation_timeout_in_ms {operation_timeout_ms}"
+        );
+    }
+}
+
+#[test]
+fn a_step_that_waits_past_the_sessions_operation_timeout_fails_at_it() {
+    let server = tessera::server::Server::local().unwrap();
+    let sess = Session::connect_with(
+        &server.target(),
+        ConnectOptions {
+            call_timeout: Duration::from_secs(60),
+            config: tessera::proto::ConfigProto {
+                operation_timeout_in_ms: 300,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // A dequeue from a queue nobody fills waits until the step's deadline.
+    let mut g = Graph::new();
+    let q = g
+        .fifo_queue("q", &[DType::Float], &[], None, "", None)
+        .unwrap();
+    let out = g.queue_dequeue("take", &q, &[DType::Float]).unwrap();
+    sess.extend(&g.to_graph_def()).unwrap();
+    let started = Instant::now();
+    let err = sess.run(&[], &[&out[0].name()], &[]).unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the step ran for {:?} against a 300 ms operation timeout",
+        started.elapsed()
+    );
+}

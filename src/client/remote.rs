@@ -232,7 +232,7 @@ impl RemoteSession {
             fetch: unique_fetches(fetches),
             target: targets.iter().map(|t| t.to_string()).collect(),
             options: Some(RunOptions {
-                timeout_in_ms: self.options.call_timeout.as_millis().max(1) as i64,
+                timeout_in_ms: self.step_timeout_ms(),
                 ..Default::default()
             }),
             store_errors_in_response_body: true,
@@ -414,6 +414,17 @@ impl RemoteSession {
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         self.call_within(self.options.call_timeout, name, message, rpc)
+    }
+
+    /// A step's `RunOptions.timeout_in_ms`: the call's timeout, or the session's
+    /// `operation_timeout_in_ms` when that is shorter (the request's value overrides the
+    /// session's on the master, as in TensorFlow, so it must not lengthen it).
+    fn step_timeout_ms(&self) -> i64 {
+        let call = self.options.call_timeout.as_millis().max(1) as i64;
+        match self.options.config.operation_timeout_in_ms {
+            ms if ms > 0 => call.min(ms),
+            _ => call,
+        }
     }
 
     /// [`call`](Self::call) with its own deadline, sent as `grpc-timeout`.

@@ -452,9 +452,9 @@ impl Executor {
     ///
     /// The calling thread first runs the nodes that cannot wait and proved cheap in earlier
     /// steps (see [`Inline`]), within the executor's [`InlineLimits`]; every other node goes
-    /// to the pool. A
-    /// small step thus finishes here without a thread hop, as TensorFlow runs inexpensive
-    /// kernels inline.
+    /// to the pool. A small step thus finishes here without a thread hop, as TensorFlow runs
+    /// inexpensive kernels inline. A node whose work grows while its inputs do not (a `Fill`
+    /// fed a larger shape value) may run here once more before it is measured again.
     pub fn spawn(&self, feeds: Vec<Tensor>, options: &StepOptions) -> Result<RunningStep> {
         let (notify, finished) = oneshot::channel();
         let state = self.begin(feeds, options, Some(notify))?;
