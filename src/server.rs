@@ -34,7 +34,6 @@ use std::time::Duration;
 use actix::{Actor, Addr, Arbiter, Recipient};
 use tokio::sync::watch;
 use tonic::server::NamedService;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::cluster::{Limits, TaskConfig, TaskId};
@@ -52,6 +51,7 @@ use crate::runtime::resource::ResourceMgr;
 use crate::security::Security;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
+use crate::wire::channel::{self, ChannelConfig};
 use crate::wire::WorkerServer;
 use crate::worker::grpc::WorkerGrpc;
 use crate::worker::{Worker, WorkerOptions, WorkerState};
@@ -545,7 +545,6 @@ fn run_grpc(
                 return Err(status);
             }
         };
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let Operations {
             task,
             limits,
@@ -560,9 +559,22 @@ fn run_grpc(
         let master = MasterServiceServer::new(mailboxes.master)
             .max_decoding_message_size(max_request)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let worker_front = WorkerGrpc::new(mailboxes.worker).with_limits(task.clone(), limits);
+        let worker_front =
+            Arc::new(WorkerGrpc::new(mailboxes.worker).with_limits(task.clone(), limits));
+        // The port serves the tensor channel beside gRPC (crate::wire::channel): its
+        // connections are told apart by their first bytes, the others go to tonic.
+        let incoming = channel::incoming(
+            listener,
+            Arc::clone(&worker_front),
+            ChannelConfig {
+                serve: !guards.security.is_tls(),
+                token: guards.security.token.clone(),
+                task: task.clone(),
+            },
+            shutdown.clone(),
+        );
         // RecvTensor answers share the tensor's buffer (crate::wire); the rest is tonic's.
-        let worker = WorkerServer::new(worker_front).max_decoding_message_size(max_request);
+        let worker = WorkerServer::from_arc(worker_front).max_decoding_message_size(max_request);
         // The token check guards the two services; health stays open to probes.
         let master = guards.security.guard(master);
         let worker = guards.security.guard(worker);

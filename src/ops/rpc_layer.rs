@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tonic::codegen::http;
 use tower::{Layer, Service};
@@ -106,25 +106,36 @@ where
                     code = status.code();
                 }
             }
-            let task = shared.task.clone();
-            metrics::counter!(
-                RPCS,
-                "task" => task.clone(),
-                "service" => service,
-                "method" => method.clone(),
-                "code" => code_name(code),
-            )
-            .increment(1);
-            metrics::histogram!(
-                RPC_SECONDS,
-                "task" => task,
-                "service" => service,
-                "method" => method,
-            )
-            .record(started.elapsed().as_secs_f64());
+            count(shared.task.clone(), service, method, code, started.elapsed());
             Ok(response)
         })
     }
+}
+
+/// Counts and times one call of `service`'s `method` that ended with `code`; for calls that
+/// reach the task outside tonic too (the tensor channel).
+pub(crate) fn count(
+    task: String,
+    service: &'static str,
+    method: String,
+    code: tonic::Code,
+    elapsed: Duration,
+) {
+    metrics::counter!(
+        RPCS,
+        "task" => task.clone(),
+        "service" => service,
+        "method" => method.clone(),
+        "code" => code_name(code),
+    )
+    .increment(1);
+    metrics::histogram!(
+        RPC_SECONDS,
+        "task" => task,
+        "service" => service,
+        "method" => method,
+    )
+    .record(elapsed.as_secs_f64());
 }
 
 /// Splits `/tensorflow.MasterService/RunStep` into (`MasterService`, `RunStep`); paths of

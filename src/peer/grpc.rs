@@ -5,6 +5,9 @@
 //! the other end. Creating one never touches the network, so a master can hold peers for every
 //! task of a cluster while some of them are still starting.
 //!
+//! RecvTensor calls made from executor threads go over the task's tensor channel
+//! ([`crate::wire::channel`]) when both sides speak plain text, and over gRPC otherwise.
+//!
 //! With the task's [`Security`], the channel speaks TLS against the cluster's CA (showing the
 //! task's own certificate to peers that require one) and every call carries the cluster token.
 //!
@@ -23,11 +26,15 @@
 
 use std::error::Error as _;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::security::{AuthChannel, Security};
+use crate::wire::channel::TensorChannel;
 
-use super::{deadline_exceeded, unreachable, CallOptions, Peer, PeerFuture, Rpc};
+use super::{
+    deadline_exceeded, lost_connection, unreachable, CallOptions, Peer, PeerFuture, Rpc,
+};
 use crate::cluster::TaskId;
 use crate::error::{Result, Status};
 use crate::proto::worker_service_client::WorkerServiceClient;
@@ -52,6 +59,8 @@ pub struct GrpcPeer {
     client: WorkerServiceClient<AuthChannel>,
     /// The same channel, for RecvTensor's hand-framed fast path ([`crate::wire`]).
     channel: AuthChannel,
+    /// RecvTensor over plain TCP beside gRPC, when this side speaks plain text.
+    tensor_channel: Option<Arc<TensorChannel>>,
 }
 
 impl GrpcPeer {
@@ -93,11 +102,14 @@ impl GrpcPeer {
         let client = WorkerServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let tensor_channel =
+            TensorChannel::new(task.clone(), address, connect_timeout, security).map(Arc::new);
         Ok(Self {
             task,
             address: address.to_string(),
             client,
             channel,
+            tensor_channel,
         })
     }
 
@@ -147,12 +159,7 @@ impl GrpcPeer {
             if code == tonic::Code::Unavailable {
                 return unreachable(&self.task, &self.address, &cause);
             }
-            return Status::unavailable(format!(
-                "{} at {} lost the connection during {rpc}: {cause}; the task may have crashed \
-                 or restarted",
-                self.task.device_prefix(),
-                self.address
-            ));
+            return lost_connection(&self.task, &self.address, rpc, &cause);
         }
         Status::from(status).context(format_args!(
             "{rpc} on {} at {}",
@@ -233,6 +240,10 @@ impl Peer for GrpcPeer {
             .map(tonic::Response::new)
         };
         Box::pin(self.call(Rpc::RecvTensor, options, call))
+    }
+
+    fn tensor_channel(&self) -> Option<&TensorChannel> {
+        self.tensor_channel.as_deref()
     }
 }
 

@@ -66,6 +66,7 @@ use tokio::time::Instant;
 
 use crate::cluster::TaskId;
 use crate::error::{Result, Status};
+use crate::wire::channel::TensorChannel;
 use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
     CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
@@ -244,6 +245,13 @@ pub trait Peer: Send + Sync {
         request: RecvTensorRequest,
         options: CallOptions,
     ) -> PeerFuture<'_, RecvTensorResponse>;
+
+    /// The task's tensor channel ([`crate::wire::channel`]), for RecvTensor calls made by
+    /// blocking on an executor thread; `None` when RecvTensor goes only through
+    /// [`recv_tensor`](Peer::recv_tensor) (the own task, TLS, simulated peers).
+    fn tensor_channel(&self) -> Option<&TensorChannel> {
+        None
+    }
 }
 
 /// DEADLINE_EXCEEDED for a call to `task` (living at `place`) that did not answer in time.
@@ -260,6 +268,15 @@ pub(crate) fn deadline_exceeded(task: &TaskId, place: &str, rpc: Rpc, budget: Du
 pub(crate) fn unreachable(task: &TaskId, address: &str, cause: &str) -> Status {
     Status::unavailable(format!(
         "{} at {address} unreachable: {cause}",
+        task.device_prefix()
+    ))
+}
+
+/// UNAVAILABLE for a call to `task` at `address` whose connection broke while it was in flight.
+pub(crate) fn lost_connection(task: &TaskId, address: &str, rpc: Rpc, cause: &str) -> Status {
+    Status::unavailable(format!(
+        "{} at {address} lost the connection during {rpc}: {cause}; the task may have crashed \
+         or restarted",
         task.device_prefix()
     ))
 }

@@ -94,6 +94,12 @@ impl ClusterToken {
         })
     }
 
+    /// The token's bytes, for protocols that carry it outside an HTTP/2 header (the tensor
+    /// channel's hello).
+    pub(crate) fn secret(&self) -> &[u8] {
+        &self.secret
+    }
+
     /// Whether `presented` is this token, in time that does not depend on where they differ.
     pub fn matches(&self, presented: &[u8]) -> bool {
         bool::from(self.secret.as_ref().ct_eq(presented))

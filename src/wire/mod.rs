@@ -26,7 +26,12 @@
 //! (`/tensorflow.WorkerService/RecvTensor`, a 5-byte message header, prost's encoding of
 //! `RecvTensorResponse`), so stock TensorFlow tasks talk to tessera tasks either way. Every
 //! other WorkerService RPC goes through tonic's generated code unchanged.
+//!
+//! Between two tessera tasks in plain text, RecvTensor skips gRPC altogether: the
+//! [`channel`] carries it over plain TCP on the same port, negotiated per connection, with
+//! the copies of raw TCP. This gRPC path is what TensorFlow tasks and TLS clusters use.
 
+pub mod channel;
 pub mod client;
 pub mod message;
 pub mod pool;

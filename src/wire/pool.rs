@@ -27,8 +27,14 @@ const MAX_WASTE_FACTOR: usize = 2;
 
 /// Idle buffers, oldest first, with their total capacity.
 struct Idle {
-    buffers: VecDeque<Vec<u8>>,
+    buffers: VecDeque<Reusable>,
     bytes: usize,
+}
+
+/// An idle buffer and how many of its leading bytes were written during earlier uses.
+struct Reusable {
+    vec: Vec<u8>,
+    initialized: usize,
 }
 
 static IDLE: Mutex<Idle> = Mutex::new(Idle {
@@ -50,36 +56,39 @@ pub fn take(capacity: usize) -> Buffer {
             .iter()
             .enumerate()
             .filter(|(_, b)| {
-                b.capacity() >= capacity && b.capacity() <= capacity * MAX_WASTE_FACTOR
+                let held = b.vec.capacity();
+                held >= capacity && held <= capacity * MAX_WASTE_FACTOR
             })
-            .min_by_key(|(_, b)| b.capacity())
+            .min_by_key(|(_, b)| b.vec.capacity())
             .map(|(i, _)| i);
-        if let Some(vec) = best.and_then(|i| idle.buffers.remove(i)) {
+        if let Some(Reusable { vec, initialized }) = best.and_then(|i| idle.buffers.remove(i)) {
             idle.bytes -= vec.capacity();
-            return Buffer { vec };
+            return Buffer { vec, initialized };
         }
     }
     Buffer {
         vec: Vec::with_capacity(capacity),
+        initialized: 0,
     }
 }
 
 /// Returns `vec` to the pool (or frees it when it is small or the pool is full).
-fn give_back(mut vec: Vec<u8>) {
+fn give_back(mut vec: Vec<u8>, initialized: usize) {
     let capacity = vec.capacity();
     if !(MIN_POOLED_BYTES..=MAX_IDLE_BYTES).contains(&capacity) {
         return;
     }
+    let initialized = initialized.max(vec.len());
     vec.clear();
     let mut idle = idle();
     while idle.bytes + capacity > MAX_IDLE_BYTES {
         match idle.buffers.pop_front() {
-            Some(old) => idle.bytes -= old.capacity(),
+            Some(old) => idle.bytes -= old.vec.capacity(),
             None => break,
         }
     }
     idle.bytes += capacity;
-    idle.buffers.push_back(vec);
+    idle.buffers.push_back(Reusable { vec, initialized });
 }
 
 /// Bytes held by idle buffers (for tests and metrics).
@@ -92,6 +101,9 @@ pub fn idle_bytes() -> usize {
 #[derive(Debug)]
 pub struct Buffer {
     vec: Vec<u8>,
+    /// Leading bytes of the allocation written at some point (by this use or an earlier one);
+    /// at least `vec.len()` once the buffer is frozen.
+    initialized: usize,
 }
 
 impl Buffer {
@@ -120,28 +132,55 @@ impl Buffer {
         self.vec.extend_from_slice(data);
     }
 
+    /// Grows the buffer by `n` bytes and returns them for the caller to overwrite (a socket
+    /// reading into them). Their contents are unspecified: zeros, or bytes of an earlier use of
+    /// a pooled buffer, which are not zeroed again (zeroing a buffer of many MiB costs as much
+    /// as receiving it).
+    pub fn grow_for_write(&mut self, n: usize) -> &mut [u8] {
+        let start = self.vec.len();
+        let end = start + n;
+        self.vec.reserve(n);
+        let reusable = self.initialized.min(end);
+        if reusable > start {
+            // SAFETY: `reusable <= initialized <= capacity`, and every byte below
+            // `initialized` was written during this or an earlier use of this allocation; a
+            // `u8` has no invalid values and nothing to drop.
+            unsafe { self.vec.set_len(reusable) };
+        }
+        self.vec.resize(end, 0);
+        self.initialized = self.initialized.max(end);
+        &mut self.vec[start..end]
+    }
+
     /// The written bytes as `Bytes` sharing this buffer; the buffer goes back to the pool once
     /// the last `Bytes` sharing it is dropped.
     pub fn freeze(self) -> Bytes {
         if self.vec.capacity() < MIN_POOLED_BYTES {
             return Bytes::from(self.vec);
         }
-        Bytes::from_owner(Pooled(self.vec))
+        let initialized = self.initialized.max(self.vec.len());
+        Bytes::from_owner(Pooled {
+            vec: self.vec,
+            initialized,
+        })
     }
 }
 
 /// The owner behind pooled `Bytes`: gives its buffer back when dropped.
-struct Pooled(Vec<u8>);
+struct Pooled {
+    vec: Vec<u8>,
+    initialized: usize,
+}
 
 impl AsRef<[u8]> for Pooled {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        &self.vec
     }
 }
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        give_back(std::mem::take(&mut self.0));
+        give_back(std::mem::take(&mut self.vec), self.initialized);
     }
 }
 
@@ -171,6 +210,25 @@ mod tests {
         let again = take(size);
         assert_eq!(again.as_ptr(), address);
         assert!(again.is_empty());
+    }
+
+    #[test]
+    fn space_grown_for_writing_reuses_the_bytes_of_an_earlier_use() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let size = 5 << 20;
+        let mut first = take(size);
+        first.grow_for_write(100).fill(9);
+        let address = first.as_ptr();
+        drop(first.freeze());
+        let mut again = take(size);
+        assert_eq!(again.as_ptr(), address);
+        // 100 bytes written before, 50 fresh ones: the space covers both and nothing else.
+        let space = again.grow_for_write(150);
+        assert_eq!(space.len(), 150);
+        assert_eq!(space[149], 0);
+        space.fill(3);
+        let bytes = again.freeze();
+        assert_eq!(&bytes[..], &[3u8; 150][..]);
     }
 
     #[test]

@@ -35,7 +35,11 @@ pub struct WorkerServer<T> {
 impl<T: WorkerService> WorkerServer<T> {
     /// Serves `service`, accepting and sending messages up to tessera's limit (2 GiB).
     pub fn new(service: T) -> Self {
-        let service = Arc::new(service);
+        Self::from_arc(Arc::new(service))
+    }
+
+    /// [`new`](Self::new) for a service shared with other servers (the tensor channel).
+    pub fn from_arc(service: Arc<T>) -> Self {
         let generated = WorkerServiceServer::from_arc(Arc::clone(&service))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);

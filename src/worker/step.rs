@@ -20,7 +20,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use crate::cluster::{DeviceName, TaskId};
 use crate::error::{Result, Status};
 use crate::peer::{CallOptions, PeerCache};
-use crate::proto::RecvTensorRequest;
+use crate::proto::{RecvTensorRequest, RecvTensorResponse};
 use crate::runtime::executor::{Executor, RemoteRecv, StepOptions};
 use crate::runtime::rendezvous::{ParsedKey, Received};
 use crate::tensor::Tensor;
@@ -131,20 +131,58 @@ impl RemoteRecv for RemoteFetcher {
             rendezvous_key: key.as_str().to_string(),
             ..Default::default()
         };
+        let handle = self.handle()?;
+        let peer = {
+            // Creating a peer's gRPC channel needs a runtime.
+            let _runtime = handle.enter();
+            peers.get(&src)?
+        };
+        let response = match peer.tensor_channel() {
+            Some(channel) => channel.recv_tensor(&request, deadline, &|| stopped(step)),
+            None => None,
+        };
+        let response = match response {
+            Some(response) => response?,
+            None => self.recv_over_grpc(&handle, peer, request, step, key, deadline)?,
+        };
+        crate::ops::metrics::received(
+            &self.task.device_prefix(),
+            "RecvTensor",
+            prost::Message::encoded_len(&response),
+        );
+        let proto = response.tensor.as_ref().ok_or_else(|| {
+            Status::internal(format!("RecvTensor for `{key}` answered without a tensor"))
+        })?;
+        let tensor =
+            Tensor::from_proto(proto).map_err(|e| e.context(format!("RecvTensor for `{key}`")))?;
+        Ok((tensor, response.is_dead))
+    }
+}
+
+impl RemoteFetcher {
+    /// RecvTensor through the peer's async call on this fetcher's runtime, the executor thread
+    /// waiting for the answer while it watches its step.
+    fn recv_over_grpc(
+        &self,
+        handle: &tokio::runtime::Handle,
+        peer: Arc<dyn crate::peer::Peer>,
+        request: RecvTensorRequest,
+        step: &StepOptions,
+        key: &ParsedKey,
+        deadline: Instant,
+    ) -> Result<RecvTensorResponse> {
+        let step_id = step.step_id;
         let call_deadline = tokio::time::Instant::from_std(deadline);
         let (reply, answer) = mpsc::sync_channel(1);
-        let call = self.handle()?.spawn(async move {
-            let result = async {
-                let peer = peers.get(&src)?;
-                peer.recv_tensor(request, CallOptions::deadline(call_deadline))
-                    .await
-            }
-            .await;
+        let call = handle.spawn(async move {
+            let result = peer
+                .recv_tensor(request, CallOptions::deadline(call_deadline))
+                .await;
             let _ = reply.send(result);
         });
         // The call has the same deadline; the margin lets its own, more precise error arrive.
         let give_up = deadline + Duration::from_secs(1);
-        let response = loop {
+        loop {
             if let Some(status) = stopped(step) {
                 call.abort();
                 return Err(status);
@@ -158,15 +196,7 @@ impl RemoteRecv for RemoteFetcher {
                 )));
             }
             match answer.recv_timeout(left.min(ABORT_POLL)) {
-                Ok(result) => {
-                    let response = result?;
-                    crate::ops::metrics::received(
-                        &self.task.device_prefix(),
-                        "RecvTensor",
-                        prost::Message::encoded_len(&response),
-                    );
-                    break response;
-                }
+                Ok(result) => return result,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(Status::internal(format!(
@@ -174,13 +204,7 @@ impl RemoteRecv for RemoteFetcher {
                     )))
                 }
             }
-        };
-        let proto = response.tensor.as_ref().ok_or_else(|| {
-            Status::internal(format!("RecvTensor for `{key}` answered without a tensor"))
-        })?;
-        let tensor =
-            Tensor::from_proto(proto).map_err(|e| e.context(format!("RecvTensor for `{key}`")))?;
-        Ok((tensor, response.is_dead))
+        }
     }
 }
 
