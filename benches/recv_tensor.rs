@@ -4,17 +4,19 @@
 //! ```text
 //! raw TCP:    client ── 8-byte length ──► server ── N bytes ──► client (read_exact)
 //! daemon:     RunGraph(step k): Const ─► _Send  (the tensor waits in the daemon's rendezvous)
-//!             GrpcPeer ── RecvTensor(step k, key) ──► daemon ── tensor_content ──► Tensor
-//! transport:  GrpcPeer ── RecvTensor ──► bare WorkerServer answering a prebuilt
-//!             tensor_content (the gRPC path alone, no rendezvous; tessera's fast path)
-//! tonic:      tonic's generated client ── RecvTensor ──► tonic's generated server, same worker
-//!             (prost encoding into tonic's buffers: the path tessera used before `wire`)
+//!   channel:  TensorChannel ── RecvTensor(step k, key) ──► daemon's port ── head, content ──►
+//!             Tensor (what a worker's _Recv does between tessera tasks in plain text)
+//!   gRPC:     GrpcPeer ── RecvTensor ──► daemon ── tensor_content ──► Tensor (what it does
+//!             with TLS or a TensorFlow task)
+//! tonic:      tonic's generated client ── RecvTensor ──► tonic's generated server answering a
+//!             prebuilt tensor (prost encoding into tonic's buffers: the path before `wire`)
 //! ```
 //!
-//! Each pulls the buffer from the server side over one long-lived connection, as a worker's
-//! `_Recv` pulls a tensor from the producing task; the bench process is the receiving task.
-//! Only the pull is timed: the daemon's RunGraph that produces the tensor and the
-//! CleanupGraph after it are not. Responses decode into `Tensor`s sharing the received buffer.
+//! Each pulls the buffer from the server side over long-lived connections, as a worker's
+//! `_Recv` pulls a tensor from the producing task; the bench process is the receiving task, and
+//! the calling thread blocks as an executor thread does. Only the pull is timed: the daemon's
+//! RunGraph that produces the tensor and the CleanupGraph after it are not. Responses decode
+//! into `Tensor`s sharing the received buffer.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -30,7 +32,6 @@ use tessera::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use tessera::proto::*;
 use tessera::server::{server_builder, tune_endpoint, Server, MAX_MESSAGE_BYTES};
 use tessera::tensor::{DType, Tensor};
-use tessera::wire::WorkerServer;
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 use tonic::{Request, Response};
@@ -219,17 +220,9 @@ impl WorkerService for BenchWorker {
     }
 }
 
-/// Which server a bench serves `BenchWorker` with.
-#[derive(Clone, Copy)]
-enum Framing {
-    /// tessera's `WorkerServer`: RecvTensor framed by hand around the shared buffer.
-    Wire,
-    /// tonic's generated `WorkerServiceServer`: prost encodes into tonic's buffer.
-    Generated,
-}
-
-/// Serves `BenchWorker` on its own runtime thread, with the daemon's transport settings.
-fn tonic_server(content: bytes::Bytes, framing: Framing) -> std::net::SocketAddr {
+/// Serves `BenchWorker` through tonic's generated server on its own runtime thread, with the
+/// daemon's transport settings.
+fn tonic_server(content: bytes::Bytes) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("non-blocking");
     let addr = listener.local_addr().expect("addr");
@@ -243,20 +236,14 @@ fn tonic_server(content: bytes::Bytes, framing: Framing) -> std::net::SocketAddr
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let worker = BenchWorker { content };
-            let serve = match framing {
-                Framing::Wire => server_builder()
-                    .add_service(WorkerServer::new(worker))
-                    .serve_with_incoming(incoming),
-                Framing::Generated => server_builder()
-                    .add_service(
-                        WorkerServiceServer::new(worker)
-                            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                    )
-                    .serve_with_incoming(incoming),
-            };
-            serve.await.expect("bench server");
+            let worker = WorkerServiceServer::new(BenchWorker { content })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            server_builder()
+                .add_service(worker)
+                .serve_with_incoming(incoming)
+                .await
+                .expect("bench server");
         });
     });
     addr
@@ -284,16 +271,6 @@ fn recv_tensor_generated(
         .block_on(client.recv_tensor(bench_request(bytes)))
         .expect("RecvTensor")
         .into_inner();
-    Tensor::from_proto(response.tensor.as_ref().expect("a tensor")).expect("decodes")
-}
-
-fn recv_tensor(rt: &Runtime, peer: &GrpcPeer, bytes: usize) -> Tensor {
-    let response = rt
-        .block_on(peer.recv_tensor(
-            bench_request(bytes),
-            CallOptions::timeout(Duration::from_secs(60)),
-        ))
-        .expect("RecvTensor");
     Tensor::from_proto(response.tensor.as_ref().expect("a tensor")).expect("decodes")
 }
 
@@ -393,8 +370,9 @@ impl DaemonSource {
         }
     }
 
-    /// Runs the graph for `bytes` and pulls its tensor; returns the time of the pull alone.
-    fn pull(&mut self, rt: &Runtime, bytes: usize) -> Duration {
+    /// Runs the graph for `bytes` and pulls its tensor, over the tensor channel or gRPC;
+    /// returns the time of the pull alone.
+    fn pull(&mut self, rt: &Runtime, bytes: usize, over_channel: bool) -> Duration {
         let (_, handle, key) = self
             .graphs
             .iter()
@@ -419,9 +397,17 @@ impl DaemonSource {
             ..Default::default()
         };
         let started = Instant::now();
-        let response = rt
-            .block_on(self.peer.recv_tensor(request, call_options()))
-            .expect("RecvTensor");
+        let response = if over_channel {
+            let channel = self.peer.tensor_channel().expect("a plain-text peer has one");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            channel
+                .recv_tensor(&request, deadline, &|| None)
+                .expect("the daemon speaks the tensor channel")
+                .expect("RecvTensor")
+        } else {
+            rt.block_on(self.peer.recv_tensor(request, call_options()))
+                .expect("RecvTensor")
+        };
         let tensor =
             Tensor::from_proto(response.tensor.as_ref().expect("a tensor")).expect("decodes");
         let elapsed = started.elapsed();
@@ -441,15 +427,14 @@ struct Pullers {
     stream: TcpStream,
     into: Vec<u8>,
     daemon: DaemonSource,
-    peer: GrpcPeer,
     generated: WorkerServiceClient<Channel>,
 }
 
 /// The measured paths, in the order of the summary's columns.
 const PATHS: [&str; 4] = [
     "raw_tcp (baseline)",
-    "recv_tensor_daemon",
-    "recv_tensor_transport",
+    "recv_tensor_channel",
+    "recv_tensor_grpc",
     "recv_tensor_tonic_codec",
 ];
 
@@ -461,14 +446,8 @@ impl Pullers {
                 raw_pull(&mut self.stream, &mut self.into[..n]);
                 started.elapsed()
             }
-            1 => self.daemon.pull(&self.rt, n),
-            2 => {
-                let started = Instant::now();
-                let tensor = recv_tensor(&self.rt, &self.peer, n);
-                let elapsed = started.elapsed();
-                assert_eq!(tensor.dims(), [n / 4]);
-                elapsed
-            }
+            1 => self.daemon.pull(&self.rt, n, true),
+            2 => self.daemon.pull(&self.rt, n, false),
             _ => {
                 let started = Instant::now();
                 let tensor = recv_tensor_generated(&self.rt, &self.generated, n);
@@ -487,24 +466,13 @@ fn bench(c: &mut Criterion) {
     let largest = SIZES_MIB[SIZES_MIB.len() - 1] * MIB;
     let buffer: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
     let raw_addr = raw_server(buffer.clone());
-    let content = bytes::Bytes::from(buffer);
-    let grpc_addr = tonic_server(content.clone(), Framing::Wire);
-    let generated_addr = tonic_server(content, Framing::Generated);
+    let generated_addr = tonic_server(bytes::Bytes::from(buffer));
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("client runtime");
-    let peer = {
-        let _entered = rt.enter();
-        GrpcPeer::connect_lazy(
-            TaskId::new("a", 0),
-            &grpc_addr.to_string(),
-            Duration::from_secs(10),
-        )
-        .expect("peer")
-    };
     let generated = {
         let _entered = rt.enter();
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{generated_addr}"))
@@ -520,7 +488,6 @@ fn bench(c: &mut Criterion) {
         stream,
         into: vec![0u8; largest],
         daemon,
-        peer,
         generated,
     };
 
@@ -549,12 +516,12 @@ fn bench(c: &mut Criterion) {
         SUMMARY_BYTES / MIB
     );
     println!(
-        "{:>8}  {:>13}  {:>12}  {:>6}  {:>15}  {:>6}  {:>17}  {:>6}",
+        "{:>8}  {:>13}  {:>13}  {:>6}  {:>10}  {:>6}  {:>17}  {:>6}",
         "size",
         "raw TCP GiB/s",
-        "daemon GiB/s",
+        "channel GiB/s",
         "ratio",
-        "transport GiB/s",
+        "gRPC GiB/s",
         "ratio",
         "tonic codec GiB/s",
         "ratio"
@@ -571,12 +538,12 @@ fn bench(c: &mut Criterion) {
             }
         }
         let gib_per_s = |t: Duration| (n * rounds) as f64 / t.as_secs_f64() / (1u64 << 30) as f64;
-        let [raw, daemon, transport, generated] = totals.map(gib_per_s);
+        let [raw, channel, grpc, generated] = totals.map(gib_per_s);
         println!(
-            "{mib:>5} MiB  {raw:>13.2}  {daemon:>12.2}  {:>6.2}  {transport:>15.2}  {:>6.2}  \
+            "{mib:>5} MiB  {raw:>13.2}  {channel:>13.2}  {:>6.2}  {grpc:>10.2}  {:>6.2}  \
              {generated:>17.2}  {:>6.2}",
-            daemon / raw,
-            transport / raw,
+            channel / raw,
+            grpc / raw,
             generated / raw
         );
     }

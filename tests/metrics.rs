@@ -5,8 +5,8 @@
 //!
 //! Graph: `w = Variable([1, 2, 3, 4])` on the ps, placeholder `x`, `y = AddV2(w, x)` on the
 //! worker. One initializing step, then three steps fetching `y`: the counts below follow from
-//! that by hand (4 RunSteps, 3 RecvTensors of `w`'s 16 bytes, one variable of 16 bytes, one
-//! session).
+//! that by hand (4 RunSteps, 3 RecvTensors of `w`'s 16 bytes over the tensor channel, one
+//! variable of 16 bytes, one session).
 
 mod support;
 
@@ -245,6 +245,14 @@ async fn the_endpoint_serves_every_series_and_they_move_when_steps_run() {
     // The three reads of `w` crossed from the ps, one RecvTensor each, answered by the ps.
     let recvs = [("task", PS), ("method", "RecvTensor"), ("code", "OK")];
     assert_eq!(moved("tessera_rpcs_total", &recvs), 3.0);
+    // All three over the tensor channel: both tasks speak plain text.
+    let over_channel = [
+        ("task", PS),
+        ("service", "TensorChannel"),
+        ("method", "RecvTensor"),
+        ("code", "OK"),
+    ];
+    assert_eq!(moved("tessera_rpcs_total", &over_channel), 3.0);
     assert_eq!(
         moved("tessera_rendezvous_waits_total", &[("task", PS)]),
         3.0
