@@ -398,7 +398,10 @@ impl DaemonSource {
         };
         let started = Instant::now();
         let response = if over_channel {
-            let channel = self.peer.tensor_channel().expect("a plain-text peer has one");
+            let channel = self
+                .peer
+                .tensor_channel()
+                .expect("a plain-text peer has one");
             let deadline = Instant::now() + Duration::from_secs(60);
             channel
                 .recv_tensor(&request, deadline, &|| None)

@@ -106,7 +106,13 @@ where
                     code = status.code();
                 }
             }
-            count(shared.task.clone(), service, method, code, started.elapsed());
+            count(
+                shared.task.clone(),
+                service,
+                method,
+                code,
+                started.elapsed(),
+            );
             Ok(response)
         })
     }

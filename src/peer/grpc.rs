@@ -32,9 +32,7 @@ use std::time::Duration;
 use crate::security::{AuthChannel, Security};
 use crate::wire::channel::TensorChannel;
 
-use super::{
-    deadline_exceeded, lost_connection, unreachable, CallOptions, Peer, PeerFuture, Rpc,
-};
+use super::{deadline_exceeded, lost_connection, unreachable, CallOptions, Peer, PeerFuture, Rpc};
 use crate::cluster::TaskId;
 use crate::error::{Result, Status};
 use crate::proto::worker_service_client::WorkerServiceClient;

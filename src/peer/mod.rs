@@ -66,7 +66,6 @@ use tokio::time::Instant;
 
 use crate::cluster::TaskId;
 use crate::error::{Result, Status};
-use crate::wire::channel::TensorChannel;
 use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
     CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
@@ -74,6 +73,7 @@ use crate::proto::{
     GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
     RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
+use crate::wire::channel::TensorChannel;
 
 pub use cache::{Connector, PeerCache};
 pub use grpc::GrpcPeer;

@@ -21,9 +21,7 @@ use std::time::{Duration, Instant};
 use prost::Message;
 use tracing::warn;
 
-use super::{
-    hello, AnswerHead, RequestHead, ResponseHead, ANSWER_HEAD_BYTES, RESPONSE_HEAD_BYTES,
-};
+use super::{hello, AnswerHead, RequestHead, ResponseHead, ANSWER_HEAD_BYTES, RESPONSE_HEAD_BYTES};
 use crate::cluster::TaskId;
 use crate::error::{Code, Result, Status};
 use crate::peer::{deadline_exceeded, lost_connection, Rpc};
@@ -144,6 +142,11 @@ impl TensorChannel {
                 &cause,
             ))),
         }
+    }
+
+    /// Connections waiting for the next call (for tests and operators).
+    pub fn idle_connections(&self) -> usize {
+        lock(&self.idle).len()
     }
 
     fn is_off(&self) -> bool {
@@ -280,7 +283,10 @@ fn read_answer(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<(
     if read_full(stream, &mut why, deadline, &never).is_err() {
         return Ok(None);
     }
-    Ok(Some((head.code, String::from_utf8_lossy(&why).into_owned())))
+    Ok(Some((
+        head.code,
+        String::from_utf8_lossy(&why).into_owned(),
+    )))
 }
 
 /// One call on an open connection. `Ok` once the whole answer was read (the connection can
@@ -328,11 +334,15 @@ fn call(
     let mut buffer = pool::take(head.content_len + CONTENT_ALIGN);
     let pad = (CONTENT_ALIGN - buffer.as_ptr() as usize % CONTENT_ALIGN) % CONTENT_ALIGN;
     buffer.resize_to(pad);
-    read_full(stream, buffer.grow_for_write(head.content_len), deadline, stopped)?;
+    read_full(
+        stream,
+        buffer.grow_for_write(head.content_len),
+        deadline,
+        stopped,
+    )?;
     let content = buffer.freeze().slice(pad..);
-    let mut response = RecvTensorResponse::decode(meta.as_slice()).map_err(|e| {
-        Failure::Broken(format!("the answer is not a RecvTensorResponse: {e}"))
-    })?;
+    let mut response = RecvTensorResponse::decode(meta.as_slice())
+        .map_err(|e| Failure::Broken(format!("the answer is not a RecvTensorResponse: {e}")))?;
     match response.tensor.as_mut() {
         Some(tensor) => tensor.tensor_content = content,
         None if content.is_empty() => {}
@@ -362,7 +372,12 @@ fn read_full(
         match stream.read(&mut buf[filled..]) {
             Ok(0) => return Err(Failure::Broken("the task closed the connection".into())),
             Ok(n) => filled += n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 if let Some(status) = stopped() {
                     return Err(Failure::Stopped(status));
                 }

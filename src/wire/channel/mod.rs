@@ -169,7 +169,8 @@ impl ResponseHead {
 
     /// Parses a head.
     pub fn decode(head: &[u8; RESPONSE_HEAD_BYTES]) -> Self {
-        let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        let word =
+            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
         let mut content = [0u8; 8];
         content.copy_from_slice(&head[8..]);
         Self {
