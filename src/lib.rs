@@ -15,6 +15,8 @@
 //! Every task runs one daemon serving TensorFlow's MasterService and WorkerService on one port.
 //! Inside a daemon, actors talk through mailboxes; between daemons, over gRPC with TensorFlow's
 //! own messages ([`proto`]), so stock TensorFlow clients and tasks can talk to tessera tasks.
+//! Between two tessera tasks in plain text, RecvTensor takes the tensor channel on the same
+//! port instead ([`wire::channel`]): plain TCP with the copies of raw TCP.
 
 pub mod client;
 pub mod cluster;

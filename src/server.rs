@@ -12,6 +12,10 @@
 //! behind the token check ([`crate::security`]); grpc.health.v1 stays open to probes. The
 //! task's peers are dialled with the same settings.
 //!
+//! The port also serves the tensor channel ([`crate::wire::channel`]): the accept loop reads
+//! each connection's first bytes and keeps tensor-channel connections for itself (unless the
+//! port serves TLS), handing all others to tonic.
+//!
 //! The gRPC runtime and the actor system run on separate threads, so a handler only awaits a
 //! mailbox and never blocks tonic's runtime; each tower has its own arbiter thread.
 //!
