@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::certs::Pki;
-use support::worker_service::worker_service;
+use support::worker_service::{recv_tensor_worker, worker_service};
 use tessera::cluster::{TaskConfig, TaskId};
 use tessera::graph::attr::value;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
@@ -569,7 +569,7 @@ impl Drop for DropReport {
 
 type TonicResult<T> = std::result::Result<Response<T>, tonic::Status>;
 
-worker_service! { NeverAnswers, {
+recv_tensor_worker! { NeverAnswers, {
     async fn recv_tensor(&self, request: Request<RecvTensorRequest>) -> TonicResult<RecvTensorResponse> {
         let events = self.events.lock().unwrap().clone();
         let timeout = request.metadata().get("grpc-timeout").map(|v| v.to_str().unwrap().to_string());
@@ -579,21 +579,6 @@ worker_service! { NeverAnswers, {
         unreachable!()
     }
     }
-        get_status, GetStatusRequest, GetStatusResponse;
-        create_worker_session, CreateWorkerSessionRequest, CreateWorkerSessionResponse;
-        delete_worker_session, DeleteWorkerSessionRequest, DeleteWorkerSessionResponse;
-        register_graph, RegisterGraphRequest, RegisterGraphResponse;
-        deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
-        run_graph, RunGraphRequest, RunGraphResponse;
-        cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
-        cleanup_all, CleanupAllRequest, CleanupAllResponse;
-        mark_recv_finished, MarkRecvFinishedRequest, MarkRecvFinishedResponse;
-        logging, LoggingRequest, LoggingResponse;
-        tracing, TracingRequest, TracingResponse;
-        recv_buf, RecvBufRequest, RecvBufResponse;
-        complete_group, CompleteGroupRequest, CompleteGroupResponse;
-        complete_instance, CompleteInstanceRequest, CompleteInstanceResponse;
-        get_step_sequence, GetStepSequenceRequest, GetStepSequenceResponse;
 }
 
 #[test]

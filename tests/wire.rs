@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
-use support::worker_service::worker_service;
+use support::worker_service::{recv_tensor_worker, worker_service};
 use tessera::cluster::TaskId;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
 use tessera::proto::worker_service_client::WorkerServiceClient;
@@ -44,7 +44,7 @@ struct RecvWorker {
 
 type TonicResult<T> = std::result::Result<Response<T>, tonic::Status>;
 
-worker_service! { RecvWorker, {
+recv_tensor_worker! { RecvWorker, {
     async fn recv_tensor(&self, request: Request<RecvTensorRequest>) -> TonicResult<RecvTensorResponse> {
         match request.into_inner().step_id {
             1 => Ok(Response::new(big_response(self.content.clone()))),
@@ -53,21 +53,6 @@ worker_service! { RecvWorker, {
         }
     }
     }
-        get_status, GetStatusRequest, GetStatusResponse;
-        create_worker_session, CreateWorkerSessionRequest, CreateWorkerSessionResponse;
-        delete_worker_session, DeleteWorkerSessionRequest, DeleteWorkerSessionResponse;
-        register_graph, RegisterGraphRequest, RegisterGraphResponse;
-        deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
-        run_graph, RunGraphRequest, RunGraphResponse;
-        cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
-        cleanup_all, CleanupAllRequest, CleanupAllResponse;
-        mark_recv_finished, MarkRecvFinishedRequest, MarkRecvFinishedResponse;
-        logging, LoggingRequest, LoggingResponse;
-        tracing, TracingRequest, TracingResponse;
-        recv_buf, RecvBufRequest, RecvBufResponse;
-        complete_group, CompleteGroupRequest, CompleteGroupResponse;
-        complete_instance, CompleteInstanceRequest, CompleteInstanceResponse;
-        get_step_sequence, GetStepSequenceRequest, GetStepSequenceResponse;
 }
 
 fn big_content() -> Bytes {

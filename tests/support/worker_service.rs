@@ -30,4 +30,27 @@ macro_rules! worker_service {
     };
 }
 
-pub(crate) use worker_service;
+/// `worker_service!` for a worker that answers RecvTensor alone (the fast paths' tests).
+macro_rules! recv_tensor_worker {
+    ($worker:ty, { $($answered:item)* }) => {
+        worker_service! { $worker, { $($answered)* }
+            get_status, GetStatusRequest, GetStatusResponse;
+            create_worker_session, CreateWorkerSessionRequest, CreateWorkerSessionResponse;
+            delete_worker_session, DeleteWorkerSessionRequest, DeleteWorkerSessionResponse;
+            register_graph, RegisterGraphRequest, RegisterGraphResponse;
+            deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
+            run_graph, RunGraphRequest, RunGraphResponse;
+            cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
+            cleanup_all, CleanupAllRequest, CleanupAllResponse;
+            mark_recv_finished, MarkRecvFinishedRequest, MarkRecvFinishedResponse;
+            logging, LoggingRequest, LoggingResponse;
+            tracing, TracingRequest, TracingResponse;
+            recv_buf, RecvBufRequest, RecvBufResponse;
+            complete_group, CompleteGroupRequest, CompleteGroupResponse;
+            complete_instance, CompleteInstanceRequest, CompleteInstanceResponse;
+            get_step_sequence, GetStepSequenceRequest, GetStepSequenceResponse;
+        }
+    };
+}
+
+pub(crate) use {recv_tensor_worker, worker_service};
