@@ -93,7 +93,7 @@ mod random;
 mod reduce;
 mod sendrecv;
 mod slicing;
-mod training;
+pub(crate) mod training;
 mod variable;
 
 pub use items::Items;

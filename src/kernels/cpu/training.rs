@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use super::numeric::Float;
 use super::variable::{handle_input, lookup_var, uninitialized, write_lock};
-use super::{input, stateless};
 use crate::error::Result;
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
@@ -32,16 +31,8 @@ use crate::tensor::{ResourceHandle, Tensor};
 
 /// Returns the factory for an optimizer-update op.
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
-    let factory: KernelFactory = match op {
-        "ResourceApplyGradientDescent" => |_| stateless(apply_gradient_descent),
-        "ResourceApplyAdagrad" | "ResourceApplyAdagradV2" => Adagrad::create,
-        "ResourceApplyMomentum"
-        | "ResourceApplyAdam"
-        | "ResourceApplyRMSProp"
-        | "ResourceApplyCenteredRMSProp" => SlotUpdate::create,
-        _ => return None,
-    };
-    Some(factory)
+    Rule::of(op)?;
+    Some(|node| Ok(Arc::new(Update::new(node)?)))
 }
 
 /// Reads a scalar hyper-parameter (`alpha`, `lr`, `epsilon`) of element type `T`.
@@ -79,117 +70,48 @@ fn check_like(
     Ok(())
 }
 
-fn apply_gradient_descent(ctx: &mut OpContext<'_>) -> Result<()> {
-    let h = handle_input(ctx, 0)?;
-    let (alpha, delta) = (input(ctx, 1)?, input(ctx, 2)?);
-    let var = lookup_var(ctx, &h)?;
-    let mut slot = write_lock(ctx, &var)?;
-    let value = slot.as_ref().ok_or_else(|| uninitialized(ctx, &h))?;
-    check_like(ctx, &h, value, &delta, "delta")?;
-    let new = dispatch_float!(ctx, value.dtype(), T => {
-        let a = scalar_param::<T>(ctx, &alpha, "alpha")?;
-        let d = delta.values::<T>()?;
-        let v = value.values::<T>()?;
-        Tensor::from_vec(value.shape().clone(), v.iter().zip(d.iter()).map(|(&v, &d)| v - a * d).collect())?
-    });
-    *slot = Some(new);
-    Ok(())
-}
-
-/// ResourceApplyAdagrad (and V2, which adds `epsilon` to the denominator).
-struct Adagrad {
-    update_slots: bool,
-    /// Whether the op is ResourceApplyAdagradV2 (inputs var, accum, lr, epsilon, grad).
-    v2: bool,
-}
-
-impl Adagrad {
-    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Ok(Arc::new(Adagrad {
-            update_slots: attr::bool_or(node, "update_slots", true)?,
-            v2: node.op == "ResourceApplyAdagradV2",
-        }))
-    }
-
-    fn apply<T: Float>(
-        &self,
-        ctx: &OpContext<'_>,
-        var: &Tensor,
-        accum: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let lr = scalar_param::<T>(ctx, &input(ctx, 2)?, "lr")?;
-        let epsilon = if self.v2 {
-            scalar_param::<T>(ctx, &input(ctx, 3)?, "epsilon")?
-        } else {
-            T::zero()
-        };
-        let g = grad.values::<T>()?;
-        let mut v = var.values::<T>()?.into_owned();
-        let mut a = accum.values::<T>()?.into_owned();
-        for ((v, a), &g) in v.iter_mut().zip(a.iter_mut()).zip(g.iter()) {
-            if self.update_slots {
-                *a = *a + g * g;
-            }
-            *v = *v - lr * g / (a.sqrt() + epsilon);
-        }
-        Ok((
-            Tensor::from_vec(var.shape().clone(), v)?,
-            Tensor::from_vec(accum.shape().clone(), a)?,
-        ))
-    }
-}
-
-impl OpKernel for Adagrad {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let var_h = handle_input(ctx, 0)?;
-        let accum_h = handle_input(ctx, 1)?;
-        let grad = input(ctx, if self.v2 { 4 } else { 3 })?;
-        if var_h == accum_h {
-            return Err(ctx.invalid(format!(
-                "var and accum are the same variable `{}`",
-                var_h.name
-            )));
-        }
-        let var = lookup_var(ctx, &var_h)?;
-        let accum = lookup_var(ctx, &accum_h)?;
-        let mut var_slot = write_lock(ctx, &var)?;
-        let mut accum_slot = write_lock(ctx, &accum)?;
-        let v = var_slot
-            .as_ref()
-            .ok_or_else(|| uninitialized(ctx, &var_h))?;
-        let a = accum_slot
-            .as_ref()
-            .ok_or_else(|| uninitialized(ctx, &accum_h))?;
-        check_like(ctx, &var_h, v, a, "accum")?;
-        check_like(ctx, &var_h, v, &grad, "grad")?;
-        let (new_v, new_a) =
-            dispatch_float!(ctx, v.dtype(), T => self.apply::<T>(ctx, v, a, &grad)?);
-        *var_slot = Some(new_v);
-        *accum_slot = Some(new_a);
-        Ok(())
-    }
-}
-
-/// The slot-keeping optimizers that share one shape: a variable, its slots (resource inputs
-/// `1..=slots`), scalar hyper-parameters, and the gradient as the last input.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Rule {
-    /// Inputs var, accum, lr, grad, momentum (the gradient is input 3, not last).
+/// The update rule of an optimizer op, which fixes its inputs: the variable and its slots
+/// (resource inputs `0..=slots`), scalar hyper-parameters, and the gradient.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// ResourceApplyGradientDescent: inputs var, alpha, delta.
+    GradientDescent,
+    /// ResourceApplyAdagrad: inputs var, accum, lr, grad.
+    Adagrad,
+    /// ResourceApplyAdagradV2: inputs var, accum, lr, epsilon, grad.
+    AdagradV2,
+    /// ResourceApplyMomentum: inputs var, accum, lr, grad, momentum (the gradient is input 3,
+    /// not last).
     Momentum,
-    /// Inputs var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad.
+    /// ResourceApplyAdam: inputs var, m, v, beta1_power, beta2_power, lr, beta1, beta2,
+    /// epsilon, grad.
     Adam,
-    /// Inputs var, ms, mom, lr, rho, momentum, epsilon, grad.
+    /// ResourceApplyRMSProp: inputs var, ms, mom, lr, rho, momentum, epsilon, grad.
     RmsProp,
-    /// Inputs var, mg, ms, mom, lr, rho, momentum, epsilon, grad.
+    /// ResourceApplyCenteredRMSProp: inputs var, mg, ms, mom, lr, rho, momentum, epsilon, grad.
     CenteredRmsProp,
 }
 
 impl Rule {
+    /// The rule of optimizer op `op`, if it is one.
+    pub fn of(op: &str) -> Option<Rule> {
+        Some(match op {
+            "ResourceApplyGradientDescent" => Rule::GradientDescent,
+            "ResourceApplyAdagrad" => Rule::Adagrad,
+            "ResourceApplyAdagradV2" => Rule::AdagradV2,
+            "ResourceApplyMomentum" => Rule::Momentum,
+            "ResourceApplyAdam" => Rule::Adam,
+            "ResourceApplyRMSProp" => Rule::RmsProp,
+            "ResourceApplyCenteredRMSProp" => Rule::CenteredRmsProp,
+            _ => return None,
+        })
+    }
+
     /// The number of slot variables after `var`.
-    fn slots(self) -> usize {
+    pub fn slots(self) -> usize {
         match self {
-            Rule::Momentum => 1,
+            Rule::GradientDescent => 0,
+            Rule::Adagrad | Rule::AdagradV2 | Rule::Momentum => 1,
             Rule::Adam | Rule::RmsProp => 2,
             Rule::CenteredRmsProp => 3,
         }
@@ -198,16 +120,22 @@ impl Rule {
     /// The input index of the gradient.
     fn grad_input(self) -> usize {
         match self {
-            Rule::Momentum => 3,
+            Rule::GradientDescent => 2,
+            Rule::Adagrad | Rule::Momentum => 3,
+            Rule::AdagradV2 => 4,
             Rule::Adam => 9,
             Rule::RmsProp => 7,
             Rule::CenteredRmsProp => 8,
         }
     }
 
-    /// The scalar hyper-parameters: (input index, name), in the order `step` takes them.
-    fn params(self) -> &'static [(usize, &'static str)] {
+    /// The scalar hyper-parameters: (input index, name), in the order [`Rule::step`] takes
+    /// them.
+    pub fn params(self) -> &'static [(usize, &'static str)] {
         match self {
+            Rule::GradientDescent => &[(1, "alpha")],
+            Rule::Adagrad => &[(2, "lr")],
+            Rule::AdagradV2 => &[(2, "lr"), (3, "epsilon")],
             Rule::Momentum => &[(2, "lr"), (4, "momentum")],
             Rule::Adam => &[
                 (3, "beta1_power"),
@@ -223,125 +151,51 @@ impl Rule {
     }
 }
 
-/// ResourceApplyMomentum, ResourceApplyAdam, ResourceApplyRMSProp and
-/// ResourceApplyCenteredRMSProp.
-struct SlotUpdate {
-    rule: Rule,
-    use_nesterov: bool,
+/// One optimizer update op: its rule and the attrs that change it.
+#[derive(Clone, Copy, Debug)]
+pub struct Update {
+    /// The update rule.
+    pub rule: Rule,
+    /// Momentum's and Adam's `use_nesterov`.
+    pub use_nesterov: bool,
+    /// Adagrad's `update_slots` (false leaves `accum` as it is).
+    pub update_slots: bool,
 }
 
-impl SlotUpdate {
-    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let rule = match node.op.as_str() {
-            "ResourceApplyMomentum" => Rule::Momentum,
-            "ResourceApplyAdam" => Rule::Adam,
-            "ResourceApplyRMSProp" => Rule::RmsProp,
-            _ => Rule::CenteredRmsProp,
-        };
-        Ok(Arc::new(SlotUpdate {
+impl Update {
+    /// The update of `node`, an optimizer op ([`Rule::of`]).
+    pub fn new(node: &NodeDef) -> Result<Update> {
+        let rule = Rule::of(&node.op).ok_or_else(|| {
+            crate::error::Status::invalid_argument(format!(
+                "node `{}`: {} is not an optimizer update",
+                node.name, node.op
+            ))
+        })?;
+        Ok(Update {
             rule,
             use_nesterov: attr::bool_or(node, "use_nesterov", false)?,
-        }))
+            update_slots: attr::bool_or(node, "update_slots", true)?,
+        })
     }
 
-    /// Updates `vals` (var, then the slots) in place element by element.
-    fn apply<T: Float>(&self, ctx: &OpContext<'_>, vals: &mut [Vec<T>], g: &[T]) -> Result<()> {
-        let mut p = Vec::with_capacity(6);
-        for &(i, name) in self.rule.params() {
-            p.push(scalar_param::<T>(ctx, &input(ctx, i)?, name)?);
-        }
-        let one = T::one();
-        let (var, slots) = vals
-            .split_first_mut()
-            .ok_or_else(|| ctx.invalid("no variable"))?;
-        match self.rule {
-            Rule::Momentum => {
-                let (lr, momentum) = (p[0], p[1]);
-                let accum = &mut slots[0];
-                for ((v, a), &g) in var.iter_mut().zip(accum.iter_mut()).zip(g) {
-                    *a = *a * momentum + g;
-                    *v = if self.use_nesterov {
-                        *v - (g * lr + *a * momentum * lr)
-                    } else {
-                        *v - *a * lr
-                    };
-                }
-            }
-            Rule::Adam => {
-                let (b1p, b2p, lr, b1, b2, eps) = (p[0], p[1], p[2], p[3], p[4], p[5]);
-                let alpha = lr * (one - b2p).sqrt() / (one - b1p);
-                let [m, v2] = slots else {
-                    return Err(ctx.invalid("Adam takes two slots"));
-                };
-                for (((v, m), s), &g) in var.iter_mut().zip(m.iter_mut()).zip(v2.iter_mut()).zip(g)
-                {
-                    *m = *m + (g - *m) * (one - b1);
-                    *s = *s + (g * g - *s) * (one - b2);
-                    let num = if self.use_nesterov {
-                        *m * b1 + (one - b1) * g
-                    } else {
-                        *m
-                    };
-                    *v = *v - num * alpha / (s.sqrt() + eps);
-                }
-            }
-            Rule::RmsProp => {
-                let (lr, rho, momentum, eps) = (p[0], p[1], p[2], p[3]);
-                let [ms, mom] = slots else {
-                    return Err(ctx.invalid("RMSProp takes two slots"));
-                };
-                for (((v, ms), mom), &g) in
-                    var.iter_mut().zip(ms.iter_mut()).zip(mom.iter_mut()).zip(g)
-                {
-                    *ms = *ms + (g * g - *ms) * (one - rho);
-                    *mom = *mom * momentum + lr * g / (*ms + eps).sqrt();
-                    *v = *v - *mom;
-                }
-            }
-            Rule::CenteredRmsProp => {
-                let (lr, rho, momentum, eps) = (p[0], p[1], p[2], p[3]);
-                let [mg, ms, mom] = slots else {
-                    return Err(ctx.invalid("CenteredRMSProp takes three slots"));
-                };
-                for ((((v, mg), ms), mom), &g) in var
-                    .iter_mut()
-                    .zip(mg.iter_mut())
-                    .zip(ms.iter_mut())
-                    .zip(mom.iter_mut())
-                    .zip(g)
-                {
-                    *ms = *ms + (g * g - *ms) * (one - rho);
-                    *mg = *mg + (g - *mg) * (one - rho);
-                    let denom = *ms - *mg * *mg + eps;
-                    *mom = *mom * momentum + lr * g / denom.sqrt();
-                    *v = *v - *mom;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn run<T: Float>(
-        &self,
-        ctx: &OpContext<'_>,
-        values: &[&Tensor],
-        grad: &Tensor,
-    ) -> Result<Vec<Tensor>> {
-        let mut vals: Vec<Vec<T>> = values
+    /// The scalar hyper-parameters of this step, in [`Rule::params`] order.
+    pub fn params<T: Float>(&self, ctx: &OpContext<'_>) -> Result<Vec<T>> {
+        self.rule
+            .params()
             .iter()
-            .map(|t| t.values::<T>().map(|v| v.into_owned()))
-            .collect::<Result<_>>()?;
-        let g = grad.values::<T>()?;
-        self.apply::<T>(ctx, &mut vals, &g)?;
-        vals.into_iter()
-            .zip(values)
-            .map(|(v, t)| Tensor::from_vec(t.shape().clone(), v))
+            .map(|&(i, name)| scalar_param::<T>(ctx, ctx.input(i)?, name))
             .collect()
     }
-}
 
-impl OpKernel for SlotUpdate {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+    /// Runs one update under the variables' write locks: looks up the variable and its slots,
+    /// checks they are initialized and agree with the gradient in dtype and shape, and
+    /// replaces their values with what `compute(values, grad)` returns (var first, then the
+    /// slots in input order). The CPU and GPU kernels differ only in `compute`.
+    pub fn locked(
+        &self,
+        ctx: &OpContext<'_>,
+        compute: impl FnOnce(&[&Tensor], &Tensor) -> Result<Vec<Tensor>>,
+    ) -> Result<()> {
         let n = 1 + self.rule.slots();
         let handles: Vec<ResourceHandle> = (0..n)
             .map(|i| handle_input(ctx, i))
@@ -354,7 +208,7 @@ impl OpKernel for SlotUpdate {
                 )));
             }
         }
-        let grad = input(ctx, self.rule.grad_input())?;
+        let grad = ctx.input(self.rule.grad_input())?;
         let vars = handles
             .iter()
             .map(|h| lookup_var(ctx, h))
@@ -378,11 +232,123 @@ impl OpKernel for SlotUpdate {
                 &format!("slot `{}`", h.name),
             )?;
         }
-        check_like(ctx, &handles[0], var_value, &grad, "grad")?;
-        let new = dispatch_float!(ctx, var_value.dtype(), T => self.run::<T>(ctx, &values, &grad)?);
+        let what = if self.rule == Rule::GradientDescent {
+            "delta"
+        } else {
+            "grad"
+        };
+        check_like(ctx, &handles[0], var_value, &grad, what)?;
+        let new = compute(&values, &grad)?;
+        debug_assert_eq!(new.len(), n, "an update returns the variable and every slot");
         for (guard, t) in guards.iter_mut().zip(new) {
             **guard = Some(t);
         }
         Ok(())
+    }
+
+    /// Updates `vals` (var, then the slots) in place element by element with hyper-parameters
+    /// `p` ([`Update::params`]).
+    fn step<T: Float>(&self, p: &[T], vals: &mut [Vec<T>], g: &[T]) {
+        let one = T::one();
+        let (var, slots) = vals.split_first_mut().expect("the variable comes first");
+        match (self.rule, slots) {
+            (Rule::GradientDescent, _) => {
+                let alpha = p[0];
+                for (v, &d) in var.iter_mut().zip(g) {
+                    *v = *v - alpha * d;
+                }
+            }
+            (Rule::Adagrad | Rule::AdagradV2, [accum]) => {
+                let lr = p[0];
+                let epsilon = p.get(1).copied().unwrap_or_else(T::zero);
+                for ((v, a), &g) in var.iter_mut().zip(accum.iter_mut()).zip(g) {
+                    if self.update_slots {
+                        *a = *a + g * g;
+                    }
+                    *v = *v - lr * g / (a.sqrt() + epsilon);
+                }
+            }
+            (Rule::Momentum, [accum]) => {
+                let (lr, momentum) = (p[0], p[1]);
+                for ((v, a), &g) in var.iter_mut().zip(accum.iter_mut()).zip(g) {
+                    *a = *a * momentum + g;
+                    *v = if self.use_nesterov {
+                        *v - (g * lr + *a * momentum * lr)
+                    } else {
+                        *v - *a * lr
+                    };
+                }
+            }
+            (Rule::Adam, [m, v2]) => {
+                let (b1p, b2p, lr, b1, b2, eps) = (p[0], p[1], p[2], p[3], p[4], p[5]);
+                let alpha = lr * (one - b2p).sqrt() / (one - b1p);
+                for (((v, m), s), &g) in var.iter_mut().zip(m.iter_mut()).zip(v2.iter_mut()).zip(g)
+                {
+                    *m = *m + (g - *m) * (one - b1);
+                    *s = *s + (g * g - *s) * (one - b2);
+                    let num = if self.use_nesterov {
+                        *m * b1 + (one - b1) * g
+                    } else {
+                        *m
+                    };
+                    *v = *v - num * alpha / (s.sqrt() + eps);
+                }
+            }
+            (Rule::RmsProp, [ms, mom]) => {
+                let (lr, rho, momentum, eps) = (p[0], p[1], p[2], p[3]);
+                for (((v, ms), mom), &g) in
+                    var.iter_mut().zip(ms.iter_mut()).zip(mom.iter_mut()).zip(g)
+                {
+                    *ms = *ms + (g * g - *ms) * (one - rho);
+                    *mom = *mom * momentum + lr * g / (*ms + eps).sqrt();
+                    *v = *v - *mom;
+                }
+            }
+            (Rule::CenteredRmsProp, [mg, ms, mom]) => {
+                let (lr, rho, momentum, eps) = (p[0], p[1], p[2], p[3]);
+                for ((((v, mg), ms), mom), &g) in var
+                    .iter_mut()
+                    .zip(mg.iter_mut())
+                    .zip(ms.iter_mut())
+                    .zip(mom.iter_mut())
+                    .zip(g)
+                {
+                    *ms = *ms + (g * g - *ms) * (one - rho);
+                    *mg = *mg + (g - *mg) * (one - rho);
+                    let denom = *ms - *mg * *mg + eps;
+                    *mom = *mom * momentum + lr * g / denom.sqrt();
+                    *v = *v - *mom;
+                }
+            }
+            (rule, slots) => unreachable!("{rule:?} with {} slots", slots.len()),
+        }
+    }
+
+    /// The CPU computation of [`Update::locked`]: new values of var and its slots.
+    fn run<T: Float>(
+        &self,
+        ctx: &OpContext<'_>,
+        values: &[&Tensor],
+        grad: &Tensor,
+    ) -> Result<Vec<Tensor>> {
+        let p = self.params::<T>(ctx)?;
+        let mut vals: Vec<Vec<T>> = values
+            .iter()
+            .map(|t| t.values::<T>().map(|v| v.into_owned()))
+            .collect::<Result<_>>()?;
+        let g = grad.values::<T>()?;
+        self.step::<T>(&p, &mut vals, &g);
+        vals.into_iter()
+            .zip(values)
+            .map(|(v, t)| Tensor::from_vec(t.shape().clone(), v))
+            .collect()
+    }
+}
+
+impl OpKernel for Update {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        self.locked(ctx, |values, grad| {
+            dispatch_float!(ctx, values[0].dtype(), T => self.run::<T>(ctx, values, grad))
+        })
     }
 }
