@@ -69,13 +69,9 @@ fn tanh(ctx: &mut OpContext<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Applies `f(a, b)` to two same-shape inputs (the gradient ops; TensorFlow does not broadcast).
-fn same_shape_binary<T: Real>(
-    ctx: &OpContext<'_>,
-    a: &Tensor,
-    b: &Tensor,
-    f: impl Fn(T, T) -> T,
-) -> Result<Tensor> {
+/// Checks that the two inputs of a gradient op have one shape (TensorFlow does not broadcast
+/// them).
+pub(crate) fn same_shape(ctx: &OpContext<'_>, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.shape() != b.shape() {
         return Err(ctx.invalid(format!(
             "inputs must have the same size and shape: input 0: {} != input 1: {}",
@@ -83,6 +79,17 @@ fn same_shape_binary<T: Real>(
             b.shape()
         )));
     }
+    Ok(())
+}
+
+/// Applies `f(a, b)` to two same-shape inputs (the gradient ops).
+fn same_shape_binary<T: Real>(
+    ctx: &OpContext<'_>,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(T, T) -> T,
+) -> Result<Tensor> {
+    same_shape(ctx, a, b)?;
     let (av, bv) = (a.values::<T>()?, b.values::<T>()?);
     Tensor::from_vec(
         a.shape().clone(),
@@ -169,15 +176,16 @@ fn log_softmax(ctx: &mut OpContext<'_>) -> Result<()> {
     softmax_kernel(ctx, true)
 }
 
-/// BiasAdd adds a 1-D bias along the channel dimension; BiasAddGrad sums over every other one.
-struct BiasAdd {
+/// Where BiasAdd's channels are: last (`NHWC`, the default) or right after the batch (`NCHW`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BiasLayout {
     /// Whether channels come right after the batch dimension (NCHW) rather than last (NHWC).
-    channels_first: bool,
-    grad: bool,
+    pub channels_first: bool,
 }
 
-impl BiasAdd {
-    fn parse(node: &NodeDef, grad: bool) -> Result<Arc<dyn OpKernel>> {
+impl BiasLayout {
+    /// The layout of a BiasAdd or BiasAddGrad node, from its `data_format`.
+    pub fn of(node: &NodeDef) -> Result<BiasLayout> {
         let format = attr::string_or(node, "data_format", "NHWC")?;
         let channels_first = match format.as_str() {
             "NHWC" => false,
@@ -189,8 +197,63 @@ impl BiasAdd {
                 )))
             }
         };
+        Ok(BiasLayout { channels_first })
+    }
+
+    /// The index of the channel dimension in a value of rank `rank` (at least 2).
+    pub fn channel_axis(self, rank: usize) -> usize {
+        if self.channels_first {
+            1
+        } else {
+            rank - 1
+        }
+    }
+
+    /// Returns (outer, channels, inner) sizes of `shape` around the channel dimension.
+    pub fn split(self, ctx: &OpContext<'_>, shape: &Shape) -> Result<(usize, usize, usize)> {
+        if shape.rank() < 2 {
+            return Err(ctx.invalid(format!("Input tensor must be at least 2D: {shape}")));
+        }
+        let axis = self.channel_axis(shape.rank());
+        let dims = shape.dims();
+        Ok((
+            dims[..axis].iter().product(),
+            dims[axis],
+            dims[axis + 1..].iter().product(),
+        ))
+    }
+
+    /// Checks a bias against the value it is added to; returns the value's split.
+    pub fn check_bias(
+        self,
+        ctx: &OpContext<'_>,
+        value: &Shape,
+        bias: &Shape,
+    ) -> Result<(usize, usize, usize)> {
+        let split = self.split(ctx, value)?;
+        if bias.rank() != 1 {
+            return Err(ctx.invalid(format!("Biases must be 1D: {bias}")));
+        }
+        if bias.dims()[0] != split.1 {
+            return Err(ctx.invalid(format!(
+                "Must provide as many biases as the channel dimension of the input tensor: \
+                 {bias} vs. {value}"
+            )));
+        }
+        Ok(split)
+    }
+}
+
+/// BiasAdd adds a 1-D bias along the channel dimension; BiasAddGrad sums over every other one.
+struct BiasAdd {
+    layout: BiasLayout,
+    grad: bool,
+}
+
+impl BiasAdd {
+    fn parse(node: &NodeDef, grad: bool) -> Result<Arc<dyn OpKernel>> {
         Ok(Arc::new(BiasAdd {
-            channels_first,
+            layout: BiasLayout::of(node)?,
             grad,
         }))
     }
@@ -203,36 +266,8 @@ impl BiasAdd {
         Self::parse(node, true)
     }
 
-    /// Returns (outer, channels, inner) sizes of `shape` around the channel dimension.
-    fn split(&self, ctx: &OpContext<'_>, shape: &Shape) -> Result<(usize, usize, usize)> {
-        if shape.rank() < 2 {
-            return Err(ctx.invalid(format!("Input tensor must be at least 2D: {shape}")));
-        }
-        let axis = if self.channels_first {
-            1
-        } else {
-            shape.rank() - 1
-        };
-        let dims = shape.dims();
-        Ok((
-            dims[..axis].iter().product(),
-            dims[axis],
-            dims[axis + 1..].iter().product(),
-        ))
-    }
-
     fn add<T: Real>(&self, ctx: &OpContext<'_>, value: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        let (outer, channels, inner) = self.split(ctx, value.shape())?;
-        if bias.rank() != 1 {
-            return Err(ctx.invalid(format!("Biases must be 1D: {}", bias.shape())));
-        }
-        if bias.dims()[0] != channels {
-            return Err(ctx.invalid(format!(
-                "Must provide as many biases as the channel dimension of the input tensor: {} vs. {}",
-                bias.shape(),
-                value.shape()
-            )));
-        }
+        let (outer, channels, inner) = self.layout.check_bias(ctx, value.shape(), bias.shape())?;
         let (v, b) = (value.values::<T>()?, bias.values::<T>()?);
         let mut out = Vec::with_capacity(v.len());
         for o in 0..outer {
@@ -245,7 +280,7 @@ impl BiasAdd {
     }
 
     fn grad<T: Real>(&self, ctx: &OpContext<'_>, backprop: &Tensor) -> Result<Tensor> {
-        let (outer, channels, inner) = self.split(ctx, backprop.shape())?;
+        let (outer, channels, inner) = self.layout.split(ctx, backprop.shape())?;
         let v = backprop.values::<T>()?;
         let mut sums = vec![T::zero(); channels];
         for o in 0..outer {
@@ -324,9 +359,13 @@ fn softmax_xent(ctx: &mut OpContext<'_>) -> Result<()> {
     Ok(())
 }
 
-/// SparseSoftmaxCrossEntropyWithLogits(features [batch, classes], labels [batch] int32/int64).
-fn sparse_softmax_xent(ctx: &mut OpContext<'_>) -> Result<()> {
-    let (logits, labels) = (input(ctx, 0)?, input(ctx, 1)?);
+/// Checks SparseSoftmaxCrossEntropyWithLogits' inputs: logits [batch, classes] and labels
+/// [batch] of class indices in `[0, classes)`; returns the labels.
+pub(crate) fn sparse_xent_labels(
+    ctx: &OpContext<'_>,
+    logits: &Tensor,
+    labels: &Tensor,
+) -> Result<Vec<i64>> {
     if logits.rank() != 2 {
         return Err(ctx.invalid(format!(
             "logits must be 2-D, but got shape {}",
@@ -353,7 +392,7 @@ fn sparse_softmax_xent(ctx: &mut OpContext<'_>) -> Result<()> {
             logits.shape()
         )));
     }
-    let label_values = int_values(ctx, &labels, "labels")?;
+    let label_values = int_values(ctx, labels, "labels")?;
     if let Some(&bad) = label_values.iter().find(|&&l| l < 0 || l >= classes as i64) {
         let shown: Vec<String> = label_values.iter().take(32).map(i64::to_string).collect();
         return Err(ctx.invalid(format!(
@@ -362,6 +401,14 @@ fn sparse_softmax_xent(ctx: &mut OpContext<'_>) -> Result<()> {
             shown.join(" ")
         )));
     }
+    Ok(label_values)
+}
+
+/// SparseSoftmaxCrossEntropyWithLogits(features [batch, classes], labels [batch] int32/int64).
+fn sparse_softmax_xent(ctx: &mut OpContext<'_>) -> Result<()> {
+    let (logits, labels) = (input(ctx, 0)?, input(ctx, 1)?);
+    let label_values = sparse_xent_labels(ctx, &logits, &labels)?;
+    let (batch, classes) = (logits.dims()[0], logits.dims()[1]);
     let (loss, backprop) = dispatch_float!(ctx, logits.dtype(), T => {
         let x = logits.values::<T>()?;
         // Log-probabilities go into the backprop buffer and become `softmax - onehot` in place.

@@ -74,48 +74,60 @@ impl Reduce {
                 *v = Real::div_count(*v, count);
             }
         }
-        let dims: Vec<usize> = x
-            .dims()
-            .iter()
-            .zip(reduced)
-            .filter_map(|(&d, &r)| match (r, self.keep_dims) {
-                (false, _) => Some(d),
-                (true, true) => Some(1),
-                (true, false) => None,
-            })
-            .collect();
-        Tensor::from_vec(Shape::new(dims), out)
+        Tensor::from_vec(reduced_shape(x.dims(), reduced, self.keep_dims), out)
     }
+}
+
+/// The shape of a reduction's output: `dims` without the `reduced` axes, or with them as 1
+/// when `keep_dims`.
+pub(crate) fn reduced_shape(dims: &[usize], reduced: &[bool], keep_dims: bool) -> Shape {
+    let dims: Vec<usize> = dims
+        .iter()
+        .zip(reduced)
+        .filter_map(|(&d, &r)| match (r, keep_dims) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    Shape::new(dims)
+}
+
+/// The axes of `x` that the reduction indices `axes` (a scalar or vector, negative counting
+/// from the end) mark, checked as TensorFlow checks them.
+pub(crate) fn reduction_axes(ctx: &OpContext<'_>, x: &Tensor, axes: &Tensor) -> Result<Vec<bool>> {
+    if axes.rank() > 1 {
+        return Err(ctx.invalid(format!(
+            "reduction indices must be a scalar or a vector, got shape {}",
+            axes.shape()
+        )));
+    }
+    let rank = x.rank();
+    let mut reduced = vec![false; rank];
+    for axis in int_values(ctx, axes, "reduction indices")? {
+        if axis < -(rank as i64) || axis >= rank as i64 {
+            return Err(ctx.invalid(format!(
+                "Invalid reduction dimension {axis} for input with {rank} dimensions \
+                 (input shape {})",
+                x.shape()
+            )));
+        }
+        let d = if axis < 0 { axis + rank as i64 } else { axis } as usize;
+        if reduced[d] {
+            return Err(ctx.invalid(format!(
+                "Invalid reduction arguments: Axes contains duplicate dimension: {d}"
+            )));
+        }
+        reduced[d] = true;
+    }
+    Ok(reduced)
 }
 
 impl OpKernel for Reduce {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let x = input(ctx, 0)?;
         let axes = input(ctx, 1)?;
-        if axes.rank() > 1 {
-            return Err(ctx.invalid(format!(
-                "reduction indices must be a scalar or a vector, got shape {}",
-                axes.shape()
-            )));
-        }
-        let rank = x.rank();
-        let mut reduced = vec![false; rank];
-        for axis in int_values(ctx, &axes, "reduction indices")? {
-            if axis < -(rank as i64) || axis >= rank as i64 {
-                return Err(ctx.invalid(format!(
-                    "Invalid reduction dimension {axis} for input with {rank} dimensions \
-                     (input shape {})",
-                    x.shape()
-                )));
-            }
-            let d = if axis < 0 { axis + rank as i64 } else { axis } as usize;
-            if reduced[d] {
-                return Err(ctx.invalid(format!(
-                    "Invalid reduction arguments: Axes contains duplicate dimension: {d}"
-                )));
-            }
-            reduced[d] = true;
-        }
+        let reduced = reduction_axes(ctx, &x, &axes)?;
         let out = dispatch_real!(ctx, x.dtype(), T => self.run::<T>(&x, &reduced)?);
         ctx.set_output(0, out);
         Ok(())

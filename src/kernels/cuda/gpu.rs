@@ -11,8 +11,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig,
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchArgs,
+    LaunchConfig, ValidAsZeroBits,
 };
+use cudarc::nvrtc::Ptx;
 
 use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
@@ -21,14 +23,14 @@ use crate::error::{Result, Status};
 const SOURCE: &str = include_str!("kernels.cu");
 
 /// The entry points of [`SOURCE`].
-const FUNCTIONS: [&str; 7] = [
+pub const FUNCTIONS: [&str; 7] = [
     "binary_f32",
-    "relu_f32",
-    "relu_grad_f32",
-    "reduce_sum_f32",
+    "unary_f32",
+    "reduce_f32",
     "softmax_f32",
     "softmax_xent_f32",
-    "apply_gd_f32",
+    "sparse_xent_f32",
+    "apply_f32",
 ];
 
 /// Threads per block of the element-wise launches.
@@ -88,11 +90,7 @@ impl Gpu {
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(Arc::clone(&stream))
             .map_err(|e| Status::internal(format!("GPU {ordinal}: cuBLAS: {e}")))?;
-        let ptx = cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| {
-            Status::internal(format!(
-                "GPU {ordinal}: NVRTC cannot compile the kernels: {e}"
-            ))
-        })?;
+        let ptx = compile().map_err(|e| e.context(format!("GPU {ordinal}")))?;
         let module = ctx.load_module(ptx).map_err(driver)?;
         let mut functions = HashMap::new();
         for name in FUNCTIONS {
@@ -121,12 +119,37 @@ impl Gpu {
     }
 }
 
+/// Compiles the kernels' source to PTX with NVRTC (loaded at run time). Needs no GPU: the
+/// driver turns the PTX into the GPU's own code when a module is loaded.
+pub fn compile() -> Result<Ptx> {
+    // SAFETY: only tries to dlopen the library and drops it.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Status::failed_precondition(
+            "NVRTC (libnvrtc) not found; install the CUDA toolkit's NVRTC or add its directory \
+             to LD_LIBRARY_PATH",
+        ));
+    }
+    cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| {
+        Status::internal(format!("NVRTC cannot compile the GPU kernels: {e}"))
+    })
+}
+
 impl GpuInner {
-    /// Copies `host` to a new device buffer; `node` is named if the GPU is out of memory.
-    pub fn upload(&self, node: &str, host: &[f32]) -> Result<CudaSlice<f32>> {
-        self.stream
-            .clone_htod(host)
-            .map_err(|e| alloc_error(e, node, std::mem::size_of_val(host)))
+    /// Copies `host` to a new device buffer; `node` is named if the GPU is out of memory. An
+    /// empty slice gets a buffer of one zero (the driver refuses empty allocations), which
+    /// no kernel reads.
+    pub fn upload<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        node: &str,
+        host: &[T],
+    ) -> Result<CudaSlice<T>> {
+        let bytes = std::mem::size_of_val(host);
+        let copied = if host.is_empty() {
+            self.stream.alloc_zeros::<T>(1)
+        } else {
+            self.stream.clone_htod(host)
+        };
+        copied.map_err(|e| alloc_error(e, node, bytes))
     }
 
     /// A new zeroed device buffer of `len` floats.
@@ -150,10 +173,30 @@ impl GpuInner {
             .get(name)
             .ok_or_else(|| Status::internal(format!("no GPU kernel `{name}` was compiled")))
     }
+
+    /// Launches kernel `function` over `threads` threads (in blocks of [`BLOCK`]) with the
+    /// arguments `push` gives it.
+    ///
+    /// # Safety
+    ///
+    /// The arguments must match `function`'s parameters in `kernels.cu` in number, order and
+    /// type, and every buffer must hold what the kernel reads and writes for `threads`.
+    pub unsafe fn launch<'a>(
+        &'a self,
+        function: &str,
+        threads: usize,
+        push: impl FnOnce(&mut LaunchArgs<'a>),
+    ) -> Result<()> {
+        let mut launch = self.stream.launch_builder(self.function(function)?);
+        push(&mut launch);
+        // SAFETY: the caller's promise above.
+        unsafe { launch.launch(launch_config(threads)) }.map_err(driver_error)?;
+        Ok(())
+    }
 }
 
 /// A launch of `n` threads in blocks of [`BLOCK`].
-pub fn launch_config(n: usize) -> LaunchConfig {
+fn launch_config(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as usize).max(1);
     LaunchConfig {
         grid_dim: (blocks.min(u32::MAX as usize) as u32, 1, 1),

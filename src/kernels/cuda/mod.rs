@@ -12,6 +12,7 @@
 //! its outputs out (tessera's tensors are host memory).
 
 pub mod gpu;
+pub mod layout;
 pub mod nccl;
 pub mod ops;
 

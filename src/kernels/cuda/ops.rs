@@ -1,27 +1,36 @@
-//! The GPU kernels (float32): MatMul and BatchMatMul through cuBLAS; element-wise ops, BiasAdd, Relu and its
-//! gradient, Sum/Mean, Softmax, SoftmaxCrossEntropyWithLogits and ResourceApplyGradientDescent
+//! The GPU kernels (float32): MatMul and BatchMatMul through cuBLAS; the element-wise ops
+//! (Add, Sub, Mul, RealDiv, Maximum, Minimum, Pow with numpy broadcasting; Neg, Square, Abs,
+//! Sign, Sqrt, Rsqrt, Exp, Log, Reciprocal, Sigmoid, Tanh, Relu; the gradients ReluGrad,
+//! SigmoidGrad, TanhGrad), BiasAdd and BiasAddGrad, the reductions Sum, Mean, Max, Min, Prod
+//! and L2Loss, Softmax and LogSoftmax, the cross-entropy losses, and every optimizer update
 //! through the NVRTC kernels of `kernels.cu`.
 //!
 //! Tensors live in host memory between kernels (tessera's `Tensor` is host bytes), so each
 //! kernel copies its inputs to the GPU, runs there and copies its outputs back, all under the
-//! GPU's lock. Shapes and attrs are checked on the host first, with the same messages as the
-//! CPU kernels' checks. Nodes of another dtype than float32 run the CPU kernel (see
-//! [`kernel_for`]); a case a GPU kernel does not cover (a broadcast other than by suffix,
-//! non-adjacent reduction axes) is UNIMPLEMENTED naming the node, so the user can place it on
-//! the CPU.
+//! GPU's lock. Inputs are checked on the host first, by the CPU kernels' own checks, so bad
+//! input reads the same on either device. Nodes of another dtype than float32 run the CPU
+//! kernel (see [`kernel_for`]), and so do the cases a GPU kernel leaves to the CPU (a
+//! cross-entropy whose operands broadcast, a matrix past cuBLAS's int range).
+//!
+//! The reductions run one thread per output element, folding in the CPU kernel's order: fast
+//! for the many-output reductions of a training step (BiasAddGrad, per-example sums), one
+//! thread's loop for a reduction to a scalar.
 
 use std::sync::Arc;
 
 use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::gpu::{driver_error, launch_config, Gpu, GpuInner};
-use crate::error::{Result, Status};
+use super::gpu::{Gpu, GpuInner};
+use super::layout::{Broadcast, Reduction};
+use crate::error::{Code, Result, Status};
 use crate::graph::attr;
 use crate::kernels::cpu::broadcast::{broadcast_shape, broadcast_to};
+use crate::kernels::cpu::nn::{self, BiasLayout};
+use crate::kernels::cpu::reduce;
+use crate::kernels::cpu::training::{Rule, Update};
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
-use crate::runtime::resource::Var;
 use crate::tensor::{DType, Shape, Tensor};
 
 /// Returns the factory of `op`'s GPU kernel, if tessera has one.
@@ -55,101 +64,153 @@ fn gpu_factory(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
         "MatMul" => MatMul::create,
         "BatchMatMulV2" | "BatchMatMul" => BatchMatMul::create,
-        "Add" | "AddV2" | "Sub" | "Mul" | "RealDiv" | "Maximum" | "Minimum" => Binary::create,
-        "BiasAdd" => BiasAdd::create,
-        "Relu" => |_| Ok(Arc::new(Relu)),
-        "ReluGrad" => |_| Ok(Arc::new(ReluGrad)),
-        "Sum" | "Mean" => Reduce::create,
-        "Softmax" => |_| Ok(Arc::new(Softmax)),
+        "Add" | "AddV2" | "Sub" | "Mul" | "RealDiv" | "Maximum" | "Minimum" | "Pow"
+        | "ReluGrad" | "SigmoidGrad" | "TanhGrad" => Binary::create,
+        "Neg" | "Square" | "Abs" | "Sign" | "Sqrt" | "Rsqrt" | "Exp" | "Log" | "Reciprocal"
+        | "Inv" | "Sigmoid" | "Tanh" | "Relu" => Unary::create,
+        "BiasAdd" | "BiasAddV1" => BiasAdd::create,
+        "BiasAddGrad" => BiasAddGrad::create,
+        "Sum" | "Mean" | "Max" | "Min" | "Prod" => Reduce::create,
+        "L2Loss" => |_| Ok(Arc::new(L2Loss)),
+        "Softmax" | "LogSoftmax" => Softmax::create,
         "SoftmaxCrossEntropyWithLogits" => |_| Ok(Arc::new(SoftmaxXent)),
-        "ResourceApplyGradientDescent" => |_| Ok(Arc::new(ApplyGradientDescent)),
+        "SparseSoftmaxCrossEntropyWithLogits" => |_| Ok(Arc::new(SparseXent)),
         "NcclAllReduce" => super::nccl::create,
+        op if Rule::of(op).is_some() => |node| Ok(Arc::new(Apply(Update::new(node)?))),
         _ => return None,
     };
     Some(factory)
 }
 
-/// Input `i` as float32 values, or UNIMPLEMENTED for other dtypes.
-fn floats(ctx: &OpContext<'_>, i: usize) -> Result<(Shape, Vec<f32>)> {
+/// Runs the node's CPU kernel: for a case its GPU kernel leaves to the CPU, and to report bad
+/// input in the CPU kernel's words.
+fn on_cpu(ctx: &mut OpContext<'_>) -> Result<()> {
+    let node = ctx.node().clone();
+    let factory = crate::kernels::cpu::kernel_for(&node.op).ok_or_else(|| {
+        ctx.named(Status::internal("a GPU kernel fell back to a CPU kernel that does not exist"))
+    })?;
+    factory(&node)?.compute(ctx)
+}
+
+/// Input `i`, which must be float32 (the node's `T`).
+fn float_input(ctx: &OpContext<'_>, i: usize) -> Result<Tensor> {
     let t = ctx.input(i)?;
     if t.dtype() != DType::Float {
-        return Err(unsupported(
-            ctx,
-            &format!(
-                "input {i} is {}; the GPU kernels take float32 only",
-                t.dtype()
-            ),
-        ));
+        return Err(ctx.invalid(format!(
+            "input {i} is {}; this node's GPU kernel takes float32",
+            t.dtype()
+        )));
     }
-    Ok((t.shape().clone(), t.values::<f32>()?.into_owned()))
+    Ok(t.clone())
 }
 
-/// UNIMPLEMENTED naming the node: what the GPU kernel does not cover.
-fn unsupported(ctx: &OpContext<'_>, what: &str) -> Status {
-    ctx.named(Status::unimplemented(format!(
-        "{what}; place this node on the CPU (e.g. with_device(\"/device:CPU:0\"))"
-    )))
-}
-
-fn gpu(ctx: &OpContext<'_>) -> Result<Arc<Gpu>> {
-    Gpu::for_device(ctx.device).map_err(|e| ctx.named(e))
+/// Runs `f` on the node's GPU, under its lock; `f` gets the GPU and the node's name (for
+/// out-of-memory errors). Errors other than out of memory get the node's name in front.
+fn with_gpu<R>(ctx: &OpContext<'_>, f: impl FnOnce(&GpuInner, &str) -> Result<R>) -> Result<R> {
+    let gpu = Gpu::for_device(ctx.device).map_err(|e| ctx.named(e))?;
+    let inner = gpu.lock();
+    f(&inner, &ctx.node().name).map_err(|e| match e.code() {
+        Code::ResourceExhausted => e,
+        _ => ctx.named(e),
+    })
 }
 
 fn i64s(n: usize) -> i64 {
     n as i64
 }
 
-/// Runs `relu_f32`-shaped kernels: one input, one output of the same length.
-fn unary(ctx: &mut OpContext<'_>, function: &str) -> Result<()> {
-    let (shape, x) = floats(ctx, 0)?;
-    let gpu = gpu(ctx)?;
-    let inner = gpu.lock();
-    let node = ctx.node().name.clone();
-    let dx = inner.upload(&node, &x)?;
-    let mut out = inner.zeros(&node, x.len())?;
-    let n = i64s(x.len());
-    let mut launch = inner.stream.launch_builder(inner.function(function)?);
-    launch.arg(&dx).arg(&mut out).arg(&n);
-    // SAFETY: the arguments match `function`'s signature in kernels.cu (in, out, n), and both
-    // buffers hold n floats.
-    unsafe { launch.launch(launch_config(x.len())) }.map_err(driver_error)?;
-    let values = inner.download(&out, x.len())?;
-    drop(inner);
-    ctx.set_output(0, Tensor::from_vec(shape, values)?);
-    Ok(())
+/// The one-input element-wise ops: `unary_f32` with the op's code.
+struct Unary {
+    op: i32,
 }
 
-/// Launches `binary_f32` with `op` on a (repeating every `na`) and b (every `nb`).
+impl Unary {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        let op = match node.op.as_str() {
+            "Neg" => 0,
+            "Square" => 1,
+            "Abs" => 2,
+            "Sign" => 3,
+            "Sqrt" => 4,
+            "Rsqrt" => 5,
+            "Exp" => 6,
+            "Log" => 7,
+            "Reciprocal" | "Inv" => 8,
+            "Sigmoid" => 9,
+            "Tanh" => 10,
+            _ => 11, // Relu
+        };
+        Ok(Arc::new(Unary { op }))
+    }
+}
+
+impl OpKernel for Unary {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let x = float_input(ctx, 0)?;
+        let values = x.values::<f32>()?;
+        let len = values.len();
+        let out = if len == 0 {
+            Vec::new()
+        } else {
+            with_gpu(ctx, |gpu, node| {
+                let dx = gpu.upload(node, &values)?;
+                let mut out = gpu.zeros(node, len)?;
+                let n = i64s(len);
+                // SAFETY: unary_f32(op, x, out, n); x and out hold n floats.
+                unsafe {
+                    gpu.launch("unary_f32", len, |l| {
+                        l.arg(&self.op).arg(&dx).arg(&mut out).arg(&n);
+                    })
+                }?;
+                gpu.download(&out, len)
+            })?
+        };
+        ctx.set_output(0, Tensor::from_vec(x.shape().clone(), out)?);
+        Ok(())
+    }
+}
+
+/// Launches `binary_f32` with `op` on `a` and `b` laid out by `layout`; returns the output.
 fn binary_launch(
-    inner: &GpuInner,
-    node: &str,
+    ctx: &OpContext<'_>,
     op: i32,
     a: &[f32],
     b: &[f32],
-    n: usize,
+    layout: &Broadcast,
 ) -> Result<Vec<f32>> {
-    let da = inner.upload(node, a)?;
-    let db = inner.upload(node, b)?;
-    let mut out = inner.zeros(node, n)?;
-    let (na, nb, n64) = (i64s(a.len()), i64s(b.len()), i64s(n));
-    let mut launch = inner.stream.launch_builder(inner.function("binary_f32")?);
-    launch
-        .arg(&op)
-        .arg(&da)
-        .arg(&na)
-        .arg(&db)
-        .arg(&nb)
-        .arg(&mut out)
-        .arg(&n64);
-    // SAFETY: matches binary_f32(op, a, na, b, nb, out, n); na and nb are non-zero (checked
-    // by the callers) and out holds n floats.
-    unsafe { launch.launch(launch_config(n)) }.map_err(driver_error)?;
-    inner.download(&out, n)
+    let len = layout.len();
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    with_gpu(ctx, |gpu, node| {
+        let (da, db) = (gpu.upload(node, a)?, gpu.upload(node, b)?);
+        let dl = gpu.upload(node, &layout.layout)?;
+        let mut out = gpu.zeros(node, len)?;
+        let (n, rank) = (i64s(len), layout.rank() as i32);
+        // SAFETY: binary_f32(op, a, b, out, n, rank, layout); out holds n floats, the layout
+        // holds 3·rank entries, and its strides keep every index inside a and b (they are
+        // the strides of a's and b's own shapes, 0 where those broadcast).
+        unsafe {
+            gpu.launch("binary_f32", len, |l| {
+                l.arg(&op)
+                    .arg(&da)
+                    .arg(&db)
+                    .arg(&mut out)
+                    .arg(&n)
+                    .arg(&rank)
+                    .arg(&dl);
+            })
+        }?;
+        gpu.download(&out, len)
+    })
 }
 
-/// Add, AddV2, Sub, Mul, RealDiv, Maximum, Minimum with broadcasting by suffix.
+/// The two-input element-wise ops with numpy broadcasting, and the activation gradients
+/// (which take two inputs of one shape).
 struct Binary {
     op: i32,
+    /// Whether the inputs must have one shape (the gradient ops do not broadcast).
+    same_shape: bool,
 }
 
 impl Binary {
@@ -160,141 +221,371 @@ impl Binary {
             "Mul" => 2,
             "RealDiv" => 3,
             "Maximum" => 4,
-            _ => 5,
+            "Minimum" => 5,
+            "Pow" => 6,
+            "ReluGrad" => 7,
+            "SigmoidGrad" => 8,
+            _ => 9, // TanhGrad
         };
-        Ok(Arc::new(Binary { op }))
+        Ok(Arc::new(Binary {
+            op,
+            same_shape: op >= 7,
+        }))
     }
-}
-
-/// The broadcast shape of `a` and `b` when each, without leading 1s, is a suffix of it (the
-/// cases `i % len` indexing covers); `None` otherwise.
-fn suffix_broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[usize], i: usize| {
-        let pad = rank - s.len();
-        if i < pad {
-            1
-        } else {
-            s[i - pad]
-        }
-    };
-    let mut out = Vec::with_capacity(rank);
-    for i in 0..rank {
-        let (x, y) = (dim(a, i), dim(b, i));
-        out.push(match (x, y) {
-            _ if x == y => x,
-            (1, _) => y,
-            (_, 1) => x,
-            _ => return None,
-        });
-    }
-    let covers = |s: &[usize]| {
-        let first = s.iter().position(|&d| d != 1).unwrap_or(s.len());
-        let rest = &s[first..];
-        out.ends_with(rest)
-    };
-    (covers(a) && covers(b)).then_some(out)
 }
 
 impl OpKernel for Binary {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (sa, a) = floats(ctx, 0)?;
-        let (sb, b) = floats(ctx, 1)?;
-        let shape = suffix_broadcast(sa.dims(), sb.dims()).ok_or_else(|| {
-            unsupported(
-                ctx,
-                &format!("the GPU kernel cannot broadcast shapes {sa} and {sb} together"),
-            )
-        })?;
-        let n: usize = shape.iter().product();
-        let values = if n == 0 {
-            Vec::new()
-        } else {
-            let gpu = gpu(ctx)?;
-            let inner = gpu.lock();
-            binary_launch(&inner, &ctx.node().name, self.op, &a, &b, n)?
+        let (a, b) = (float_input(ctx, 0)?, float_input(ctx, 1)?);
+        if self.same_shape {
+            nn::same_shape(ctx, &a, &b)?;
+        }
+        let Some(layout) = Broadcast::new(a.dims(), b.dims()) else {
+            // Shapes that do not broadcast: the CPU kernel's error names them.
+            return on_cpu(ctx);
         };
-        ctx.set_output(0, Tensor::from_vec(shape, values)?);
+        let values = binary_launch(ctx, self.op, &a.values()?, &b.values()?, &layout)?;
+        ctx.set_output(0, Tensor::from_vec(layout.dims, values)?);
         Ok(())
     }
 }
 
-/// BiasAdd (NHWC): `value + bias` along the last dimension.
-struct BiasAdd;
+/// BiasAdd: the bias added along the channel dimension (last for NHWC, second for NCHW).
+struct BiasAdd(BiasLayout);
 
 impl BiasAdd {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let format = attr::string_or(node, "data_format", "NHWC")?;
-        if format != "NHWC" {
-            return Err(Status::unimplemented(format!(
-                "node `{}`: the GPU BiasAdd supports data_format NHWC, not {format}",
-                node.name
-            )));
-        }
-        Ok(Arc::new(BiasAdd))
+        Ok(Arc::new(BiasAdd(BiasLayout::of(node)?)))
     }
 }
 
 impl OpKernel for BiasAdd {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (shape, x) = floats(ctx, 0)?;
-        let (bias_shape, bias) = floats(ctx, 1)?;
-        let last = shape.dims().last().copied();
-        if shape.rank() < 2 || bias_shape.rank() != 1 || last != Some(bias.len()) {
-            return Err(ctx.invalid(format!(
-                "BiasAdd needs a value of rank >= 2 and a bias as long as its last dimension; \
-                 got value {shape} and bias {bias_shape}"
-            )));
-        }
-        let values = if x.is_empty() {
-            Vec::new()
-        } else {
-            let gpu = gpu(ctx)?;
-            let inner = gpu.lock();
-            binary_launch(&inner, &ctx.node().name, 0, &x, &bias, x.len())?
+        let (value, bias) = (float_input(ctx, 0)?, float_input(ctx, 1)?);
+        let (_, channels, _) = self.0.check_bias(ctx, value.shape(), bias.shape())?;
+        // The bias as [channels, 1, ..., 1] up to the value's last dimension broadcasts along
+        // every dimension but the channels.
+        let axis = self.0.channel_axis(value.rank());
+        let mut bias_dims = vec![1; value.rank() - axis];
+        bias_dims[0] = channels;
+        let layout = Broadcast::new(value.dims(), &bias_dims).expect("checked against the value");
+        let values = binary_launch(ctx, 0, &value.values()?, &bias.values()?, &layout)?;
+        ctx.set_output(0, Tensor::from_vec(value.shape().clone(), values)?);
+        Ok(())
+    }
+}
+
+/// Launches `reduce_f32` with `op` over `x` as `reduction` describes; returns the outputs.
+fn reduce_launch(
+    ctx: &OpContext<'_>,
+    op: i32,
+    x: &[f32],
+    reduction: &Reduction,
+) -> Result<Vec<f32>> {
+    let outputs = reduction.outputs;
+    if outputs == 0 {
+        return Ok(Vec::new());
+    }
+    with_gpu(ctx, |gpu, node| {
+        let dx = gpu.upload(node, x)?;
+        let dl = gpu.upload(node, &reduction.layout)?;
+        let mut out = gpu.zeros(node, outputs)?;
+        let (o, r) = (i64s(outputs), i64s(reduction.reduced_len));
+        let (kept, reduced) = (reduction.kept as i32, reduction.reduced as i32);
+        // SAFETY: reduce_f32(op, x, out, outputs, r, kept, reduced, layout); out holds
+        // `outputs` floats, the layout 2·(kept + reduced) entries, and its dims and strides
+        // are x's own, so every index is inside x (none is read when r is 0).
+        unsafe {
+            gpu.launch("reduce_f32", outputs, |l| {
+                l.arg(&op)
+                    .arg(&dx)
+                    .arg(&mut out)
+                    .arg(&o)
+                    .arg(&r)
+                    .arg(&kept)
+                    .arg(&reduced)
+                    .arg(&dl);
+            })
+        }?;
+        gpu.download(&out, outputs)
+    })
+}
+
+/// `reduce_f32`'s op codes.
+const SUM: i32 = 0;
+const HALF_SUM_OF_SQUARES: i32 = 5;
+
+/// BiasAddGrad: the gradient summed over every dimension but the channels.
+struct BiasAddGrad(BiasLayout);
+
+impl BiasAddGrad {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Ok(Arc::new(BiasAddGrad(BiasLayout::of(node)?)))
+    }
+}
+
+impl OpKernel for BiasAddGrad {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let backprop = float_input(ctx, 0)?;
+        let (_, channels, _) = self.0.split(ctx, backprop.shape())?;
+        let axis = self.0.channel_axis(backprop.rank());
+        let reduced: Vec<bool> = (0..backprop.rank()).map(|d| d != axis).collect();
+        let reduction = Reduction::new(backprop.dims(), &reduced);
+        let values = reduce_launch(ctx, SUM, &backprop.values()?, &reduction)?;
+        ctx.set_output(0, Tensor::from_vec([channels], values)?);
+        Ok(())
+    }
+}
+
+/// Sum, Mean, Max, Min and Prod over any axes (`reduction_indices` input), with `keep_dims`.
+struct Reduce {
+    op: i32,
+    keep_dims: bool,
+}
+
+impl Reduce {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        let op = match node.op.as_str() {
+            "Sum" => SUM,
+            "Mean" => 1,
+            "Max" => 2,
+            "Min" => 3,
+            _ => 4, // Prod
         };
+        Ok(Arc::new(Reduce {
+            op,
+            keep_dims: attr::bool_or(node, "keep_dims", false)?,
+        }))
+    }
+}
+
+impl OpKernel for Reduce {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let x = float_input(ctx, 0)?;
+        let reduced = reduce::reduction_axes(ctx, &x, ctx.input(1)?)?;
+        let reduction = Reduction::new(x.dims(), &reduced);
+        let values = reduce_launch(ctx, self.op, &x.values()?, &reduction)?;
+        let shape = reduce::reduced_shape(x.dims(), &reduced, self.keep_dims);
         ctx.set_output(0, Tensor::from_vec(shape, values)?);
         Ok(())
     }
 }
 
-/// Relu: `max(x, 0)`.
-struct Relu;
+/// L2Loss: half the sum of squares, a scalar.
+struct L2Loss;
 
-impl OpKernel for Relu {
+impl OpKernel for L2Loss {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        unary(ctx, "relu_f32")
+        let x = float_input(ctx, 0)?;
+        let reduction = Reduction::new(x.dims(), &vec![true; x.rank()]);
+        let values = reduce_launch(ctx, HALF_SUM_OF_SQUARES, &x.values()?, &reduction)?;
+        ctx.set_output(0, Tensor::from_vec(Shape::scalar(), values)?);
+        Ok(())
     }
 }
 
-/// ReluGrad(gradients, features): the gradient where the feature is positive.
-struct ReluGrad;
+/// Softmax and LogSoftmax over the last dimension.
+struct Softmax {
+    log: bool,
+}
 
-impl OpKernel for ReluGrad {
+impl Softmax {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Ok(Arc::new(Softmax {
+            log: node.op == "LogSoftmax",
+        }))
+    }
+}
+
+impl OpKernel for Softmax {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (shape, g) = floats(ctx, 0)?;
-        let (fshape, x) = floats(ctx, 1)?;
-        if shape != fshape {
+        let x = float_input(ctx, 0)?;
+        if x.rank() < 1 || x.num_elements() == 0 {
+            // A scalar (the CPU kernel's error) or nothing to compute.
+            return on_cpu(ctx);
+        }
+        let values = x.values::<f32>()?;
+        let len = values.len();
+        let cols = x.dims()[x.rank() - 1];
+        let rows = len / cols;
+        let out = with_gpu(ctx, |gpu, node| {
+            let dx = gpu.upload(node, &values)?;
+            let mut out = gpu.zeros(node, len)?;
+            let (r, c, log) = (i64s(rows), i64s(cols), i32::from(self.log));
+            // SAFETY: softmax_f32(x, out, rows, cols, take_log); both hold rows·cols floats.
+            unsafe {
+                gpu.launch("softmax_f32", rows, |l| {
+                    l.arg(&dx).arg(&mut out).arg(&r).arg(&c).arg(&log);
+                })
+            }?;
+            gpu.download(&out, len)
+        })?;
+        ctx.set_output(0, Tensor::from_vec(x.shape().clone(), out)?);
+        Ok(())
+    }
+}
+
+/// Launches a cross-entropy kernel (`softmax_xent_f32` or `sparse_xent_f32`) on `logits`
+/// ([rows, cols], not empty) and its per-row `labels`; returns (loss, backprop).
+fn xent_launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    ctx: &OpContext<'_>,
+    function: &str,
+    logits: &[f32],
+    labels: &[T],
+    (rows, cols): (usize, usize),
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    with_gpu(ctx, |gpu, node| {
+        let (dx, dy) = (gpu.upload(node, logits)?, gpu.upload(node, labels)?);
+        let mut loss = gpu.zeros(node, rows)?;
+        let mut back = gpu.zeros(node, logits.len())?;
+        let (r, c) = (i64s(rows), i64s(cols));
+        // SAFETY: both kernels take (logits, labels, loss, backprop, rows, cols); logits and
+        // backprop hold rows·cols floats, loss rows, and labels rows·cols floats (dense
+        // labels) or rows class indices checked to be in [0, cols) (sparse labels).
+        unsafe {
+            gpu.launch(function, rows, |l| {
+                l.arg(&dx)
+                    .arg(&dy)
+                    .arg(&mut loss)
+                    .arg(&mut back)
+                    .arg(&r)
+                    .arg(&c);
+            })
+        }?;
+        Ok((gpu.download(&loss, rows)?, gpu.download(&back, logits.len())?))
+    })
+}
+
+/// SoftmaxCrossEntropyWithLogits(logits, labels) → (loss [batch], backprop [batch, classes]).
+struct SoftmaxXent;
+
+impl OpKernel for SoftmaxXent {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let (logits, labels) = (float_input(ctx, 0)?, float_input(ctx, 1)?);
+        if logits.rank() != 2 || logits.shape() != labels.shape() || logits.num_elements() == 0
+        {
+            // Operands that broadcast to [batch, classes], bad shapes or nothing to compute.
+            return on_cpu(ctx);
+        }
+        let shape = logits.shape().clone();
+        let (rows, cols) = (shape.dims()[0], shape.dims()[1]);
+        let (loss, backprop) = xent_launch(
+            ctx,
+            "softmax_xent_f32",
+            &logits.values()?,
+            &labels.values::<f32>()?,
+            (rows, cols),
+        )?;
+        ctx.set_output(0, Tensor::from_vec([rows], loss)?);
+        ctx.set_output(1, Tensor::from_vec(shape, backprop)?);
+        Ok(())
+    }
+}
+
+/// SparseSoftmaxCrossEntropyWithLogits(logits, labels [batch] int32 or int64) → (loss
+/// [batch], backprop [batch, classes]).
+struct SparseXent;
+
+impl OpKernel for SparseXent {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let logits = float_input(ctx, 0)?;
+        let labels = nn::sparse_xent_labels(ctx, &logits, ctx.input(1)?)?;
+        if logits.num_elements() == 0 {
+            return on_cpu(ctx);
+        }
+        let (rows, cols) = (logits.dims()[0], logits.dims()[1]);
+        let (loss, backprop) = xent_launch(
+            ctx,
+            "sparse_xent_f32",
+            &logits.values()?,
+            &labels,
+            (rows, cols),
+        )?;
+        ctx.set_output(0, Tensor::from_vec([rows], loss)?);
+        ctx.set_output(1, Tensor::from_vec([rows, cols], backprop)?);
+        Ok(())
+    }
+}
+
+/// An optimizer update on the GPU: the CPU kernel's locked read-check-replace of the variable
+/// and its slots ([`Update::locked`]), with `apply_f32` computing the new values.
+struct Apply(Update);
+
+impl Apply {
+    /// `apply_f32`'s rule code.
+    fn rule_code(&self) -> i32 {
+        match self.0.rule {
+            Rule::GradientDescent => 0,
+            Rule::Adagrad => 1,
+            Rule::AdagradV2 => 2,
+            Rule::Momentum => 3,
+            Rule::Adam => 4,
+            Rule::RmsProp => 5,
+            Rule::CenteredRmsProp => 6,
+        }
+    }
+
+    /// `apply_f32`'s flags.
+    fn flags(&self) -> i32 {
+        i32::from(self.0.use_nesterov) | i32::from(self.0.update_slots) << 1
+    }
+
+    /// The new values of the variable and its slots (`values`) after the update by `grad`.
+    fn run(&self, ctx: &OpContext<'_>, values: &[&Tensor], grad: &Tensor) -> Result<Vec<Tensor>> {
+        if values[0].dtype() != DType::Float {
             return Err(ctx.invalid(format!(
-                "gradients {shape} and features {fshape} must have the same shape"
+                "variable is {}; this node's GPU kernel takes float32",
+                values[0].dtype()
             )));
         }
-        let gpu = gpu(ctx)?;
-        let inner = gpu.lock();
-        let node = ctx.node().name.clone();
-        let (dg, dx) = (inner.upload(&node, &g)?, inner.upload(&node, &x)?);
-        let mut out = inner.zeros(&node, g.len())?;
-        let n = i64s(g.len());
-        let mut launch = inner
-            .stream
-            .launch_builder(inner.function("relu_grad_f32")?);
-        launch.arg(&dg).arg(&dx).arg(&mut out).arg(&n);
-        // SAFETY: matches relu_grad_f32(g, x, out, n); all three hold n floats.
-        unsafe { launch.launch(launch_config(g.len())) }.map_err(driver_error)?;
-        let values = inner.download(&out, g.len())?;
-        drop(inner);
-        ctx.set_output(0, Tensor::from_vec(shape, values)?);
-        Ok(())
+        let mut p = self.0.params::<f32>(ctx)?;
+        p.resize(6, 0.0);
+        let len = values[0].num_elements();
+        if len == 0 {
+            return Ok(values.iter().map(|&t| t.clone()).collect());
+        }
+        let (rule, flags, n) = (self.rule_code(), self.flags(), i64s(len));
+        let updated = with_gpu(ctx, |gpu, node| {
+            let mut buffers = values
+                .iter()
+                .map(|t| gpu.upload(node, &t.values::<f32>()?))
+                .collect::<Result<Vec<CudaSlice<f32>>>>()?;
+            // The slots a rule does not have are one-float buffers the kernel never touches.
+            for _ in values.len()..4 {
+                buffers.push(gpu.zeros(node, 1)?);
+            }
+            let g = gpu.upload(node, &grad.values::<f32>()?)?;
+            let [var, s0, s1, s2] = &mut buffers[..] else {
+                unreachable!("four buffers")
+            };
+            // SAFETY: apply_f32(rule, flags, var, s0, s1, s2, grad, p0..p5, n); var, grad and
+            // the rule's slots hold n floats (checked like the variable by `locked`), and the
+            // kernel touches no slot past the rule's count.
+            unsafe {
+                gpu.launch("apply_f32", len, |l| {
+                    l.arg(&rule).arg(&flags).arg(var).arg(s0).arg(s1).arg(s2).arg(&g);
+                    for v in &p {
+                        l.arg(v);
+                    }
+                    l.arg(&n);
+                })
+            }?;
+            buffers[..values.len()]
+                .iter()
+                .map(|b| gpu.download(b, len))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        updated
+            .into_iter()
+            .zip(values)
+            .map(|(v, t)| Tensor::from_vec(t.shape().clone(), v))
+            .collect()
+    }
+}
+
+impl OpKernel for Apply {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        self.0.locked(ctx, |values, grad| self.run(ctx, values, grad))
     }
 }
 
@@ -334,28 +625,26 @@ impl Product {
 
     /// `batch` products in one cuBLAS strided-batched SGEMM: product `i` multiplies the A at
     /// `a[i * a_stride..]` by the B at `b[i * b_stride..]` (a stride of 0 uses one matrix for
-    /// every product); returns the `batch` row-major C matrices one after another.
+    /// every product); returns the `batch` row-major C matrices one after another, or `None`
+    /// when a dimension is past cuBLAS's int range (the CPU kernel takes those).
     fn run(
         &self,
         ctx: &OpContext<'_>,
         batch: usize,
         (a, a_stride): (&[f32], usize),
         (b, b_stride): (&[f32], usize),
-    ) -> Result<Vec<f32>> {
+    ) -> Result<Option<Vec<f32>>> {
         let (m, n, k) = (self.m, self.n, self.k);
         let len = batch * m * n;
         if len == 0 {
-            return Ok(Vec::new());
+            return Ok(Some(Vec::new()));
         }
         if k == 0 {
-            return Ok(vec![0.0; len]);
+            return Ok(Some(vec![0.0; len]));
         }
         let dims = [m, n, k, batch, self.a_cols, self.b_cols];
         if dims.iter().any(|&d| d > i32::MAX as usize) {
-            return Err(unsupported(
-                ctx,
-                &format!("{} has a dimension past cuBLAS's int range", ctx.node().op),
-            ));
+            return Ok(None);
         }
         let op = |t: bool| {
             if t {
@@ -386,25 +675,23 @@ impl Product {
             stride_b: a_stride as i64,
             stride_c: (m * n) as i64,
         };
-        let gpu = gpu(ctx)?;
-        let inner = gpu.lock();
-        let node = ctx.node().name.clone();
-        let (da, db) = (inner.upload(&node, a)?, inner.upload(&node, b)?);
-        let mut dc: CudaSlice<f32> = inner.zeros(&node, len)?;
-        // cuBLAS runs in the calling thread's current context, which the copies above made
-        // current; say so explicitly rather than rely on it.
-        inner
-            .stream
-            .context()
-            .bind_to_thread()
-            .map_err(driver_error)?;
-        // SAFETY: product i reads B at i·b_stride and A at i·a_stride, each an exact
-        // (rows × cols) matrix inside its buffer (the callers pass strides of 0 or of one
-        // matrix, with `batch` matrices behind a non-zero stride), and writes the m·n floats
-        // of C at i·m·n inside dc's batch·m·n.
-        unsafe { inner.blas.gemm_strided_batched(config, &db, &da, &mut dc) }
-            .map_err(|e| ctx.named(Status::internal(format!("cuBLAS SGEMM: {e}"))))?;
-        inner.download(&dc, len)
+        with_gpu(ctx, |gpu, node| {
+            let (da, db) = (gpu.upload(node, a)?, gpu.upload(node, b)?);
+            let mut dc: CudaSlice<f32> = gpu.zeros(node, len)?;
+            // cuBLAS runs in the calling thread's current context, which the copies above
+            // made current; say so explicitly rather than rely on it.
+            gpu.stream
+                .context()
+                .bind_to_thread()
+                .map_err(super::gpu::driver_error)?;
+            // SAFETY: product i reads B at i·b_stride and A at i·a_stride, each an exact
+            // (rows × cols) matrix inside its buffer (the callers pass strides of 0 or of one
+            // matrix, with `batch` matrices behind a non-zero stride), and writes the m·n
+            // floats of C at i·m·n inside dc's batch·m·n.
+            unsafe { gpu.blas.gemm_strided_batched(config, &db, &da, &mut dc) }
+                .map_err(|e| Status::internal(format!("cuBLAS SGEMM: {e}")))?;
+            gpu.download(&dc, len).map(Some)
+        })
     }
 }
 
@@ -425,8 +712,8 @@ impl MatMul {
 
 impl OpKernel for MatMul {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (sa, a) = floats(ctx, 0)?;
-        let (sb, b) = floats(ctx, 1)?;
+        let (a, b) = (float_input(ctx, 0)?, float_input(ctx, 1)?);
+        let (sa, sb) = (a.shape(), b.shape());
         if sa.rank() != 2 || sb.rank() != 2 {
             return Err(ctx.invalid(format!("MatMul needs matrices, got {sa} and {sb}")));
         }
@@ -444,7 +731,9 @@ impl OpKernel for MatMul {
                 self.transpose_a, self.transpose_b
             ))
         })?;
-        let values = product.run(ctx, 1, (&a, 0), (&b, 0))?;
+        let Some(values) = product.run(ctx, 1, (&a.values()?, 0), (&b.values()?, 0))? else {
+            return on_cpu(ctx);
+        };
         ctx.set_output(0, Tensor::from_vec([product.m, product.n], values)?);
         Ok(())
     }
@@ -500,9 +789,9 @@ fn batch_operand<'a>(
 
 impl OpKernel for BatchMatMul {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (sx, x) = floats(ctx, 0)?;
-        let (sy, y) = floats(ctx, 1)?;
-        for (i, s) in [&sx, &sy].into_iter().enumerate() {
+        let (x, y) = (float_input(ctx, 0)?, float_input(ctx, 1)?);
+        let (sx, sy) = (x.shape(), y.shape());
+        for (i, s) in [sx, sy].into_iter().enumerate() {
             if s.rank() < 2 {
                 return Err(ctx.invalid(format!(
                     "In[{i}] ndims must be >= 2: {} (shape {s})",
@@ -530,258 +819,15 @@ impl OpKernel for BatchMatMul {
             ))
         })?;
         let products: usize = batch.iter().product();
-        let (x, x_stride) = batch_operand(&x, dx, &batch);
-        let (y, y_stride) = batch_operand(&y, dy, &batch);
-        let values = product.run(ctx, products, (&x, x_stride), (&y, y_stride))?;
+        let (xv, yv) = (x.values::<f32>()?, y.values::<f32>()?);
+        let (x, x_stride) = batch_operand(&xv, dx, &batch);
+        let (y, y_stride) = batch_operand(&yv, dy, &batch);
+        let Some(values) = product.run(ctx, products, (&x, x_stride), (&y, y_stride))? else {
+            return on_cpu(ctx);
+        };
         let mut dims = batch;
         dims.extend([product.m, product.n]);
         ctx.set_output(0, Tensor::from_vec(Shape::new(dims), values)?);
-        Ok(())
-    }
-}
-
-/// Sum and Mean over adjacent axes (`reduction_indices` input), with `keep_dims`.
-struct Reduce {
-    mean: bool,
-    keep_dims: bool,
-}
-
-impl Reduce {
-    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Ok(Arc::new(Reduce {
-            mean: node.op == "Mean",
-            keep_dims: attr::bool_or(node, "keep_dims", false)?,
-        }))
-    }
-}
-
-impl OpKernel for Reduce {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (shape, x) = floats(ctx, 0)?;
-        let axes_t = ctx.input(1)?;
-        let raw: Vec<i64> = match axes_t.dtype() {
-            DType::Int32 => axes_t.values::<i32>()?.iter().map(|&a| a as i64).collect(),
-            DType::Int64 => axes_t.values::<i64>()?.into_owned(),
-            other => return Err(ctx.invalid(format!("reduction axes must be int32, not {other}"))),
-        };
-        let rank = shape.rank() as i64;
-        let mut axes = Vec::with_capacity(raw.len());
-        for a in raw {
-            let axis = if a < 0 { a + rank } else { a };
-            if !(0..rank).contains(&axis) {
-                return Err(ctx.invalid(format!(
-                    "Invalid reduction dimension {a} for input with {rank} dimensions"
-                )));
-            }
-            axes.push(axis as usize);
-        }
-        axes.sort_unstable();
-        axes.dedup();
-        let dims = shape.dims();
-        let out_dims: Vec<usize> = (0..dims.len())
-            .filter_map(|i| match axes.contains(&i) {
-                true if self.keep_dims => Some(1),
-                true => None,
-                false => Some(dims[i]),
-            })
-            .collect();
-        let Some((&first, &last)) = axes.first().zip(axes.last()) else {
-            ctx.set_output(0, Tensor::from_vec(shape.clone(), x)?);
-            return Ok(());
-        };
-        if last - first + 1 != axes.len() {
-            return Err(unsupported(
-                ctx,
-                &format!("the GPU kernel reduces adjacent axes only, not {axes:?}"),
-            ));
-        }
-        let outer: usize = dims[..first].iter().product();
-        let r: usize = dims[first..=last].iter().product();
-        let inner_len: usize = dims[last + 1..].iter().product();
-        let n = outer * inner_len;
-        let scale = if self.mean { 1.0 / r as f32 } else { 1.0 };
-        let values = if n == 0 {
-            Vec::new()
-        } else if r == 0 {
-            vec![if self.mean { f32::NAN } else { 0.0 }; n]
-        } else {
-            let gpu = gpu(ctx)?;
-            let inner = gpu.lock();
-            let node = ctx.node().name.clone();
-            let dx = inner.upload(&node, &x)?;
-            let mut out = inner.zeros(&node, n)?;
-            let (o, r64, i) = (i64s(outer), i64s(r), i64s(inner_len));
-            let mut launch = inner
-                .stream
-                .launch_builder(inner.function("reduce_sum_f32")?);
-            launch
-                .arg(&dx)
-                .arg(&mut out)
-                .arg(&o)
-                .arg(&r64)
-                .arg(&i)
-                .arg(&scale);
-            // SAFETY: matches reduce_sum_f32(x, out, outer, r, inner, scale); x holds
-            // outer·r·inner floats and out outer·inner.
-            unsafe { launch.launch(launch_config(n)) }.map_err(driver_error)?;
-            inner.download(&out, n)?
-        };
-        ctx.set_output(0, Tensor::from_vec(out_dims, values)?);
-        Ok(())
-    }
-}
-
-/// Rows and columns of a tensor seen as `[rows, last dim]`.
-fn rows_cols(ctx: &OpContext<'_>, shape: &Shape, what: &str) -> Result<(usize, usize)> {
-    let cols = shape.dims().last().copied().unwrap_or(0);
-    if shape.rank() < 1 {
-        return Err(ctx.invalid(format!("{what} must have rank >= 1, got {shape}")));
-    }
-    let rows = shape.num_elements().checked_div(cols).unwrap_or(0);
-    Ok((rows, cols))
-}
-
-/// Softmax over the last dimension.
-struct Softmax;
-
-impl OpKernel for Softmax {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (shape, x) = floats(ctx, 0)?;
-        let (rows, cols) = rows_cols(ctx, &shape, "logits")?;
-        let values = if rows == 0 {
-            Vec::new()
-        } else {
-            let gpu = gpu(ctx)?;
-            let inner = gpu.lock();
-            let node = ctx.node().name.clone();
-            let dx = inner.upload(&node, &x)?;
-            let mut out = inner.zeros(&node, x.len())?;
-            let (r, c) = (i64s(rows), i64s(cols));
-            let mut launch = inner.stream.launch_builder(inner.function("softmax_f32")?);
-            launch.arg(&dx).arg(&mut out).arg(&r).arg(&c);
-            // SAFETY: matches softmax_f32(x, out, rows, cols); both hold rows·cols floats.
-            unsafe { launch.launch(launch_config(rows)) }.map_err(driver_error)?;
-            inner.download(&out, x.len())?
-        };
-        ctx.set_output(0, Tensor::from_vec(shape, values)?);
-        Ok(())
-    }
-}
-
-/// SoftmaxCrossEntropyWithLogits(logits, labels) → (loss [batch], backprop [batch, classes]).
-struct SoftmaxXent;
-
-impl OpKernel for SoftmaxXent {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (shape, logits) = floats(ctx, 0)?;
-        let (label_shape, labels) = floats(ctx, 1)?;
-        if shape.rank() != 2 || shape != label_shape {
-            return Err(ctx.invalid(format!(
-                "logits and labels must be [batch, classes] of the same shape; got logits \
-                 {shape} and labels {label_shape}"
-            )));
-        }
-        let (rows, cols) = (shape.dims()[0], shape.dims()[1]);
-        let (loss, backprop) = if rows == 0 || cols == 0 {
-            (vec![0.0; rows], Vec::new())
-        } else {
-            let gpu = gpu(ctx)?;
-            let inner = gpu.lock();
-            let node = ctx.node().name.clone();
-            let (dx, dy) = (inner.upload(&node, &logits)?, inner.upload(&node, &labels)?);
-            let mut loss = inner.zeros(&node, rows)?;
-            let mut back = inner.zeros(&node, logits.len())?;
-            let (r, c) = (i64s(rows), i64s(cols));
-            let mut launch = inner
-                .stream
-                .launch_builder(inner.function("softmax_xent_f32")?);
-            launch
-                .arg(&dx)
-                .arg(&dy)
-                .arg(&mut loss)
-                .arg(&mut back)
-                .arg(&r)
-                .arg(&c);
-            // SAFETY: matches softmax_xent_f32(logits, labels, loss, backprop, rows, cols);
-            // loss holds rows floats, the others rows·cols.
-            unsafe { launch.launch(launch_config(rows)) }.map_err(driver_error)?;
-            (
-                inner.download(&loss, rows)?,
-                inner.download(&back, logits.len())?,
-            )
-        };
-        ctx.set_output(0, Tensor::from_vec([rows], loss)?);
-        ctx.set_output(1, Tensor::from_vec(shape, backprop)?);
-        Ok(())
-    }
-}
-
-/// ResourceApplyGradientDescent(var, alpha, delta): `var -= alpha * delta` on the GPU, under
-/// the variable's write lock.
-struct ApplyGradientDescent;
-
-impl OpKernel for ApplyGradientDescent {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let handle = ctx
-            .input(0)?
-            .resource_handle()
-            .cloned()
-            .map_err(|e| ctx.invalid(e.message()))?;
-        let alpha_t = ctx.input(1)?;
-        if alpha_t.dtype() != DType::Float || alpha_t.num_elements() != 1 {
-            return Err(unsupported(
-                ctx,
-                "alpha must be a float32 scalar on the GPU",
-            ));
-        }
-        let alpha = alpha_t.scalar_value::<f32>()?;
-        let (delta_shape, delta) = floats(ctx, 2)?;
-        let var = ctx
-            .resources
-            .lookup::<Var>(&handle.container, &handle.name)
-            .map_err(|e| {
-                ctx.named(Status::failed_precondition(format!(
-                    "Attempting to use uninitialized value {}: {}",
-                    handle.name,
-                    e.message()
-                )))
-            })?;
-        let mut slot = var
-            .value
-            .write()
-            .map_err(|_| ctx.named(Status::internal("variable lock poisoned")))?;
-        let value = slot.as_ref().ok_or_else(|| {
-            ctx.named(Status::failed_precondition(format!(
-                "Attempting to use uninitialized value {}; run its initializer first",
-                handle.name
-            )))
-        })?;
-        if value.dtype() != DType::Float || value.shape() != &delta_shape {
-            return Err(ctx.invalid(format!(
-                "variable `{}` is {} {} but delta is float {delta_shape}",
-                handle.name,
-                value.dtype(),
-                value.shape()
-            )));
-        }
-        let shape = value.shape().clone();
-        let current = value.values::<f32>()?.into_owned();
-        let updated = if current.is_empty() {
-            current
-        } else {
-            let gpu = gpu(ctx)?;
-            let inner = gpu.lock();
-            let node = ctx.node().name.clone();
-            let mut dv = inner.upload(&node, &current)?;
-            let dd = inner.upload(&node, &delta)?;
-            let n = i64s(current.len());
-            let mut launch = inner.stream.launch_builder(inner.function("apply_gd_f32")?);
-            launch.arg(&mut dv).arg(&alpha).arg(&dd).arg(&n);
-            // SAFETY: matches apply_gd_f32(var, alpha, delta, n); both hold n floats.
-            unsafe { launch.launch(launch_config(current.len())) }.map_err(driver_error)?;
-            inner.download(&dv, current.len())?
-        };
-        *slot = Some(Tensor::from_vec(shape, updated)?);
         Ok(())
     }
 }
@@ -870,14 +916,121 @@ mod tests {
         }
     }
 
+    /// Runs `node`'s GPU kernel on a GPU device name with `inputs`; on a host without a GPU
+    /// only the checks before the GPU is touched can answer.
+    fn gpu_error(node: &NodeDef, inputs: Vec<Tensor>) -> Status {
+        let kernel = kernel_for(&node.op).unwrap()(node).unwrap();
+        let resources = ResourceMgr::new();
+        let mut ctx = OpContext::new(
+            node,
+            inputs,
+            &resources,
+            "/job:w/replica:0/task:0/device:GPU:0",
+            1,
+        );
+        kernel.compute(&mut ctx).unwrap_err()
+    }
+
+    fn float_node(op: &str) -> NodeDef {
+        NodeDef {
+            name: format!("n/{op}"),
+            op: op.into(),
+            attr: [("T".to_string(), attr::value::dtype(DType::Float))].into(),
+            ..Default::default()
+        }
+    }
+
     #[test]
-    fn suffix_broadcasts_are_the_ones_modulo_indexing_covers() {
-        assert_eq!(suffix_broadcast(&[2, 3], &[2, 3]), Some(vec![2, 3]));
-        assert_eq!(suffix_broadcast(&[2, 3], &[3]), Some(vec![2, 3]));
-        assert_eq!(suffix_broadcast(&[], &[4, 5]), Some(vec![4, 5]));
-        assert_eq!(suffix_broadcast(&[1, 3], &[2, 3]), Some(vec![2, 3]));
-        // [2, 1] against [2, 3] repeats along the last axis: not a suffix broadcast.
-        assert_eq!(suffix_broadcast(&[2, 1], &[2, 3]), None);
-        assert_eq!(suffix_broadcast(&[2, 3], &[4]), None);
+    fn bad_input_is_reported_in_the_cpu_kernels_words_before_touching_a_gpu() {
+        let m = |dims: &[usize]| {
+            Tensor::from_vec(dims.to_vec(), vec![0.5f32; dims.iter().product()]).unwrap()
+        };
+        let cases = [
+            (
+                float_node("ReluGrad"),
+                vec![m(&[2, 3]), m(&[3])],
+                "must have the same size and shape",
+            ),
+            (
+                float_node("Sum"),
+                vec![m(&[2, 3]), Tensor::from_vec([2], vec![1i32, 1]).unwrap()],
+                "duplicate dimension: 1",
+            ),
+            (
+                float_node("Max"),
+                vec![m(&[2, 3]), Tensor::scalar(2i32)],
+                "Invalid reduction dimension 2",
+            ),
+            (
+                float_node("SparseSoftmaxCrossEntropyWithLogits"),
+                vec![m(&[2, 3]), Tensor::from_vec([2], vec![0i64, 3]).unwrap()],
+                "label value of 3 which is outside the valid range of [0, 3)",
+            ),
+            (
+                float_node("BiasAdd"),
+                vec![m(&[2, 3]), m(&[2])],
+                "as many biases as the channel dimension",
+            ),
+            (float_node("BiasAddGrad"), vec![m(&[3])], "at least 2D"),
+            // Shapes that do not broadcast: the CPU kernel's message names both.
+            (
+                float_node("Mul"),
+                vec![m(&[2, 3]), m(&[4])],
+                "Incompatible shapes",
+            ),
+        ];
+        for (node, inputs, want) in cases {
+            let err = gpu_error(&node, inputs);
+            assert_eq!(err.code(), crate::Code::InvalidArgument, "{}: {err}", node.op);
+            assert!(err.message().contains(want), "{}: {err}", node.op);
+            assert!(err.message().contains(&node.name), "{}: {err}", node.op);
+        }
+    }
+
+    #[test]
+    fn every_optimizer_update_has_a_gpu_kernel_that_checks_its_variables_first() {
+        for op in [
+            "ResourceApplyGradientDescent",
+            "ResourceApplyAdagrad",
+            "ResourceApplyAdagradV2",
+            "ResourceApplyMomentum",
+            "ResourceApplyAdam",
+            "ResourceApplyRMSProp",
+            "ResourceApplyCenteredRMSProp",
+        ] {
+            let node = float_node(op);
+            let handle = |name: &str| {
+                Tensor::resource(crate::tensor::ResourceHandle {
+                    device: "/job:w/replica:0/task:0/device:GPU:0".into(),
+                    container: "localhost".into(),
+                    name: name.into(),
+                    type_name: "Var".into(),
+                })
+            };
+            // Every input a resource handle to a variable nobody created.
+            let inputs: Vec<Tensor> = (0..10).map(|i| handle(&format!("v{i}"))).collect();
+            let err = gpu_error(&node, inputs);
+            assert_eq!(err.code(), crate::Code::FailedPrecondition, "{op}: {err}");
+            assert!(err.message().contains("uninitialized value v0"), "{op}: {err}");
+        }
+    }
+
+    #[test]
+    fn apply_codes_follow_the_kernels_rule_list() {
+        let code = |op: &str, attrs: &[(&str, bool)]| {
+            let mut node = float_node(op);
+            for &(k, v) in attrs {
+                node.attr.insert(k.into(), attr::value::bool(v));
+            }
+            let apply = Apply(Update::new(&node).unwrap());
+            (apply.rule_code(), apply.flags())
+        };
+        assert_eq!(code("ResourceApplyGradientDescent", &[]), (0, 2));
+        assert_eq!(code("ResourceApplyAdagrad", &[("update_slots", false)]), (1, 0));
+        assert_eq!(code("ResourceApplyAdagradV2", &[]), (2, 2));
+        assert_eq!(code("ResourceApplyMomentum", &[("use_nesterov", true)]), (3, 3));
+        assert_eq!(code("ResourceApplyAdam", &[]), (4, 2));
+        assert_eq!(code("ResourceApplyRMSProp", &[]), (5, 2));
+        assert_eq!(code("ResourceApplyCenteredRMSProp", &[]), (6, 2));
     }
 }
