@@ -10,25 +10,22 @@
 
 #![cfg(feature = "cuda")]
 
-use std::sync::Arc;
-
 use tessera::client::{Session, SessionOptions};
 use tessera::device::{CudaProbe, GpuProbe, GpuScan};
 use tessera::graph::attr::value;
 use tessera::kernels::cpu::collective::Reduction;
 use tessera::kernels::cuda::nccl::reduce_on_gpus;
-use tessera::kernels::{kernel_for, DeviceType, OpContext};
+use tessera::kernels::{DeviceType, OpContext};
 use tessera::proto::{AttrValue, NodeDef};
-use tessera::runtime::resource::{ResourceMgr, Var};
-use tessera::tensor::{DType, PartialShape, ResourceHandle, Tensor};
+use tessera::runtime::resource::ResourceMgr;
+use tessera::tensor::{DType, Tensor};
 use tessera::train::towers::{GradientSum, TowerOptions};
 
 mod support;
 
+use support::kernel_check::{self, positive, tensor, update_cases, CPU, GPU};
 use support::mlp;
 
-const GPU: &str = "/job:localhost/replica:0/task:0/device:GPU:0";
-const CPU: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
 const TOLERANCE: f32 = 1e-5;
 
 /// Whether a GPU is there; prints why not when it is not.
@@ -47,67 +44,18 @@ fn have_gpu(test: &str) -> bool {
 }
 
 fn node(op: &str, attrs: &[(&str, AttrValue)]) -> NodeDef {
-    let mut node = NodeDef {
-        name: format!("gpu_test/{op}"),
-        op: op.into(),
-        ..Default::default()
-    };
-    node.attr.insert("T".into(), value::dtype(DType::Float));
-    for (k, v) in attrs {
-        node.attr.insert(k.to_string(), v.clone());
-    }
-    node
-}
-
-/// Runs `node` on `device_type` with `inputs`; returns every output.
-fn run(
-    node: &NodeDef,
-    device_type: DeviceType,
-    inputs: &[Tensor],
-    resources: &ResourceMgr,
-) -> Vec<Tensor> {
-    let factory = kernel_for(&node.op, device_type)
-        .unwrap_or_else(|| panic!("no {device_type:?} kernel for {}", node.op));
-    let kernel = factory(node).unwrap();
-    let device = if device_type == DeviceType::Gpu {
-        GPU
-    } else {
-        CPU
-    };
-    let mut ctx = OpContext::new(node, inputs.to_vec(), resources, device, 1);
-    kernel
-        .compute(&mut ctx)
-        .unwrap_or_else(|e| panic!("{} on {device_type:?}: {e}", node.op));
-    ctx.take_outputs().into_iter().map(Option::unwrap).collect()
-}
-
-fn assert_close(what: &str, gpu: &Tensor, cpu: &Tensor) {
-    assert_eq!(gpu.shape(), cpu.shape(), "{what}: shapes");
-    let (g, c) = (gpu.values::<f32>().unwrap(), cpu.values::<f32>().unwrap());
-    for (i, (g, c)) in g.iter().zip(c.iter()).enumerate() {
-        let bound = TOLERANCE + TOLERANCE * c.abs();
-        assert!((g - c).abs() <= bound, "{what}[{i}]: GPU {g}, CPU {c}");
-    }
+    kernel_check::node(op, attrs)
 }
 
 /// The same op on both devices, every output compared.
 fn check(op: &str, attrs: &[(&str, AttrValue)], inputs: &[Tensor]) {
     let node = node(op, attrs);
-    let cpu = run(&node, DeviceType::Cpu, inputs, &ResourceMgr::new());
-    let gpu = run(&node, DeviceType::Gpu, inputs, &ResourceMgr::new());
+    let cpu = kernel_check::cpu(&node, inputs);
+    let gpu = kernel_check::run_on(&node, DeviceType::Gpu, GPU, inputs, &ResourceMgr::new());
     assert_eq!(gpu.len(), cpu.len(), "{op}: output count");
     for (i, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
-        assert_close(&format!("{op} output {i}"), g, c);
+        kernel_check::assert_close(&format!("{op} output {i}"), g, c, TOLERANCE);
     }
-}
-
-/// Values with both signs and varied magnitudes: v[i] = sin(0.37 i + seed) · (1 + i mod 3).
-fn tensor(dims: &[usize], seed: f32) -> Tensor {
-    let n: usize = dims.iter().product();
-    let values = (0..n)
-        .map(|i| (0.37 * i as f32 + seed).sin() * (1.0 + (i % 3) as f32))
-        .collect();
-    Tensor::from_vec(dims.to_vec(), values).unwrap()
 }
 
 #[test]
@@ -157,29 +105,68 @@ fn batch_matmul_matches_the_cpu_with_adjoints_and_broadcast_batches() {
 }
 
 #[test]
-fn element_wise_ops_match_the_cpu_with_suffix_broadcasting() {
+fn element_wise_ops_match_the_cpu_with_numpy_broadcasting() {
     if !have_gpu("element-wise") {
         return;
     }
     let x = tensor(&[6, 5], 0.3);
-    for op in ["Add", "AddV2", "Sub", "Mul", "Maximum", "Minimum"] {
-        check(op, &[], &[x.clone(), tensor(&[6, 5], 1.1)]);
-        check(op, &[], &[x.clone(), tensor(&[5], 2.0)]);
-        check(op, &[], &[Tensor::scalar(1.5f32), x.clone()]);
+    for op in [
+        "Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Pow",
+    ] {
+        let base = if op == "Pow" {
+            positive(&[6, 5], 0.3)
+        } else {
+            x.clone()
+        };
+        check(op, &[], &[base.clone(), tensor(&[6, 5], 1.1)]);
+        check(op, &[], &[base.clone(), tensor(&[5], 2.0)]);
+        check(op, &[], &[Tensor::scalar(1.5f32), base]);
+        // Broadcasts on both sides.
+        check(op, &[], &[positive(&[6, 1], 0.2), tensor(&[1, 5], 0.4)]);
     }
-    check("Relu", &[], std::slice::from_ref(&x));
-    check("ReluGrad", &[], &[tensor(&[6, 5], 0.9), x.clone()]);
-    check("BiasAdd", &[], &[x, tensor(&[5], 0.4)]);
+    for op in [
+        "Neg",
+        "Square",
+        "Abs",
+        "Sign",
+        "Exp",
+        "Reciprocal",
+        "Sigmoid",
+        "Tanh",
+        "Relu",
+    ] {
+        check(op, &[], std::slice::from_ref(&x));
+    }
+    for op in ["Sqrt", "Rsqrt", "Log"] {
+        check(op, &[], &[positive(&[6, 5], 0.3)]);
+    }
+    for op in ["ReluGrad", "SigmoidGrad", "TanhGrad"] {
+        check(op, &[], &[tensor(&[6, 5], 0.9), x.clone()]);
+    }
+    for (format, bias) in [("NHWC", [5]), ("NCHW", [3])] {
+        let attrs = [("data_format", value::string(format))];
+        let value = tensor(&[2, 3, 4, 5], 0.6);
+        check("BiasAdd", &attrs, &[value.clone(), tensor(&bias, 0.4)]);
+        check("BiasAddGrad", &attrs, &[value]);
+    }
 }
 
 #[test]
-fn sum_and_mean_match_the_cpu_over_adjacent_axes() {
+fn reductions_match_the_cpu_over_any_axes() {
     if !have_gpu("reductions") {
         return;
     }
     let x = tensor(&[4, 6, 5], 0.2);
-    for op in ["Sum", "Mean"] {
-        for axes in [vec![0], vec![1], vec![2], vec![0, 1], vec![1, 2], vec![-1]] {
+    for op in ["Sum", "Mean", "Max", "Min", "Prod"] {
+        for axes in [
+            vec![0],
+            vec![1],
+            vec![2],
+            vec![0, 2],
+            vec![1, 2],
+            vec![-1],
+            vec![],
+        ] {
             for keep in [false, true] {
                 let axes_t = Tensor::from_vec([axes.len()], axes.clone()).unwrap();
                 let node_attrs = [
@@ -190,56 +177,56 @@ fn sum_and_mean_match_the_cpu_over_adjacent_axes() {
             }
         }
     }
+    check("L2Loss", &[], &[x]);
 }
 
 #[test]
-fn softmax_and_cross_entropy_match_the_cpu() {
+fn softmax_and_the_cross_entropies_match_the_cpu() {
     if !have_gpu("softmax") {
         return;
     }
     let logits = tensor(&[7, 10], 0.5);
     check("Softmax", &[], std::slice::from_ref(&logits));
+    check("LogSoftmax", &[], std::slice::from_ref(&logits));
     // One-hot labels: row r's class is (3 r) mod 10.
+    let classes: Vec<i64> = (0..7).map(|r| (3 * r) % 10).collect();
     let mut labels = vec![0f32; 70];
-    for r in 0..7 {
-        labels[r * 10 + (3 * r) % 10] = 1.0;
+    for (r, &class) in classes.iter().enumerate() {
+        labels[r * 10 + class as usize] = 1.0;
     }
     let labels = Tensor::from_vec([7, 10], labels).unwrap();
-    check("SoftmaxCrossEntropyWithLogits", &[], &[logits, labels]);
+    check(
+        "SoftmaxCrossEntropyWithLogits",
+        &[],
+        &[logits.clone(), labels],
+    );
+    let sparse = Tensor::from_vec([7], classes.clone()).unwrap();
+    check(
+        "SparseSoftmaxCrossEntropyWithLogits",
+        &[("Tlabels", value::dtype(DType::Int64))],
+        &[logits.clone(), sparse],
+    );
+    let sparse32 = Tensor::from_vec([7], classes.iter().map(|&c| c as i32).collect()).unwrap();
+    check(
+        "SparseSoftmaxCrossEntropyWithLogits",
+        &[("Tlabels", value::dtype(DType::Int32))],
+        &[logits, sparse32],
+    );
 }
 
 #[test]
-fn gradient_descent_matches_the_cpu() {
-    if !have_gpu("gradient descent") {
+fn every_optimizer_update_matches_the_cpu() {
+    if !have_gpu("optimizers") {
         return;
     }
-    let node = node("ResourceApplyGradientDescent", &[]);
-    let handle = Tensor::resource(ResourceHandle {
-        device: GPU.into(),
-        container: "localhost".into(),
-        name: "w".into(),
-        type_name: "Var".into(),
-    });
-    let start = tensor(&[8, 3], 0.6);
-    let delta = tensor(&[8, 3], 1.7);
-    let mut after = Vec::new();
-    for device_type in [DeviceType::Cpu, DeviceType::Gpu] {
-        let resources = ResourceMgr::new();
-        let var: Arc<Var> = resources
-            .lookup_or_create("localhost", "w", || {
-                Ok(Var::new(
-                    DType::Float,
-                    PartialShape::new(vec![Some(8), Some(3)]),
-                ))
-            })
-            .unwrap();
-        *var.value.write().unwrap() = Some(start.clone());
-        let inputs = [handle.clone(), Tensor::scalar(0.25f32), delta.clone()];
-        run(&node, device_type, &inputs, &resources);
-        let value = var.value.read().unwrap().clone().unwrap();
-        after.push(value);
+    for case in update_cases(&[8, 3]) {
+        let on_cpu = case.run(DeviceType::Cpu, CPU);
+        let on_gpu = case.run(DeviceType::Gpu, GPU);
+        for (i, (g, c)) in on_gpu.iter().zip(&on_cpu).enumerate() {
+            let what = format!("{} variable {i} after the update", case.node().name);
+            kernel_check::assert_close(&what, g, c, TOLERANCE);
+        }
     }
-    assert_close("variable after the update", &after[1], &after[0]);
 }
 
 #[test]
@@ -340,4 +327,21 @@ fn two_gpu_towers_sum_their_gradients_with_nccl() {
         return;
     }
     all_reduce_towers_train_like_the_cpu(&["/device:GPU:0", "/device:GPU:1"], 2);
+}
+
+#[test]
+fn the_kernels_compile_with_nvrtc_and_every_entry_point_is_in_the_ptx() {
+    // NVRTC needs no GPU, so this runs wherever libnvrtc is found (CI installs it).
+    // SAFETY: only tries to open the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        eprintln!("nvrtc: skipped, libnvrtc not found (add its directory to LD_LIBRARY_PATH)");
+        return;
+    }
+    let ptx = tessera::kernels::cuda::gpu::compile().unwrap().to_src();
+    for function in tessera::kernels::cuda::gpu::FUNCTIONS {
+        assert!(
+            ptx.contains(&format!(".entry {function}(")),
+            "no entry point {function} in the PTX"
+        );
+    }
 }

@@ -93,7 +93,7 @@ mod random;
 pub(crate) mod reduce;
 mod sendrecv;
 mod slicing;
-pub(crate) mod training;
+pub mod training;
 mod variable;
 
 pub use items::Items;

@@ -237,9 +237,13 @@ impl Update {
         } else {
             "grad"
         };
-        check_like(ctx, &handles[0], var_value, &grad, what)?;
-        let new = compute(&values, &grad)?;
-        debug_assert_eq!(new.len(), n, "an update returns the variable and every slot");
+        check_like(ctx, &handles[0], var_value, grad, what)?;
+        let new = compute(&values, grad)?;
+        debug_assert_eq!(
+            new.len(),
+            n,
+            "an update returns the variable and every slot"
+        );
         for (guard, t) in guards.iter_mut().zip(new) {
             **guard = Some(t);
         }

@@ -34,7 +34,7 @@ pub const FUNCTIONS: [&str; 7] = [
 ];
 
 /// Threads per block of the element-wise launches.
-const BLOCK: u32 = 256;
+pub const BLOCK: u32 = 256;
 
 /// The GPU's handles, used under [`Gpu::lock`].
 pub struct GpuInner {
@@ -129,9 +129,8 @@ pub fn compile() -> Result<Ptx> {
              to LD_LIBRARY_PATH",
         ));
     }
-    cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| {
-        Status::internal(format!("NVRTC cannot compile the GPU kernels: {e}"))
-    })
+    cudarc::nvrtc::compile_ptx(SOURCE)
+        .map_err(|e| Status::internal(format!("NVRTC cannot compile the GPU kernels: {e}")))
 }
 
 impl GpuInner {

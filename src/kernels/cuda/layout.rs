@@ -46,6 +46,14 @@ impl Broadcast {
         Some(Broadcast { dims, layout })
     }
 
+    /// BiasAdd's layout: a bias of the value's `channel_axis` dimension added along it. The
+    /// bias is seen as `[channels, 1, ..., 1]` up to the value's last dimension.
+    pub fn bias(value: &[usize], channel_axis: usize) -> Broadcast {
+        let mut bias = vec![1; value.len() - channel_axis];
+        bias[0] = value[channel_axis];
+        Broadcast::new(value, &bias).expect("a bias broadcasts along its value")
+    }
+
     /// The output's rank.
     pub fn rank(&self) -> usize {
         self.dims.len()
@@ -101,6 +109,12 @@ impl Reduction {
             layout: [kept_dims, kept_strides, reduced_dims, reduced_strides].concat(),
         }
     }
+
+    /// The reduction over every axis but `axis` (BiasAddGrad's, with `axis` the channels).
+    pub fn all_but(dims: &[usize], axis: usize) -> Reduction {
+        let reduced: Vec<bool> = (0..dims.len()).map(|d| d != axis).collect();
+        Reduction::new(dims, &reduced)
+    }
 }
 
 #[cfg(test)]
@@ -120,6 +134,10 @@ mod tests {
         let scalar = Broadcast::new(&[], &[2, 2]).unwrap();
         assert_eq!(scalar.layout, vec![2, 2, 0, 0, 2, 1]);
         assert_eq!(scalar.len(), 4);
+        // NCHW bias: [C, 1, 1] against [N, C, H, W].
+        let nchw = Broadcast::bias(&[2, 3, 4, 5], 1);
+        assert_eq!(nchw.layout[8..12], [0, 1, 0, 0]);
+        assert_eq!(Broadcast::bias(&[2, 3], 1).layout, vec![2, 3, 3, 1, 0, 1]);
         // Scalars together: rank 0, one element.
         let both = Broadcast::new(&[], &[]).unwrap();
         assert_eq!((both.rank(), both.len(), both.layout.len()), (0, 1, 0));
@@ -138,6 +156,10 @@ mod tests {
         // Everything reduced: one output.
         let all = Reduction::new(&[3, 2], &[true, true]);
         assert_eq!((all.outputs, all.reduced_len, all.kept), (1, 6, 0));
+        // BiasAddGrad over NCHW keeps the channels.
+        let channels = Reduction::all_but(&[2, 3, 4], 1);
+        assert_eq!((channels.outputs, channels.reduced_len), (3, 8));
+        assert_eq!(channels.layout, vec![3, 4, 2, 4, 12, 1]);
         // An empty reduced axis folds nothing into each output.
         let empty = Reduction::new(&[3, 0], &[false, true]);
         assert_eq!((empty.outputs, empty.reduced_len), (3, 0));

@@ -87,7 +87,9 @@ fn gpu_factory(op: &str) -> Option<KernelFactory> {
 fn on_cpu(ctx: &mut OpContext<'_>) -> Result<()> {
     let node = ctx.node().clone();
     let factory = crate::kernels::cpu::kernel_for(&node.op).ok_or_else(|| {
-        ctx.named(Status::internal("a GPU kernel fell back to a CPU kernel that does not exist"))
+        ctx.named(Status::internal(
+            "a GPU kernel fell back to a CPU kernel that does not exist",
+        ))
     })?;
     factory(&node)?.compute(ctx)
 }
@@ -126,22 +128,28 @@ struct Unary {
 
 impl Unary {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let op = match node.op.as_str() {
-            "Neg" => 0,
-            "Square" => 1,
-            "Abs" => 2,
-            "Sign" => 3,
-            "Sqrt" => 4,
-            "Rsqrt" => 5,
-            "Exp" => 6,
-            "Log" => 7,
-            "Reciprocal" | "Inv" => 8,
-            "Sigmoid" => 9,
-            "Tanh" => 10,
-            _ => 11, // Relu
-        };
+        let op = unary_code(&node.op).expect("a unary op");
         Ok(Arc::new(Unary { op }))
     }
+}
+
+/// `unary_f32`'s code for `op`.
+pub fn unary_code(op: &str) -> Option<i32> {
+    Some(match op {
+        "Neg" => 0,
+        "Square" => 1,
+        "Abs" => 2,
+        "Sign" => 3,
+        "Sqrt" => 4,
+        "Rsqrt" => 5,
+        "Exp" => 6,
+        "Log" => 7,
+        "Reciprocal" | "Inv" => 8,
+        "Sigmoid" => 9,
+        "Tanh" => 10,
+        "Relu" => 11,
+        _ => return None,
+    })
 }
 
 impl OpKernel for Unary {
@@ -215,24 +223,34 @@ struct Binary {
 
 impl Binary {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let op = match node.op.as_str() {
-            "Add" | "AddV2" => 0,
-            "Sub" => 1,
-            "Mul" => 2,
-            "RealDiv" => 3,
-            "Maximum" => 4,
-            "Minimum" => 5,
-            "Pow" => 6,
-            "ReluGrad" => 7,
-            "SigmoidGrad" => 8,
-            _ => 9, // TanhGrad
-        };
+        let op = binary_code(&node.op).expect("a binary op");
         Ok(Arc::new(Binary {
             op,
-            same_shape: op >= 7,
+            same_shape: op >= RELU_GRAD,
         }))
     }
 }
+
+/// `binary_f32`'s code for `op` (BiasAdd's is Add's); the activation gradients come last,
+/// from [`RELU_GRAD`] on.
+pub fn binary_code(op: &str) -> Option<i32> {
+    Some(match op {
+        "Add" | "AddV2" | "BiasAdd" | "BiasAddV1" => 0,
+        "Sub" => 1,
+        "Mul" => 2,
+        "RealDiv" => 3,
+        "Maximum" => 4,
+        "Minimum" => 5,
+        "Pow" => 6,
+        "ReluGrad" => RELU_GRAD,
+        "SigmoidGrad" => 8,
+        "TanhGrad" => 9,
+        _ => return None,
+    })
+}
+
+/// `binary_f32`'s first gradient op, whose inputs do not broadcast.
+const RELU_GRAD: i32 = 7;
 
 impl OpKernel for Binary {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
@@ -253,6 +271,11 @@ impl OpKernel for Binary {
 /// BiasAdd: the bias added along the channel dimension (last for NHWC, second for NCHW).
 struct BiasAdd(BiasLayout);
 
+/// `binary_f32`'s and `reduce_f32`'s code for a node whose op has one.
+fn code_of(ctx: &OpContext<'_>, code: fn(&str) -> Option<i32>) -> i32 {
+    code(&ctx.node().op).expect("the factory was chosen by op")
+}
+
 impl BiasAdd {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
         Ok(Arc::new(BiasAdd(BiasLayout::of(node)?)))
@@ -262,14 +285,10 @@ impl BiasAdd {
 impl OpKernel for BiasAdd {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let (value, bias) = (float_input(ctx, 0)?, float_input(ctx, 1)?);
-        let (_, channels, _) = self.0.check_bias(ctx, value.shape(), bias.shape())?;
-        // The bias as [channels, 1, ..., 1] up to the value's last dimension broadcasts along
-        // every dimension but the channels.
-        let axis = self.0.channel_axis(value.rank());
-        let mut bias_dims = vec![1; value.rank() - axis];
-        bias_dims[0] = channels;
-        let layout = Broadcast::new(value.dims(), &bias_dims).expect("checked against the value");
-        let values = binary_launch(ctx, 0, &value.values()?, &bias.values()?, &layout)?;
+        self.0.check_bias(ctx, value.shape(), bias.shape())?;
+        let layout = Broadcast::bias(value.dims(), self.0.channel_axis(value.rank()));
+        let add = code_of(ctx, binary_code);
+        let values = binary_launch(ctx, add, &value.values()?, &bias.values()?, &layout)?;
         ctx.set_output(0, Tensor::from_vec(value.shape().clone(), values)?);
         Ok(())
     }
@@ -311,10 +330,6 @@ fn reduce_launch(
     })
 }
 
-/// `reduce_f32`'s op codes.
-const SUM: i32 = 0;
-const HALF_SUM_OF_SQUARES: i32 = 5;
-
 /// BiasAddGrad: the gradient summed over every dimension but the channels.
 struct BiasAddGrad(BiasLayout);
 
@@ -329,9 +344,9 @@ impl OpKernel for BiasAddGrad {
         let backprop = float_input(ctx, 0)?;
         let (_, channels, _) = self.0.split(ctx, backprop.shape())?;
         let axis = self.0.channel_axis(backprop.rank());
-        let reduced: Vec<bool> = (0..backprop.rank()).map(|d| d != axis).collect();
-        let reduction = Reduction::new(backprop.dims(), &reduced);
-        let values = reduce_launch(ctx, SUM, &backprop.values()?, &reduction)?;
+        let reduction = Reduction::all_but(backprop.dims(), axis);
+        let sum = code_of(ctx, reduce_code);
+        let values = reduce_launch(ctx, sum, &backprop.values()?, &reduction)?;
         ctx.set_output(0, Tensor::from_vec([channels], values)?);
         Ok(())
     }
@@ -345,18 +360,24 @@ struct Reduce {
 
 impl Reduce {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let op = match node.op.as_str() {
-            "Sum" => SUM,
-            "Mean" => 1,
-            "Max" => 2,
-            "Min" => 3,
-            _ => 4, // Prod
-        };
         Ok(Arc::new(Reduce {
-            op,
+            op: reduce_code(&node.op).expect("a reduction"),
             keep_dims: attr::bool_or(node, "keep_dims", false)?,
         }))
     }
+}
+
+/// `reduce_f32`'s code for `op` (L2Loss and BiasAddGrad included).
+pub fn reduce_code(op: &str) -> Option<i32> {
+    Some(match op {
+        "Sum" | "BiasAddGrad" => 0,
+        "Mean" => 1,
+        "Max" => 2,
+        "Min" => 3,
+        "Prod" => 4,
+        "L2Loss" => 5,
+        _ => return None,
+    })
 }
 
 impl OpKernel for Reduce {
@@ -378,7 +399,8 @@ impl OpKernel for L2Loss {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let x = float_input(ctx, 0)?;
         let reduction = Reduction::new(x.dims(), &vec![true; x.rank()]);
-        let values = reduce_launch(ctx, HALF_SUM_OF_SQUARES, &x.values()?, &reduction)?;
+        let half_sum_of_squares = code_of(ctx, reduce_code);
+        let values = reduce_launch(ctx, half_sum_of_squares, &x.values()?, &reduction)?;
         ctx.set_output(0, Tensor::from_vec(Shape::scalar(), values)?);
         Ok(())
     }
@@ -452,7 +474,10 @@ fn xent_launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
                     .arg(&c);
             })
         }?;
-        Ok((gpu.download(&loss, rows)?, gpu.download(&back, logits.len())?))
+        Ok((
+            gpu.download(&loss, rows)?,
+            gpu.download(&back, logits.len())?,
+        ))
     })
 }
 
@@ -462,8 +487,7 @@ struct SoftmaxXent;
 impl OpKernel for SoftmaxXent {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let (logits, labels) = (float_input(ctx, 0)?, float_input(ctx, 1)?);
-        if logits.rank() != 2 || logits.shape() != labels.shape() || logits.num_elements() == 0
-        {
+        if logits.rank() != 2 || logits.shape() != labels.shape() || logits.num_elements() == 0 {
             // Operands that broadcast to [batch, classes], bad shapes or nothing to compute.
             return on_cpu(ctx);
         }
@@ -507,29 +531,26 @@ impl OpKernel for SparseXent {
     }
 }
 
+/// `apply_f32`'s rule code and flags for `update`.
+pub fn apply_codes(update: &Update) -> (i32, i32) {
+    let rule = match update.rule {
+        Rule::GradientDescent => 0,
+        Rule::Adagrad => 1,
+        Rule::AdagradV2 => 2,
+        Rule::Momentum => 3,
+        Rule::Adam => 4,
+        Rule::RmsProp => 5,
+        Rule::CenteredRmsProp => 6,
+    };
+    let flags = i32::from(update.use_nesterov) | i32::from(update.update_slots) << 1;
+    (rule, flags)
+}
+
 /// An optimizer update on the GPU: the CPU kernel's locked read-check-replace of the variable
 /// and its slots ([`Update::locked`]), with `apply_f32` computing the new values.
 struct Apply(Update);
 
 impl Apply {
-    /// `apply_f32`'s rule code.
-    fn rule_code(&self) -> i32 {
-        match self.0.rule {
-            Rule::GradientDescent => 0,
-            Rule::Adagrad => 1,
-            Rule::AdagradV2 => 2,
-            Rule::Momentum => 3,
-            Rule::Adam => 4,
-            Rule::RmsProp => 5,
-            Rule::CenteredRmsProp => 6,
-        }
-    }
-
-    /// `apply_f32`'s flags.
-    fn flags(&self) -> i32 {
-        i32::from(self.0.use_nesterov) | i32::from(self.0.update_slots) << 1
-    }
-
     /// The new values of the variable and its slots (`values`) after the update by `grad`.
     fn run(&self, ctx: &OpContext<'_>, values: &[&Tensor], grad: &Tensor) -> Result<Vec<Tensor>> {
         if values[0].dtype() != DType::Float {
@@ -544,7 +565,7 @@ impl Apply {
         if len == 0 {
             return Ok(values.iter().map(|&t| t.clone()).collect());
         }
-        let (rule, flags, n) = (self.rule_code(), self.flags(), i64s(len));
+        let ((rule, flags), n) = (apply_codes(&self.0), i64s(len));
         let updated = with_gpu(ctx, |gpu, node| {
             let mut buffers = values
                 .iter()
@@ -563,7 +584,13 @@ impl Apply {
             // kernel touches no slot past the rule's count.
             unsafe {
                 gpu.launch("apply_f32", len, |l| {
-                    l.arg(&rule).arg(&flags).arg(var).arg(s0).arg(s1).arg(s2).arg(&g);
+                    l.arg(&rule)
+                        .arg(&flags)
+                        .arg(var)
+                        .arg(s0)
+                        .arg(s1)
+                        .arg(s2)
+                        .arg(&g);
                     for v in &p {
                         l.arg(v);
                     }
@@ -585,7 +612,8 @@ impl Apply {
 
 impl OpKernel for Apply {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        self.0.locked(ctx, |values, grad| self.run(ctx, values, grad))
+        self.0
+            .locked(ctx, |values, grad| self.run(ctx, values, grad))
     }
 }
 
@@ -981,7 +1009,12 @@ mod tests {
         ];
         for (node, inputs, want) in cases {
             let err = gpu_error(&node, inputs);
-            assert_eq!(err.code(), crate::Code::InvalidArgument, "{}: {err}", node.op);
+            assert_eq!(
+                err.code(),
+                crate::Code::InvalidArgument,
+                "{}: {err}",
+                node.op
+            );
             assert!(err.message().contains(want), "{}: {err}", node.op);
             assert!(err.message().contains(&node.name), "{}: {err}", node.op);
         }
@@ -1011,7 +1044,10 @@ mod tests {
             let inputs: Vec<Tensor> = (0..10).map(|i| handle(&format!("v{i}"))).collect();
             let err = gpu_error(&node, inputs);
             assert_eq!(err.code(), crate::Code::FailedPrecondition, "{op}: {err}");
-            assert!(err.message().contains("uninitialized value v0"), "{op}: {err}");
+            assert!(
+                err.message().contains("uninitialized value v0"),
+                "{op}: {err}"
+            );
         }
     }
 
@@ -1022,13 +1058,18 @@ mod tests {
             for &(k, v) in attrs {
                 node.attr.insert(k.into(), attr::value::bool(v));
             }
-            let apply = Apply(Update::new(&node).unwrap());
-            (apply.rule_code(), apply.flags())
+            apply_codes(&Update::new(&node).unwrap())
         };
         assert_eq!(code("ResourceApplyGradientDescent", &[]), (0, 2));
-        assert_eq!(code("ResourceApplyAdagrad", &[("update_slots", false)]), (1, 0));
+        assert_eq!(
+            code("ResourceApplyAdagrad", &[("update_slots", false)]),
+            (1, 0)
+        );
         assert_eq!(code("ResourceApplyAdagradV2", &[]), (2, 2));
-        assert_eq!(code("ResourceApplyMomentum", &[("use_nesterov", true)]), (3, 3));
+        assert_eq!(
+            code("ResourceApplyMomentum", &[("use_nesterov", true)]),
+            (3, 3)
+        );
         assert_eq!(code("ResourceApplyAdam", &[]), (4, 2));
         assert_eq!(code("ResourceApplyRMSProp", &[]), (5, 2));
         assert_eq!(code("ResourceApplyCenteredRMSProp", &[]), (6, 2));
