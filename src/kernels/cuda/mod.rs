@@ -5,6 +5,8 @@
 //!
 //! - [`gpu`]: one GPU's context, stream, cuBLAS handle and compiled kernels, opened once.
 //! - [`ops`]: the kernels and [`kernel_for`].
+//! - [`layout`]: how the CUDA kernels index broadcast operands and reductions, worked out on
+//!   the host.
 //! - [`nccl`]: `NcclAllReduce` among GPUs through NCCL.
 //!
 //! Ops without a GPU kernel are placed on the CPU by soft placement; the `_Send`/`_Recv`
