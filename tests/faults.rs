@@ -201,6 +201,10 @@ fn checkpoint_step(prefix: &Path) -> i64 {
 /// of the worker's next step.
 struct PauseAt {
     at: i64,
+    /// Also wait, when set, for a checkpoint past step 0 in this directory: in async
+    /// training the other worker may pass `at` while the chief makes its first step, so that
+    /// only the step-0 checkpoint exists yet.
+    saved_in: Option<PathBuf>,
     fired: bool,
     reached: mpsc::Sender<i64>,
     resume: mpsc::Receiver<()>,
@@ -213,7 +217,11 @@ impl Hook for PauseAt {
         }
         // Re-read: the value is past every step the saver has seen.
         let step = read_step(context.session())?;
-        if step >= self.at {
+        let saved = match &self.saved_in {
+            Some(dir) => latest_checkpoint(dir)?.is_some_and(|p| checkpoint_step(&p) > 0),
+            None => true,
+        };
+        if step >= self.at && saved {
             self.fired = true;
             let _ = self.reached.send(step);
             self.resume
@@ -331,6 +339,7 @@ fn async_training_survives_a_ps_restart_and_goes_on_from_the_last_checkpoint() {
             config.log_step_count = None;
             config.chief_only_hooks.push(Box::new(PauseAt {
                 at: KILL_AT,
+                saved_in: Some(ckpt_dir.clone()),
                 fired: false,
                 reached: reached_tx,
                 resume: resume_rx,
@@ -675,6 +684,7 @@ fn without_a_backup_a_dead_worker_ends_the_survivors_wait_with_an_error_naming_i
     let (resume_tx, resume_rx) = mpsc::channel();
     let mut hold = Some(PauseAt {
         at: 5,
+        saved_in: None,
         fired: false,
         reached: reached_tx,
         resume: resume_rx,
