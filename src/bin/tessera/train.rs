@@ -193,6 +193,7 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
     let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
     let spec = args.training.to_spec(num_workers)?;
     tessera::train::job::check(&config, &spec)?;
+    tessera::train::job::check_tower_gpus(&config, &spec, &tessera::device::CudaProbe)?;
     tessera::train::job::provide_tower_devices(&mut config, &spec);
     let task = config.task.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()

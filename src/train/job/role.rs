@@ -21,6 +21,7 @@ use std::time::Duration;
 use crate::client::{ConnectOptions, Session};
 use crate::cluster::{TaskConfig, TaskId};
 use crate::data::{BatchOptions, Dataset};
+use crate::device::{GpuProbe, GpuScan};
 use crate::error::{Code, Result, Status};
 use crate::kernels::DeviceType;
 use crate::train::checkpoint::saver::Saver;
@@ -124,6 +125,45 @@ pub fn provide_tower_devices(config: &mut TaskConfig, spec: &TrainSpec) {
             config.devices.cpu_count = wanted;
         }
     }
+}
+
+/// Checks, before its daemon starts, that a worker training GPU towers (`--tower_device gpu`)
+/// has a GPU for each tower: soft placement would otherwise run the towers on the CPU without
+/// a word. `probe` finds the host's GPUs (the real one is [`crate::device::CudaProbe`]); the
+/// count is of the GPUs `[devices]` lets the task use.
+pub fn check_tower_gpus(config: &TaskConfig, spec: &TrainSpec, probe: &dyn GpuProbe) -> Result<()> {
+    if config.task.job != "worker" || spec.tower_device != DeviceType::Gpu {
+        return Ok(());
+    }
+    let task = &config.task;
+    if !cfg!(feature = "cuda") {
+        return Err(Status::failed_precondition(format!(
+            "{task}: --tower_device gpu needs GPU kernels, and this tessera was built without \
+             them; build it with `cargo build --release --features cuda`, or use --tower_device \
+             cpu"
+        )));
+    }
+    let (found, why) = match probe.scan() {
+        GpuScan::Unavailable { reason } => (0, format!(" (no GPU driver: {reason})")),
+        GpuScan::Found(_) => {
+            let devices = crate::device::build_devices(task, &config.devices, probe)?;
+            let gpus = devices.iter().filter(|d| d.device_type == "GPU").count();
+            (gpus, String::new())
+        }
+    };
+    if found >= spec.towers {
+        return Ok(());
+    }
+    let instead = if found == 0 {
+        "use --tower_device cpu".to_string()
+    } else {
+        format!("use --towers {found} or fewer, or --tower_device cpu")
+    };
+    Err(Status::failed_precondition(format!(
+        "{task}: --tower_device gpu with --towers {} needs a GPU per tower, and this worker \
+         has {found}{why} (of those [devices] allows); {instead}",
+        spec.towers
+    )))
 }
 
 /// How this task's client reaches its own master: the cluster file's connect timeout, and
@@ -401,6 +441,69 @@ mod tests {
             towers,
             ..TrainSpec::default()
         }
+    }
+
+    /// A probe that finds `gpus` GPUs of 16 GiB, or no driver at all.
+    struct FakeGpus(Option<usize>);
+
+    impl GpuProbe for FakeGpus {
+        fn scan(&self) -> GpuScan {
+            match self.0 {
+                None => GpuScan::Unavailable {
+                    reason: "libcuda not found".into(),
+                },
+                Some(n) => GpuScan::Found(
+                    (0..n as u32)
+                        .map(|ordinal| crate::device::GpuInfo {
+                            ordinal,
+                            name: "Fake GPU".into(),
+                            total_memory: 16 << 30,
+                            pci_bus_id: None,
+                            compute_capability: Some((9, 0)),
+                        })
+                        .collect(),
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_towers_need_a_gpu_per_tower_on_a_worker() {
+        let gpu_towers = |towers| TrainSpec {
+            towers,
+            tower_device: DeviceType::Gpu,
+            ..TrainSpec::default()
+        };
+        let worker = config("worker", 1);
+        // A ps holds variables only, and CPU towers need no GPU.
+        check_tower_gpus(&config("ps", 1), &gpu_towers(2), &FakeGpus(None)).unwrap();
+        check_tower_gpus(&worker, &with_towers(2), &FakeGpus(None)).unwrap();
+        if !cfg!(feature = "cuda") {
+            let err = check_tower_gpus(&worker, &gpu_towers(1), &FakeGpus(Some(1))).unwrap_err();
+            assert_eq!(err.code(), Code::FailedPrecondition);
+            assert!(err.message().contains("--features cuda"), "{err}");
+            return;
+        }
+        check_tower_gpus(&worker, &gpu_towers(2), &FakeGpus(Some(2))).unwrap();
+        let err = check_tower_gpus(&worker, &gpu_towers(2), &FakeGpus(None)).unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition);
+        for part in [
+            "/job:worker",
+            "--towers 2",
+            "has 0",
+            "libcuda not found",
+            "--tower_device cpu",
+        ] {
+            assert!(err.message().contains(part), "{part}: {err}");
+        }
+        let err = check_tower_gpus(&worker, &gpu_towers(4), &FakeGpus(Some(3))).unwrap_err();
+        assert!(err.message().contains("has 3"), "{err}");
+        assert!(err.message().contains("--towers 3 or fewer"), "{err}");
+        // [devices] gpu = 1 leaves one of the host's two GPUs to the task.
+        let mut one = config("worker", 1);
+        one.devices.gpu_count = Some(1);
+        let err = check_tower_gpus(&one, &gpu_towers(2), &FakeGpus(Some(2))).unwrap_err();
+        assert!(err.message().contains("has 1"), "{err}");
     }
 
     #[test]
