@@ -758,7 +758,11 @@ fn a_bad_towers_value_is_refused_naming_it_and_the_batch() {
     // GPU kernels, are refused rather than quietly run on the CPU.
     let ended = run_chief_alone(&["--towers", "2", "--tower_device", "gpu"]);
     assert_fails_with(&ended, &["--tower_device gpu", "--tower_device cpu"]);
-    assert!(!ended.stdout.contains("tessera: serving"), "{}", ended.stdout);
+    assert!(
+        !ended.stdout.contains("tessera: serving"),
+        "{}",
+        ended.stdout
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ pub mod cuda;
 
 use std::sync::Arc;
 
+use crate::device::memory::{Charge, MemoryBudget};
 use crate::error::{Result, Status};
 use crate::proto::NodeDef;
 use crate::runtime::executor::{RemoteRecv, StepOptions};
@@ -30,6 +31,8 @@ pub struct OpContext<'a> {
     pub step_id: i64,
     /// What the step brings besides inputs (rendezvous, deadline); `None` outside a step.
     step: Option<&'a StepOptions>,
+    /// The device's memory budget, when it has a limit.
+    memory: Option<&'a Arc<MemoryBudget>>,
 }
 
 impl<'a> OpContext<'a> {
@@ -49,7 +52,24 @@ impl<'a> OpContext<'a> {
             device,
             step_id,
             step: None,
+            memory: None,
         }
+    }
+
+    /// The same context on a device whose memory `memory` accounts (see [`MemoryBudget`]):
+    /// kernels that allocate device memory of their own charge it with [`OpContext::charge`].
+    pub fn with_memory(mut self, memory: Option<&'a Arc<MemoryBudget>>) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    /// Charges `bytes` of device memory this kernel is about to allocate to the device's
+    /// budget, held until the returned charge is dropped; RESOURCE_EXHAUSTED naming the node,
+    /// the bytes and the limit when that would go over it. `None` on a device without a limit.
+    pub fn charge(&self, bytes: usize) -> Result<Option<Charge>> {
+        self.memory
+            .map(|budget| budget.charge(&self.node.name, &self.node.op, bytes as u64))
+            .transpose()
     }
 
     /// The same context inside a step run with `options` (its rendezvous, deadline, remote

@@ -903,7 +903,8 @@ impl StepState {
             device.name(),
             self.options.step_id,
         )
-        .with_step(&self.options);
+        .with_step(&self.options)
+        .with_memory(device.memory());
         let started = Instant::now();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             node.kernel.compute(&mut ctx)

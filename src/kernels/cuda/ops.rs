@@ -16,6 +16,7 @@
 //! for the many-output reductions of a training step (BiasAddGrad, per-example sums), one
 //! thread's loop for a reduction to a scalar.
 
+use std::mem::size_of_val;
 use std::sync::Arc;
 
 use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig, StridedBatchedConfig};
@@ -107,8 +108,16 @@ fn float_input(ctx: &OpContext<'_>, i: usize) -> Result<Tensor> {
 }
 
 /// Runs `f` on the node's GPU, under its lock; `f` gets the GPU and the node's name (for
-/// out-of-memory errors). Errors other than out of memory get the node's name in front.
-fn with_gpu<R>(ctx: &OpContext<'_>, f: impl FnOnce(&GpuInner, &str) -> Result<R>) -> Result<R> {
+/// out-of-memory errors). The `device_bytes` that `f` allocates on the GPU are charged to the
+/// device's memory budget first (its `gpu_memory_fraction`), so a kernel that would take the
+/// GPU past it fails with RESOURCE_EXHAUSTED before touching it. Errors other than out of
+/// memory get the node's name in front.
+fn with_gpu<R>(
+    ctx: &OpContext<'_>,
+    device_bytes: usize,
+    f: impl FnOnce(&GpuInner, &str) -> Result<R>,
+) -> Result<R> {
+    let _charge = ctx.charge(device_bytes)?;
     let gpu = Gpu::for_device(ctx.device).map_err(|e| ctx.named(e))?;
     let inner = gpu.lock();
     f(&inner, &ctx.node().name).map_err(|e| match e.code() {
@@ -120,6 +129,9 @@ fn with_gpu<R>(ctx: &OpContext<'_>, f: impl FnOnce(&GpuInner, &str) -> Result<R>
 fn i64s(n: usize) -> i64 {
     n as i64
 }
+
+/// Bytes of a float32.
+const F32: usize = std::mem::size_of::<f32>();
 
 /// The one-input element-wise ops: `unary_f32` with the op's code.
 struct Unary {
@@ -160,7 +172,7 @@ impl OpKernel for Unary {
         let out = if len == 0 {
             Vec::new()
         } else {
-            with_gpu(ctx, |gpu, node| {
+            with_gpu(ctx, 2 * size_of_val(&values[..]), |gpu, node| {
                 let dx = gpu.upload(node, &values)?;
                 let mut out = gpu.zeros(node, len)?;
                 let n = i64s(len);
@@ -190,7 +202,8 @@ fn binary_launch(
     if len == 0 {
         return Ok(Vec::new());
     }
-    with_gpu(ctx, |gpu, node| {
+    let bytes = size_of_val(a) + size_of_val(b) + len * F32 + size_of_val(&layout.layout[..]);
+    with_gpu(ctx, bytes, |gpu, node| {
         let (da, db) = (gpu.upload(node, a)?, gpu.upload(node, b)?);
         let dl = gpu.upload(node, &layout.layout)?;
         let mut out = gpu.zeros(node, len)?;
@@ -305,7 +318,8 @@ fn reduce_launch(
     if outputs == 0 {
         return Ok(Vec::new());
     }
-    with_gpu(ctx, |gpu, node| {
+    let bytes = size_of_val(x) + outputs * F32 + size_of_val(&reduction.layout[..]);
+    with_gpu(ctx, bytes, |gpu, node| {
         let dx = gpu.upload(node, x)?;
         let dl = gpu.upload(node, &reduction.layout)?;
         let mut out = gpu.zeros(node, outputs)?;
@@ -430,7 +444,7 @@ impl OpKernel for Softmax {
         let len = values.len();
         let cols = x.dims()[x.rank() - 1];
         let rows = len / cols;
-        let out = with_gpu(ctx, |gpu, node| {
+        let out = with_gpu(ctx, 2 * size_of_val(&values[..]), |gpu, node| {
             let dx = gpu.upload(node, &values)?;
             let mut out = gpu.zeros(node, len)?;
             let (r, c, log) = (i64s(rows), i64s(cols), i32::from(self.log));
@@ -456,7 +470,8 @@ fn xent_launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     labels: &[T],
     (rows, cols): (usize, usize),
 ) -> Result<(Vec<f32>, Vec<f32>)> {
-    with_gpu(ctx, |gpu, node| {
+    let bytes = 2 * size_of_val(logits) + size_of_val(labels) + rows * F32;
+    with_gpu(ctx, bytes, |gpu, node| {
         let (dx, dy) = (gpu.upload(node, logits)?, gpu.upload(node, labels)?);
         let mut loss = gpu.zeros(node, rows)?;
         let mut back = gpu.zeros(node, logits.len())?;
@@ -566,7 +581,9 @@ impl Apply {
             return Ok(values.iter().map(|&t| t.clone()).collect());
         }
         let ((rule, flags), n) = (apply_codes(&self.0), i64s(len));
-        let updated = with_gpu(ctx, |gpu, node| {
+        // The variable, its slots and the gradient (the spare slots are a float each).
+        let bytes = (values.len() + 1) * len * F32;
+        let updated = with_gpu(ctx, bytes, |gpu, node| {
             let mut buffers = values
                 .iter()
                 .map(|t| gpu.upload(node, &t.values::<f32>()?))
@@ -703,7 +720,8 @@ impl Product {
             stride_b: a_stride as i64,
             stride_c: (m * n) as i64,
         };
-        with_gpu(ctx, |gpu, node| {
+        let bytes = size_of_val(a) + size_of_val(b) + len * F32;
+        with_gpu(ctx, bytes, |gpu, node| {
             let (da, db) = (gpu.upload(node, a)?, gpu.upload(node, b)?);
             let mut dc: CudaSlice<f32> = gpu.zeros(node, len)?;
             // cuBLAS runs in the calling thread's current context, which the copies above
@@ -1017,6 +1035,28 @@ mod tests {
             );
             assert!(err.message().contains(want), "{}: {err}", node.op);
             assert!(err.message().contains(&node.name), "{}: {err}", node.op);
+        }
+    }
+
+    #[test]
+    fn a_kernel_past_the_gpus_memory_budget_is_resource_exhausted_before_touching_it() {
+        let device = "/job:w/replica:0/task:0/device:GPU:0";
+        let budget = crate::device::MemoryBudget::new(device, 3000);
+        let resources = ResourceMgr::new();
+        let m = || Tensor::from_vec([16, 16], vec![1f32; 256]).unwrap();
+        // A 16×16 product holds three matrices of 1024 bytes on the GPU; Add the same and its
+        // layout (dims and two operands' strides, 6 × 8 bytes).
+        for (op, bytes) in [("MatMul", "3072 bytes"), ("Add", "3120 bytes")] {
+            let node = float_node(op);
+            let kernel = kernel_for(op).unwrap()(&node).unwrap();
+            let mut ctx = OpContext::new(&node, vec![m(), m()], &resources, device, 1)
+                .with_memory(Some(&budget));
+            let err = kernel.compute(&mut ctx).unwrap_err();
+            assert_eq!(err.code(), crate::Code::ResourceExhausted, "{op}: {err}");
+            for part in [node.name.as_str(), bytes, "3000 bytes", "GPU:0"] {
+                assert!(err.message().contains(part), "{op}: {part}: {err}");
+            }
+            assert_eq!(budget.in_use(), 0, "{op}: the failed charge took nothing");
         }
     }
 
