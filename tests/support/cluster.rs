@@ -79,7 +79,20 @@ impl Cluster {
     /// Starts `jobs` with `extra` TOML (sections other than `[cluster]` and `[task]`) in the
     /// cluster file.
     pub fn start_with(jobs: &[(&str, usize)], extra: &str) -> Cluster {
-        let (listeners, text) = bind_and_describe(jobs, extra);
+        Bound::bind(jobs).start(&[], extra)
+    }
+
+    /// Starts the tasks of `bound` with a cluster file that also names `others`, tasks this
+    /// harness does not run (TensorFlow's own servers, say), as (job, index, address).
+    fn start_bound(bound: Bound, others: &[(&str, usize, SocketAddr)], extra: &str) -> Cluster {
+        let mut tasks: Vec<(String, usize, SocketAddr)> = bound
+            .listeners
+            .iter()
+            .map(|(job, index, l)| (job.clone(), *index, l.local_addr().expect("bound address")))
+            .collect();
+        tasks.extend(others.iter().map(|&(job, index, addr)| (job.to_string(), index, addr)));
+        let text = describe(&tasks) + extra;
+        let listeners = bound.listeners;
         let dir = tempfile::tempdir().expect("temp dir for the cluster file");
         let config = dir.path().join("cluster.toml");
         std::fs::write(&config, &text).expect("write the cluster file");
@@ -250,7 +263,7 @@ impl InProcessCluster {
     /// Starts `jobs` in this process with `extra` TOML (sections other than `[cluster]` and
     /// `[task]`) in the cluster file.
     pub fn start_with(jobs: &[(&str, usize)], extra: &str) -> InProcessCluster {
-        let (listeners, text) = bind_and_describe(jobs, extra);
+        let (listeners, text) = Bound::describe(jobs, extra);
         let servers = listeners
             .into_iter()
             .map(|(job, index, listener)| {
@@ -282,27 +295,79 @@ impl InProcessCluster {
     }
 }
 
-/// Binds one loopback listener per task and writes the cluster file text naming their ports.
-fn bind_and_describe(
-    jobs: &[(&str, usize)],
-    extra: &str,
-) -> (Vec<(String, usize, TcpListener)>, String) {
-    let mut listeners = Vec::new();
-    let mut text = String::from("[cluster]\n");
-    for (job, count) in jobs {
-        let mut addrs = Vec::new();
-        for index in 0..*count {
-            let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-            addrs.push(format!(
-                "\"{}\"",
-                listener.local_addr().expect("bound address")
-            ));
-            listeners.push((job.to_string(), index, listener));
+/// Loopback listeners bound for a cluster's tessera tasks before its cluster file is written:
+/// for a cluster whose other tasks must be told the tessera tasks' addresses before their
+/// own are known (a TensorFlow server binding port 0, say).
+pub struct Bound {
+    listeners: Vec<(String, usize, TcpListener)>,
+}
+
+impl Bound {
+    /// Binds one loopback listener per task of `jobs` (e.g. `[("ps", 1)]`).
+    pub fn bind(jobs: &[(&str, usize)]) -> Bound {
+        let mut listeners = Vec::new();
+        for (job, count) in jobs {
+            for index in 0..*count {
+                let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+                listeners.push((job.to_string(), index, listener));
+            }
         }
+        Bound { listeners }
+    }
+
+    /// Returns a bound task's address.
+    pub fn addr(&self, job: &str, index: usize) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|(j, i, _)| j == job && *i == index)
+            .unwrap_or_else(|| panic!("no task /job:{job}/task:{index} was bound"))
+            .2
+            .local_addr()
+            .expect("bound address")
+    }
+
+    /// Starts the bound tasks as `tessera serve` processes with a cluster file that also
+    /// names `others` (job, index, address): tasks this harness does not run.
+    pub fn start(self, others: &[(&str, usize, SocketAddr)], extra: &str) -> Cluster {
+        Cluster::start_bound(self, others, extra)
+    }
+
+    /// Binds `jobs` and writes the cluster file text naming their ports, with `extra` after.
+    fn describe(jobs: &[(&str, usize)], extra: &str) -> (Vec<(String, usize, TcpListener)>, String) {
+        let bound = Bound::bind(jobs);
+        let tasks: Vec<(String, usize, SocketAddr)> = bound
+            .listeners
+            .iter()
+            .map(|(job, index, l)| (job.clone(), *index, l.local_addr().expect("bound address")))
+            .collect();
+        (bound.listeners, describe(&tasks) + extra)
+    }
+}
+
+/// The `[cluster]` section naming `tasks` (job, index, address): each job's tasks in index
+/// order, the jobs in the order they first appear.
+fn describe(tasks: &[(String, usize, SocketAddr)]) -> String {
+    let mut jobs: Vec<&str> = Vec::new();
+    for (job, _, _) in tasks {
+        if !jobs.contains(&job.as_str()) {
+            jobs.push(job);
+        }
+    }
+    let mut text = String::from("[cluster]\n");
+    for job in jobs {
+        let mut members: Vec<(usize, SocketAddr)> = tasks
+            .iter()
+            .filter(|(j, _, _)| j == job)
+            .map(|&(_, index, addr)| (index, addr))
+            .collect();
+        members.sort_unstable();
+        for (position, (index, _)) in members.iter().enumerate() {
+            assert_eq!(*index, position, "job `{job}` needs tasks 0..{}", members.len());
+        }
+        let addrs: Vec<String> = members.iter().map(|(_, a)| format!("\"{a}\"")).collect();
         text.push_str(&format!("{job} = [{}]\n", addrs.join(", ")));
     }
-    text.push_str(extra);
-    (listeners, text)
+    text
 }
 
 /// Spawns one daemon with `listener` as fd 3; returns it and a channel yielding its first

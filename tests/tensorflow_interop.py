@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Stock TensorFlow's side of tests/tensorflow_interop.rs: a TensorFlow task, or a
+TensorFlow client training between-graph style, in a cluster with tessera tasks.
+
+Usage:
+  tensorflow_interop.py server JOB --ps ADDR --worker ADDR
+      Starts TensorFlow's own gRPC server (tf.distribute.Server) as task 0 of JOB; its own
+      address may end in :0 (the OS picks the port). Prints
+      "tensorflow: serving grpc://HOST:PORT", then serves until stdin closes.
+  tensorflow_interop.py train --ps ADDR --worker ADDR [--no-cluster-def]
+      Trains a small MLP (4-16-3, ReLU, sparse softmax cross-entropy, Adam, a global step)
+      through tf.compat.v1.Session("grpc://WORKER") with the variables on the ps
+      (replica_device_setter) for 150 steps on a seeded data set, and prints one JSON line:
+      the devices the session lists, the variables' devices, the first and last loss, the
+      global step and the training accuracy. --no-cluster-def leaves the cluster out of the
+      session's ConfigProto (a TensorFlow server refuses one naming itself).
+
+Exits 2 when TensorFlow cannot be imported.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+try:
+    import numpy as np
+    import tensorflow as tf
+except ImportError as e:  # pragma: no cover - depends on the host
+    print(f"tensorflow_interop: {e}; pip install tensorflow-cpu", file=sys.stderr)
+    sys.exit(2)
+
+STEPS = 150
+
+
+def cluster(args):
+    return tf.train.ClusterSpec({"ps": [args.ps], "worker": [args.worker]})
+
+
+def serve(args):
+    server = tf.distribute.Server(cluster(args), job_name=args.job, task_index=0, start=True)
+    print(f"tensorflow: serving {server.target}", flush=True)
+    sys.stdin.read()  # until the test closes our stdin (or dies)
+
+
+def dense(x, n_in, n_out, name):
+    w = tf.compat.v1.get_variable(
+        name + "/w", [n_in, n_out], initializer=tf.compat.v1.glorot_uniform_initializer(seed=1)
+    )
+    b = tf.compat.v1.get_variable(name + "/b", [n_out], initializer=tf.compat.v1.zeros_initializer())
+    return tf.nn.bias_add(tf.matmul(x, w), b)
+
+
+def train(args):
+    tf.compat.v1.disable_eager_execution()
+    spec = cluster(args)
+    graph = tf.Graph()
+    with graph.as_default():
+        setter = tf.compat.v1.train.replica_device_setter(
+            cluster=spec, worker_device="/job:worker/task:0"
+        )
+        with tf.compat.v1.device(setter):
+            step = tf.compat.v1.train.get_or_create_global_step()
+            x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+            y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+            hidden = tf.nn.relu(dense(x, 4, 16, "layer0"))
+            logits = dense(hidden, 16, 3, "layer1")
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            )
+            train_op = tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, global_step=step)
+            init = tf.compat.v1.global_variables_initializer()
+        variable_devices = sorted({v.device for v in tf.compat.v1.global_variables()})
+
+    config = None if args.no_cluster_def else tf.compat.v1.ConfigProto(
+        cluster_def=spec.as_cluster_def()
+    )
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(96, 4)).astype(np.float32)
+    ys = (xs[:, 0] > 0).astype(np.int64) + (xs[:, 1] > 0.5).astype(np.int64)
+    with tf.compat.v1.Session("grpc://" + args.worker, graph=graph, config=config) as session:
+        devices = [d.name for d in session.list_devices()]
+        session.run(init)
+        losses = []
+        for _ in range(STEPS):
+            value, _ = session.run([loss, train_op], {x: xs, y: ys})
+            losses.append(float(value))
+        predicted = np.argmax(session.run(logits, {x: xs}), axis=1)
+        print(
+            json.dumps(
+                {
+                    "devices": devices,
+                    "variable_devices": variable_devices,
+                    "first_loss": losses[0],
+                    "last_loss": losses[-1],
+                    "global_step": int(session.run(step)),
+                    "accuracy": float(np.mean(predicted == ys)),
+                }
+            ),
+            flush=True,
+        )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    server = commands.add_parser("server")
+    server.add_argument("job", choices=["ps", "worker"])
+    trainer = commands.add_parser("train")
+    trainer.add_argument("--no-cluster-def", action="store_true")
+    for command in (server, trainer):
+        command.add_argument("--ps", required=True)
+        command.add_argument("--worker", required=True)
+    args = parser.parse_args()
+    serve(args) if args.command == "server" else train(args)
+
+
+if __name__ == "__main__":
+    main()
