@@ -407,3 +407,211 @@ fn adagrad_v2_adds_epsilon_to_the_denominator() {
     // accum = 9; var = 1 - 0.5 * 3 / (3 + 1) = 0.625
     assert_f32(&read(&rm, &var).unwrap(), &[1], &[0.625], 1e-7);
 }
+
+/// What TensorFlow 2.21's CPU kernels return for shape [7], `seed` 7, `seed2` 3: two runs of
+/// one kernel, per op and dtype (printed with `repr(float(x))` from a `tf.compat.v1.Session`).
+const TENSORFLOW_SEED_7_3: [(&str, DType, [[f64; 7]; 2]); 6] = [
+    (
+        "RandomUniform",
+        DType::Float,
+        [
+            [
+                0.4010878801345825,
+                0.37683892250061035,
+                0.3092927932739258,
+                0.08807563781738281,
+                0.7460572719573975,
+                0.45470714569091797,
+                0.5017683506011963,
+            ],
+            [
+                0.2667226791381836,
+                0.9463282823562622,
+                0.13512349128723145,
+                0.030855774879455566,
+                0.7861028909683228,
+                0.8527462482452393,
+                0.33464670181274414,
+            ],
+        ],
+    ),
+    (
+        "RandomUniform",
+        DType::Double,
+        [
+            [
+                0.20870315912522175,
+                0.4743429181875207,
+                0.9684586142277478,
+                0.014147302814984108,
+                0.3769711665674116,
+                0.7548736035948285,
+                0.6591726200137684,
+            ],
+            [
+                0.13378209051923506,
+                0.08098830288435477,
+                0.2888237123428774,
+                0.6771744679054656,
+                0.4641413613509424,
+                0.733691113730583,
+                0.5102661376697946,
+            ],
+        ],
+    ),
+    (
+        "RandomStandardNormal",
+        DType::Float,
+        [
+            [
+                0.9447038173675537,
+                -0.9667906761169434,
+                0.8051716685295105,
+                1.3033159971237183,
+                0.2149045467376709,
+                -0.7346575856208801,
+                0.8827847242355347,
+            ],
+            [
+                -0.5379212498664856,
+                1.534187912940979,
+                0.38547152280807495,
+                1.96329927444458,
+                -0.5541626214981079,
+                0.41741934418678284,
+                1.2853710651397705,
+            ],
+        ],
+    ),
+    (
+        "RandomStandardNormal",
+        DType::Double,
+        [
+            [
+                0.2841397934847126,
+                -1.7472690787243486,
+                0.022475391397604266,
+                0.2521783387351514,
+                -1.3961891433687852,
+                0.042767129482479266,
+                -0.7503893057986882,
+            ],
+            [
+                0.9771796342587652,
+                1.7516295122334433,
+                -1.4138992482397594,
+                -0.6962517171212307,
+                -1.2325051630479866,
+                -0.1267408900144918,
+                0.6933966503311622,
+            ],
+        ],
+    ),
+    (
+        "TruncatedNormal",
+        DType::Float,
+        [
+            [
+                0.9447038173675537,
+                -0.9667906761169434,
+                0.8051716685295105,
+                1.3033159971237183,
+                -0.21878036856651306,
+                -0.8048995137214661,
+                -0.1616145819425583,
+            ],
+            [
+                -0.5379212498664856,
+                1.534187912940979,
+                0.38547152280807495,
+                1.96329927444458,
+                0.1509600430727005,
+                -1.4326051473617554,
+                0.8124901652336121,
+            ],
+        ],
+    ),
+    (
+        "TruncatedNormal",
+        DType::Double,
+        [
+            [
+                0.2841397934847126,
+                -1.7472690787243486,
+                -0.8324516698354941,
+                1.1555486766159675,
+                -0.7045877862978654,
+                0.6053747576806723,
+                0.49198875314691143,
+            ],
+            [
+                0.9771796342587652,
+                1.7516295122334433,
+                0.045152187538396275,
+                -0.8485068568003423,
+                -0.1226465345307222,
+                -0.5888818598650107,
+                -0.5489589710708321,
+            ],
+        ],
+    ),
+];
+
+#[test]
+fn seeded_random_ops_draw_tensorflows_numbers() {
+    let rm = ResourceMgr::new();
+    for (op, dtype, runs) in TENSORFLOW_SEED_7_3 {
+        let node = random(op, 7, 3, dtype);
+        let kernel = create_kernel(&node, DeviceType::Cpu).unwrap();
+        for (run, want) in runs.iter().enumerate() {
+            let out = step(&kernel, &node, vec![ivec(&[7])], &rm)
+                .unwrap()
+                .remove(0);
+            let got: Vec<f64> = match dtype {
+                DType::Float => out
+                    .values::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|&v| v as f64)
+                    .collect(),
+                _ => out.values::<f64>().unwrap().into_owned(),
+            };
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                // Uniform values are bit for bit; normal ones go through sin, cos and log,
+                // which may differ in the last place between math libraries.
+                let ulps = if op == "RandomUniform" { 0.0 } else { 4.0 };
+                let eps = if dtype == DType::Float {
+                    f32::EPSILON as f64
+                } else {
+                    f64::EPSILON
+                };
+                assert!(
+                    (g - w).abs() <= ulps * eps * w.abs().max(1.0),
+                    "{op} {dtype} run {run} [{i}]: {g} but TensorFlow gives {w}"
+                );
+            }
+        }
+    }
+    // A seed past 32 bits keys both key words, a negative seed2 the counter's high words:
+    // TruncatedNormal [2, 5] with seed 0x1234567890 and seed2 -5, as TensorFlow draws it.
+    let node = random("TruncatedNormal", 0x12_3456_7890, -5, DType::Float);
+    let out = run_with(&node, vec![ivec(&[2, 5])], &rm).unwrap().remove(0);
+    let want = [
+        1.1851108074188232,
+        0.34860730171203613,
+        0.976168692111969,
+        0.3717062771320343,
+        0.7521666884422302,
+        -1.1176599264144897,
+        0.7764051556587219,
+        0.046951211988925934,
+        0.7454683780670166,
+        0.5418919920921326,
+    ];
+    for (g, w) in out.values::<f32>().unwrap().iter().zip(want) {
+        assert!(
+            (*g as f64 - w).abs() <= 4.0 * f32::EPSILON as f64 * w.abs().max(1.0),
+            "{g} vs {w}"
+        );
+    }
+}

@@ -10,9 +10,10 @@ Usage:
   tensorflow_interop.py train --ps ADDR --worker ADDR [--no-cluster-def]
       Trains a small MLP (4-16-3, ReLU, sparse softmax cross-entropy, Adam, a global step)
       through tf.compat.v1.Session("grpc://WORKER") with the variables on the ps
-      (replica_device_setter) for 150 steps on a seeded data set, and prints one JSON line:
-      the devices the session lists, the variables' devices, the first and last loss, the
-      global step and the training accuracy. --no-cluster-def leaves the cluster out of the
+      (replica_device_setter) for 150 steps on a seeded data set, and the same in this
+      process on TensorFlow alone, and prints one JSON line: the devices the session lists,
+      the variables' devices, the first and last loss of both runs, the cluster's global step
+      and training accuracy. --no-cluster-def leaves the cluster out of the
       session's ConfigProto (a TensorFlow server refuses one naming itself).
 
 Exits 2 when TensorFlow cannot be imported.
@@ -53,54 +54,66 @@ def dense(x, n_in, n_out, name):
     return tf.nn.bias_add(tf.matmul(x, w), b)
 
 
-def train(args):
-    tf.compat.v1.disable_eager_execution()
-    spec = cluster(args)
+def build(device_setter):
+    """The MLP, its training op and initializer, placed by `device_setter` (None: unplaced)."""
     graph = tf.Graph()
-    with graph.as_default():
-        setter = tf.compat.v1.train.replica_device_setter(
-            cluster=spec, worker_device="/job:worker/task:0"
-        )
-        with tf.compat.v1.device(setter):
-            step = tf.compat.v1.train.get_or_create_global_step()
-            x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
-            y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-            hidden = tf.nn.relu(dense(x, 4, 16, "layer0"))
-            logits = dense(hidden, 16, 3, "layer1")
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-            )
-            train_op = tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, global_step=step)
-            init = tf.compat.v1.global_variables_initializer()
+    with graph.as_default(), tf.compat.v1.device(device_setter):
+        step = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+        hidden = tf.nn.relu(dense(x, 4, 16, "layer0"))
+        logits = dense(hidden, 16, 3, "layer1")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        train_op = tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, global_step=step)
+        init = tf.compat.v1.global_variables_initializer()
         variable_devices = sorted({v.device for v in tf.compat.v1.global_variables()})
+    return graph, dict(step=step, x=x, y=y, logits=logits, loss=loss, train_op=train_op,
+                       init=init, variable_devices=variable_devices)
 
-    config = None if args.no_cluster_def else tf.compat.v1.ConfigProto(
-        cluster_def=spec.as_cluster_def()
-    )
+
+def run(session, ops):
+    """Initialises and trains; returns the losses, the global step and the accuracy."""
     rng = np.random.default_rng(0)
     xs = rng.normal(size=(96, 4)).astype(np.float32)
     ys = (xs[:, 0] > 0).astype(np.int64) + (xs[:, 1] > 0.5).astype(np.int64)
+    feed = {ops["x"]: xs, ops["y"]: ys}
+    session.run(ops["init"])
+    losses = [float(session.run([ops["loss"], ops["train_op"]], feed)[0]) for _ in range(STEPS)]
+    predicted = np.argmax(session.run(ops["logits"], feed), axis=1)
+    return losses, int(session.run(ops["step"])), float(np.mean(predicted == ys))
+
+
+def train(args):
+    tf.compat.v1.disable_eager_execution()
+    spec = cluster(args)
+    # The same training in this process, on TensorFlow alone: the reference.
+    graph, ops = build(None)
+    with tf.compat.v1.Session(graph=graph) as session:
+        reference, _, _ = run(session, ops)
+
+    setter = tf.compat.v1.train.replica_device_setter(cluster=spec, worker_device="/job:worker/task:0")
+    graph, ops = build(setter)
+    config = None if args.no_cluster_def else tf.compat.v1.ConfigProto(
+        cluster_def=spec.as_cluster_def()
+    )
     with tf.compat.v1.Session("grpc://" + args.worker, graph=graph, config=config) as session:
         devices = [d.name for d in session.list_devices()]
-        session.run(init)
-        losses = []
-        for _ in range(STEPS):
-            value, _ = session.run([loss, train_op], {x: xs, y: ys})
-            losses.append(float(value))
-        predicted = np.argmax(session.run(logits, {x: xs}), axis=1)
-        print(
-            json.dumps(
-                {
-                    "devices": devices,
-                    "variable_devices": variable_devices,
-                    "first_loss": losses[0],
-                    "last_loss": losses[-1],
-                    "global_step": int(session.run(step)),
-                    "accuracy": float(np.mean(predicted == ys)),
-                }
-            ),
-            flush=True,
-        )
+        losses, step, accuracy = run(session, ops)
+    print(
+        json.dumps(
+            {
+                "devices": devices,
+                "variable_devices": ops["variable_devices"],
+                "first_loss": losses[0],
+                "last_loss": losses[-1],
+                "reference_first_loss": reference[0],
+                "reference_last_loss": reference[-1],
+                "global_step": step,
+                "accuracy": accuracy,
+            }
+        ),
+        flush=True,
+    )
 
 
 def main():

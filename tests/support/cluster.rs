@@ -90,7 +90,11 @@ impl Cluster {
             .iter()
             .map(|(job, index, l)| (job.clone(), *index, l.local_addr().expect("bound address")))
             .collect();
-        tasks.extend(others.iter().map(|&(job, index, addr)| (job.to_string(), index, addr)));
+        tasks.extend(
+            others
+                .iter()
+                .map(|&(job, index, addr)| (job.to_string(), index, addr)),
+        );
         let text = describe(&tasks) + extra;
         let listeners = bound.listeners;
         let dir = tempfile::tempdir().expect("temp dir for the cluster file");
@@ -333,7 +337,10 @@ impl Bound {
     }
 
     /// Binds `jobs` and writes the cluster file text naming their ports, with `extra` after.
-    fn describe(jobs: &[(&str, usize)], extra: &str) -> (Vec<(String, usize, TcpListener)>, String) {
+    fn describe(
+        jobs: &[(&str, usize)],
+        extra: &str,
+    ) -> (Vec<(String, usize, TcpListener)>, String) {
         let bound = Bound::bind(jobs);
         let tasks: Vec<(String, usize, SocketAddr)> = bound
             .listeners
@@ -362,7 +369,12 @@ fn describe(tasks: &[(String, usize, SocketAddr)]) -> String {
             .collect();
         members.sort_unstable();
         for (position, (index, _)) in members.iter().enumerate() {
-            assert_eq!(*index, position, "job `{job}` needs tasks 0..{}", members.len());
+            assert_eq!(
+                *index,
+                position,
+                "job `{job}` needs tasks 0..{}",
+                members.len()
+            );
         }
         let addrs: Vec<String> = members.iter().map(|(_, a)| format!("\"{a}\"")).collect();
         text.push_str(&format!("{job} = [{}]\n", addrs.join(", ")));
