@@ -157,8 +157,10 @@ trait Sample: Copy + Default {
     /// Outputs per group: per block for the fixed distributions, per 256-block region for
     /// the truncated normal.
     const GROUP: usize;
-    fn uniform(block: [u32; 4]) -> Vec<Self>;
-    fn normal(block: [u32; 4]) -> Vec<Self>;
+    /// The uniform values of one block (the first [`Sample::GROUP`] are used).
+    fn uniform(block: [u32; 4]) -> [Self; 4];
+    /// The normal values of one block (the first [`Sample::GROUP`] are used).
+    fn normal(block: [u32; 4]) -> [Self; 4];
     /// A pair of normals from the next words of `words`.
     fn normal_pair(words: &mut Words) -> [Self; 2];
     fn abs_below_two(self) -> bool;
@@ -166,13 +168,13 @@ trait Sample: Copy + Default {
 
 impl Sample for f32 {
     const GROUP: usize = 4;
-    fn uniform(block: [u32; 4]) -> Vec<f32> {
-        block.iter().map(|&x| uint32_to_f32(x)).collect()
+    fn uniform(block: [u32; 4]) -> [f32; 4] {
+        block.map(uint32_to_f32)
     }
-    fn normal(block: [u32; 4]) -> Vec<f32> {
+    fn normal(block: [u32; 4]) -> [f32; 4] {
         let [a, b] = box_muller_f32(block[0], block[1]);
         let [c, d] = box_muller_f32(block[2], block[3]);
-        vec![a, b, c, d]
+        [a, b, c, d]
     }
     fn normal_pair(words: &mut Words) -> [f32; 2] {
         let (x0, x1) = (words.next(), words.next());
@@ -185,14 +187,16 @@ impl Sample for f32 {
 
 impl Sample for f64 {
     const GROUP: usize = 2;
-    fn uniform(block: [u32; 4]) -> Vec<f64> {
-        vec![
+    fn uniform(block: [u32; 4]) -> [f64; 4] {
+        let (a, b) = (
             uint64_to_f64(block[0], block[1]),
             uint64_to_f64(block[2], block[3]),
-        ]
+        );
+        [a, b, 0.0, 0.0]
     }
-    fn normal(block: [u32; 4]) -> Vec<f64> {
-        box_muller_f64(block).to_vec()
+    fn normal(block: [u32; 4]) -> [f64; 4] {
+        let [a, b] = box_muller_f64(block);
+        [a, b, 0.0, 0.0]
     }
     fn normal_pair(words: &mut Words) -> [f64; 2] {
         box_muller_f64([words.next(), words.next(), words.next(), words.next()])
@@ -214,7 +218,7 @@ fn fill<T: Sample>(distribution: Distribution, gen: Philox, n: usize) -> Vec<T> 
                     Distribution::Uniform => T::uniform(block),
                     _ => T::normal(block),
                 };
-                let take = group.len().min(n - out.len());
+                let take = T::GROUP.min(n - out.len());
                 out.extend_from_slice(&group[..take]);
             }
         }
