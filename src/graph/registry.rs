@@ -215,6 +215,11 @@ fn check_attr_kind(node: &NodeDef, a: &AttrDef, value: Option<&Value>) -> Result
     }
 }
 
+/// How many tensors argument `arg` of `node`'s op stands for (1, or its `N` or list length).
+pub fn arg_count(node: &NodeDef, arg: &ArgDef) -> Result<usize> {
+    Ok(arg_types(node, std::slice::from_ref(arg))?.len())
+}
+
 fn arg_types(node: &NodeDef, args: &[ArgDef]) -> Result<Vec<DType>> {
     let mut out = Vec::new();
     for arg in args {

@@ -7,6 +7,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod functional;
 
 use std::sync::Arc;
 
@@ -204,9 +205,12 @@ impl DeviceType {
     }
 }
 
-/// Returns the kernel factory for `op` on `device_type`, if tessera has one.
+/// Returns the kernel factory for `op` on `device_type`, if tessera has one. The functional
+/// ops (`If`) run on the CPU; the executor creates them with their graph's function library
+/// ([`functional::create`]), so their factory here only answers that they exist.
 pub fn kernel_for(op: &str, device_type: DeviceType) -> Option<KernelFactory> {
     match device_type {
+        DeviceType::Cpu if functional::is_functional(op) => Some(functional::without_library),
         DeviceType::Cpu => cpu::kernel_for(op),
         #[cfg(feature = "cuda")]
         DeviceType::Gpu => cuda::kernel_for(op),

@@ -351,7 +351,13 @@ impl Executor {
         let mut nodes = Vec::with_capacity(kept.len());
         for ((&g, (inputs, preds)), successors) in kept.iter().zip(edges).zip(successors) {
             let def = graph.node[g].clone();
-            let kernel = kernels(&def, device.device_type()).map_err(|e| name_node(e, &def))?;
+            let kernel = if crate::kernels::functional::is_functional(&def.op) {
+                let library = graph.library.as_ref();
+                crate::kernels::functional::create(&def, library, device.device_type(), kernels)
+            } else {
+                kernels(&def, device.device_type())
+            }
+            .map_err(|e| name_node(e, &def))?;
             let inline = inline_kind(&def, device.device_type());
             nodes.push(PlanNode {
                 def,
