@@ -11,6 +11,8 @@ use tessera::proto::{
 use tessera::tensor::{DType, Tensor};
 use tessera::Code;
 
+mod kernels_support;
+
 fn node(name: &str, op: &str, inputs: &[&str], attrs: &[(&str, AttrValue)]) -> NodeDef {
     NodeDef {
         name: name.into(),
@@ -178,4 +180,32 @@ fn a_function_naming_an_unknown_output_is_refused_naming_it() {
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
     assert!(err.message().contains("function `double`"), "{err}");
     assert!(err.message().contains("no output `product`"), "{err}");
+}
+
+
+/// TensorFlow's own `global_step/cond` (golden `graph_monitored.pb`, written by TensorFlow
+/// 2.21 for a MonitoredTrainingSession): the initial value while the global step is not
+/// initialized, the variable once it is, through training steps.
+#[test]
+fn tensorflows_global_step_cond_reads_the_step_once_it_is_initialized() {
+    let graph: GraphDef = kernels_support::golden("graph_monitored.pb");
+    let session = Session::local();
+    session.extend(&graph).unwrap();
+    let step = |s: &Session| {
+        let out = s.run(&[], &["global_step/cond:0"], &[]).unwrap();
+        out[0].scalar_value::<i64>().unwrap()
+    };
+    // Not initialized: the else branch gives the initializer's value without a read.
+    assert_eq!(step(&session), 0);
+    let read = session.run(&[], &["global_step/Read/ReadVariableOp:0"], &[]);
+    assert_eq!(read.unwrap_err().code(), Code::FailedPrecondition);
+
+    session.run(&[], &[], &["init"]).unwrap();
+    let x = Tensor::from_vec([4, 64], vec![0.5f32; 256]).unwrap();
+    let y = Tensor::from_vec([4], vec![1i64, 2, 3, 4]).unwrap();
+    for _ in 0..3 {
+        let feeds = [("x:0", x.clone()), ("y:0", y.clone())];
+        session.run(&feeds, &[], &["Adagrad"]).unwrap();
+    }
+    assert_eq!(step(&session), 3);
 }

@@ -7,7 +7,7 @@ mod kernels_support;
 use std::collections::BTreeSet;
 
 use kernels_support::*;
-use tessera::kernels::{create_kernel, kernel_for, DeviceType};
+use tessera::kernels::{create_kernel, functional, kernel_for, DeviceType};
 use tessera::proto::GraphDef;
 use tessera::runtime::resource::ResourceMgr;
 
@@ -35,8 +35,15 @@ fn kernels_build_from_tensorflow_node_defs() {
         let mut built = 0;
         for n in &graph.node {
             if kernel_for(&n.op, DeviceType::Cpu).is_some() {
-                create_kernel(n, DeviceType::Cpu)
-                    .unwrap_or_else(|e| panic!("{file}: node `{}` ({}): {e}", n.name, n.op));
+                // `If` (the global step's `cond`) instantiates its branches from the graph's
+                // function library, as the executor creates it.
+                if functional::is_functional(&n.op) {
+                    let library = graph.library.as_ref();
+                    functional::create(n, library, DeviceType::Cpu, &create_kernel)
+                } else {
+                    create_kernel(n, DeviceType::Cpu)
+                }
+                .unwrap_or_else(|e| panic!("{file}: node `{}` ({}): {e}", n.name, n.op));
                 built += 1;
             }
         }
