@@ -182,7 +182,6 @@ fn a_function_naming_an_unknown_output_is_refused_naming_it() {
     assert!(err.message().contains("no output `product`"), "{err}");
 }
 
-
 /// TensorFlow's own `global_step/cond` (golden `graph_monitored.pb`, written by TensorFlow
 /// 2.21 for a MonitoredTrainingSession): the initial value while the global step is not
 /// initialized, the variable once it is, through training steps.

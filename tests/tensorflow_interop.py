@@ -16,6 +16,13 @@ Usage:
       and training accuracy. --no-cluster-def leaves the cluster out of the
       session's ConfigProto (a TensorFlow server refuses one naming itself).
 
+  tensorflow_interop.py monitored --ps ADDR --worker ADDR --checkpoint-dir DIR --last-step N
+      Trains a softmax regression (momentum, a global step) as TensorFlow 1 programs do, with
+      tf.compat.v1.train.MonitoredTrainingSession as chief: it initialises or restores from
+      DIR, stops at step N and saves checkpoints there. Prints one JSON line: the global step
+      when the session opened, the checkpoint TensorFlow finds in DIR afterwards, the global
+      step and variable names in it.
+
 Exits 2 when TensorFlow cannot be imported.
 """
 
@@ -116,6 +123,50 @@ def train(args):
     )
 
 
+def monitored(args):
+    tf.compat.v1.disable_eager_execution()
+    spec = cluster(args)
+    setter = tf.compat.v1.train.replica_device_setter(cluster=spec, worker_device="/job:worker/task:0")
+    with tf.Graph().as_default(), tf.compat.v1.device(setter):
+        step = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.int64, [None])
+        logits = dense(x, 4, 3, "softmax")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        train_op = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, global_step=step)
+        rng = np.random.default_rng(0)
+        xs = rng.normal(size=(64, 4)).astype(np.float32)
+        ys = (xs[:, 0] > 0).astype(np.int64)
+        hooks = [tf.compat.v1.train.StopAtStepHook(last_step=args.last_step)]
+        config = tf.compat.v1.ConfigProto(cluster_def=spec.as_cluster_def())
+        with tf.compat.v1.train.MonitoredTrainingSession(
+            master="grpc://" + args.worker,
+            is_chief=True,
+            checkpoint_dir=args.checkpoint_dir,
+            hooks=hooks,
+            config=config,
+            save_checkpoint_steps=10,
+            log_step_count_steps=None,
+            save_summaries_steps=None,
+        ) as session:
+            start = int(session.run(step))
+            while not session.should_stop():
+                session.run(train_op, {x: xs, y: ys})
+    checkpoint = tf.train.latest_checkpoint(args.checkpoint_dir)
+    reader = tf.train.load_checkpoint(checkpoint)
+    print(
+        json.dumps(
+            {
+                "start_step": start,
+                "checkpoint": os.path.basename(checkpoint),
+                "checkpoint_step": int(reader.get_tensor("global_step")),
+                "variables": sorted(reader.get_variable_to_shape_map()),
+            }
+        ),
+        flush=True,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -123,11 +174,14 @@ def main():
     server.add_argument("job", choices=["ps", "worker"])
     trainer = commands.add_parser("train")
     trainer.add_argument("--no-cluster-def", action="store_true")
-    for command in (server, trainer):
+    chief = commands.add_parser("monitored")
+    chief.add_argument("--checkpoint-dir", required=True)
+    chief.add_argument("--last-step", type=int, required=True)
+    for command in (server, trainer, chief):
         command.add_argument("--ps", required=True)
         command.add_argument("--worker", required=True)
     args = parser.parse_args()
-    serve(args) if args.command == "server" else train(args)
+    {"server": serve, "train": train, "monitored": monitored}[args.command](args)
 
 
 if __name__ == "__main__":

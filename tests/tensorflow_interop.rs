@@ -7,7 +7,10 @@
 //! - a TensorFlow client on a tessera cluster (tessera's master, worker and ps);
 //! - a TensorFlow ps under a tessera worker: tessera's master registers and runs the ps's
 //!   partition on TensorFlow's worker service, and each side pulls tensors from the other;
-//! - a TensorFlow worker (its master) with a tessera ps: TensorFlow drives tessera.
+//! - a TensorFlow worker (its master) with a tessera ps: TensorFlow drives tessera;
+//! - TensorFlow 1's `MonitoredTrainingSession` as chief on a tessera cluster: it initialises,
+//!   saves checkpoints (tessera's ps writes them, TensorFlow reads them), and after the
+//!   cluster is replaced restores from them and goes on.
 //!
 //! They need a Python with TensorFlow (`$TESSERA_TF_PYTHON`, else `python3`); without one
 //! they print why and pass. CI installs `tensorflow-cpu` in a virtual environment for them.
@@ -161,18 +164,18 @@ impl Trained {
 
 /// Runs the TensorFlow client's training against the worker at `worker`.
 fn train(python: &str, ps: SocketAddr, worker: SocketAddr, cluster_def: bool) -> Trained {
-    let mut command = Command::new(python);
-    command.args([
-        SCRIPT,
-        "train",
-        "--ps",
-        &ps.to_string(),
-        "--worker",
-        &worker.to_string(),
-    ]);
+    let mut args = vec!["train".to_string()];
     if !cluster_def {
-        command.arg("--no-cluster-def");
+        args.push("--no-cluster-def".into());
     }
+    client(python, ps, worker, &args)
+}
+
+/// Runs the script's client `args` for the cluster (`ps`, `worker`); returns its JSON line.
+fn client(python: &str, ps: SocketAddr, worker: SocketAddr, args: &[String]) -> Trained {
+    let mut command = Command::new(python);
+    command.arg(SCRIPT).args(args);
+    command.args(["--ps", &ps.to_string(), "--worker", &worker.to_string()]);
     let output = run_with_deadline(command, TRAIN_DEADLINE);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -250,4 +253,52 @@ fn a_tensorflow_master_runs_its_variables_on_a_tessera_ps() {
     let _cluster = bound.start(&[("worker", 0, worker.addr)], TEST_TIMEOUTS);
     // A TensorFlow server refuses a session whose cluster names itself; it has the cluster.
     train(&python, ps, worker.addr, false).assert_trained();
+}
+
+#[test]
+fn a_tensorflow_monitored_session_saves_and_restores_on_tessera() {
+    let Some(python) = tensorflow_python("tensorflow monitored session") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let monitored = |cluster: &Cluster, last_step: i64| {
+        let args = [
+            "monitored".to_string(),
+            "--checkpoint-dir".into(),
+            dir.path().to_string_lossy().into_owned(),
+            "--last-step".into(),
+            last_step.to_string(),
+        ];
+        client(
+            &python,
+            cluster.addr("ps", 0),
+            cluster.addr("worker", 0),
+            &args,
+        )
+    };
+    // A fresh cluster and no checkpoint: the chief initialises, trains to 30, saves.
+    let first = Cluster::start(&[("ps", 1), ("worker", 1)]);
+    let run = monitored(&first, 30);
+    assert_eq!(run.json["start_step"].as_i64(), Some(0), "{}", run.json);
+    assert_eq!(run.json["checkpoint"].as_str(), Some("model.ckpt-30"));
+    assert_eq!(run.json["checkpoint_step"].as_i64(), Some(30));
+    let variables = run.strings("variables");
+    for name in [
+        "global_step",
+        "softmax/w",
+        "softmax/w/Momentum",
+        "softmax/b",
+    ] {
+        assert!(
+            variables.iter().any(|v| v == name),
+            "{name} not in {variables:?}"
+        );
+    }
+    // Another cluster, its ps empty: the chief restores step 30 and goes on to 50.
+    drop(first);
+    let second = Cluster::start(&[("ps", 1), ("worker", 1)]);
+    let run = monitored(&second, 50);
+    assert_eq!(run.json["start_step"].as_i64(), Some(30), "{}", run.json);
+    assert_eq!(run.json["checkpoint"].as_str(), Some("model.ckpt-50"));
+    assert_eq!(run.json["checkpoint_step"].as_i64(), Some(50));
 }
