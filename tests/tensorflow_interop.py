@@ -16,6 +16,12 @@ Usage:
       and training accuracy. --no-cluster-def leaves the cluster out of the
       session's ConfigProto (a TensorFlow server refuses one naming itself).
 
+  tensorflow_interop.py sync --ps ADDR --worker ADDR,ADDR --index I
+      Worker I of two training synchronously with tf.compat.v1.train.SyncReplicasOptimizer
+      (gradients of both workers averaged per update, worker 0 the chief) in a
+      MonitoredTrainingSession to global step 20. The chief prints "ready" once the model is
+      initialised; each prints one JSON line at the end: the worker, its local steps and the
+      last global step it saw.
   tensorflow_interop.py monitored --ps ADDR --worker ADDR --checkpoint-dir DIR --last-step N
       Trains a softmax regression (momentum, a global step) as TensorFlow 1 programs do, with
       tf.compat.v1.train.MonitoredTrainingSession as chief: it initialises or restores from
@@ -44,7 +50,7 @@ STEPS = 150
 
 
 def cluster(args):
-    return tf.train.ClusterSpec({"ps": [args.ps], "worker": [args.worker]})
+    return tf.train.ClusterSpec({"ps": [args.ps], "worker": args.worker.split(",")})
 
 
 def serve(args):
@@ -103,7 +109,8 @@ def train(args):
     config = None if args.no_cluster_def else tf.compat.v1.ConfigProto(
         cluster_def=spec.as_cluster_def()
     )
-    with tf.compat.v1.Session("grpc://" + args.worker, graph=graph, config=config) as session:
+    worker = args.worker.split(",")[0]
+    with tf.compat.v1.Session("grpc://" + worker, graph=graph, config=config) as session:
         devices = [d.name for d in session.list_devices()]
         losses, step, accuracy = run(session, ops)
     print(
@@ -140,7 +147,7 @@ def monitored(args):
         hooks = [tf.compat.v1.train.StopAtStepHook(last_step=args.last_step)]
         config = tf.compat.v1.ConfigProto(cluster_def=spec.as_cluster_def())
         with tf.compat.v1.train.MonitoredTrainingSession(
-            master="grpc://" + args.worker,
+            master="grpc://" + args.worker.split(",")[0],
             is_chief=True,
             checkpoint_dir=args.checkpoint_dir,
             hooks=hooks,
@@ -167,6 +174,59 @@ def monitored(args):
     )
 
 
+def sync(args):
+    tf.compat.v1.disable_eager_execution()
+    spec = cluster(args)
+    workers = args.worker.split(",")
+    me = f"/job:worker/task:{args.index}"
+    setter = tf.compat.v1.train.replica_device_setter(cluster=spec, worker_device=me)
+    with tf.Graph().as_default(), tf.compat.v1.device(setter):
+        step = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        y = tf.compat.v1.placeholder(tf.int64, [None])
+        logits = dense(x, 4, 3, "softmax")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5),
+            replicas_to_aggregate=len(workers),
+            total_num_replicas=len(workers),
+        )
+        train_op = optimizer.minimize(loss, global_step=step)
+        chief = args.index == 0
+        hooks = [
+            optimizer.make_session_run_hook(chief),
+            tf.compat.v1.train.StopAtStepHook(last_step=20),
+        ]
+        rng = np.random.default_rng(args.index)
+        xs = rng.normal(size=(32, 4)).astype(np.float32)
+        ys = (xs[:, 0] > 0).astype(np.int64)
+        # The chief's aggregation loop ends blocked in its accumulators' take: a bounded step
+        # ends it when the chief closes its session.
+        config = tf.compat.v1.ConfigProto(
+            cluster_def=spec.as_cluster_def(),
+            device_filters=["/job:ps", me],
+            operation_timeout_in_ms=10000,
+        )
+        local_steps, last_step = 0, None
+        with tf.compat.v1.train.MonitoredTrainingSession(
+            master="grpc://" + workers[args.index],
+            is_chief=chief,
+            hooks=hooks,
+            config=config,
+            log_step_count_steps=None,
+            save_summaries_steps=None,
+        ) as session:
+            if chief:
+                print("ready", flush=True)  # initialised: the other worker may start
+            while not session.should_stop():
+                _, last_step = session.run([train_op, step], {x: xs, y: ys})
+                local_steps += 1
+    print(
+        json.dumps({"worker": args.index, "local_steps": local_steps, "last_step": int(last_step)}),
+        flush=True,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -177,11 +237,13 @@ def main():
     chief = commands.add_parser("monitored")
     chief.add_argument("--checkpoint-dir", required=True)
     chief.add_argument("--last-step", type=int, required=True)
-    for command in (server, trainer, chief):
+    replica = commands.add_parser("sync")
+    replica.add_argument("--index", type=int, required=True)
+    for command in (server, trainer, chief, replica):
         command.add_argument("--ps", required=True)
         command.add_argument("--worker", required=True)
     args = parser.parse_args()
-    {"server": serve, "train": train, "monitored": monitored}[args.command](args)
+    {"server": serve, "train": train, "monitored": monitored, "sync": sync}[args.command](args)
 
 
 if __name__ == "__main__":

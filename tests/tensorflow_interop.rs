@@ -10,21 +10,23 @@
 //! - a TensorFlow worker (its master) with a tessera ps: TensorFlow drives tessera;
 //! - TensorFlow 1's `MonitoredTrainingSession` as chief on a tessera cluster: it initialises,
 //!   saves checkpoints (tessera's ps writes them, TensorFlow reads them), and after the
-//!   cluster is replaced restores from them and goes on.
+//!   cluster is replaced restores from them and goes on;
+//! - two TensorFlow workers training synchronously with `SyncReplicasOptimizer` (its
+//!   accumulators, token queue and chief queue runner) on a tessera ps and workers.
 //!
 //! They need a Python with TensorFlow (`$TESSERA_TF_PYTHON`, else `python3`); without one
 //! they print why and pass. CI installs `tensorflow-cpu` in a virtual environment for them.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 mod support;
 
-use support::cluster::{Bound, Cluster, TEST_TIMEOUTS};
+use support::cluster::{Bound, Cluster, EXIT_DEADLINE, TEST_TIMEOUTS};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorflow_interop.py");
 /// Importing TensorFlow takes seconds; a cold one on a busy two-core machine, more.
@@ -59,7 +61,7 @@ fn tensorflow_python(test: &str) -> Option<String> {
 
 /// A TensorFlow server process, killed when dropped.
 struct TfServer {
-    child: Child,
+    _client: Client,
     /// Held open: the script serves until its stdin closes.
     _stdin: ChildStdin,
     addr: SocketAddr,
@@ -69,26 +71,13 @@ impl TfServer {
     /// Starts TensorFlow's server as task 0 of `job`, in a cluster of one ps and one worker at
     /// `ps` and `worker` (its own address ends in `:0`); returns once it says where it serves.
     fn start(python: &str, job: &str, ps: &str, worker: &str) -> TfServer {
-        let mut child = Command::new(python)
-            .args([SCRIPT, "server", job, "--ps", ps, "--worker", worker])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the TensorFlow server");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx.recv_timeout(SERVE_DEADLINE).unwrap_or_else(|e| {
-            let _ = child.kill();
-            panic!("TensorFlow's {job} server said nothing within {SERVE_DEADLINE:?}: {e}")
-        });
+        let mut command = Command::new(python);
+        command.args([SCRIPT, "server", job, "--ps", ps, "--worker", worker]);
+        command.stdin(Stdio::piped());
+        let mut client = Client::spawn(command);
+        let stdin = client.child.stdin.take().expect("piped stdin");
+        let line = client.next_line(SERVE_DEADLINE);
+        let line = line.unwrap_or_else(|| panic!("TensorFlow's {job} server ended at once"));
         let target = line
             .strip_prefix("tensorflow: serving grpc://")
             .unwrap_or_else(|| panic!("TensorFlow's {job} server said: {line}"));
@@ -98,17 +87,10 @@ impl TfServer {
             .and_then(|p| p.parse::<u16>().ok());
         let addr = SocketAddr::from(([127, 0, 0, 1], port.expect("a port")));
         TfServer {
-            child,
+            _client: client,
             _stdin: stdin,
             addr,
         }
-    }
-}
-
-impl Drop for TfServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -173,43 +155,111 @@ fn train(python: &str, ps: SocketAddr, worker: SocketAddr, cluster_def: bool) ->
 
 /// Runs the script's client `args` for the cluster (`ps`, `worker`); returns its JSON line.
 fn client(python: &str, ps: SocketAddr, worker: SocketAddr, args: &[String]) -> Trained {
-    let mut command = Command::new(python);
-    command.arg(SCRIPT).args(args);
-    command.args(["--ps", &ps.to_string(), "--worker", &worker.to_string()]);
-    let output = run_with_deadline(command, TRAIN_DEADLINE);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the TensorFlow client failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let line = stdout.lines().last().unwrap_or_default();
-    let json = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    eprintln!("trained: {json}");
-    Trained { json }
+    client_of(python, ps, &worker.to_string(), args)
 }
 
-/// Runs `command` to its end; kills it and panics past `deadline`.
-fn run_with_deadline(mut command: Command, deadline: Duration) -> Output {
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the TensorFlow client");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(deadline) {
-        Ok(output) => output.expect("the TensorFlow client's output"),
-        Err(_) => {
-            // SAFETY: kill(2) on the child we spawned, which has not been reaped.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("the TensorFlow client did not finish within {deadline:?}")
+/// Runs the script's client `args` for the cluster (`ps`, `workers`: `host:port,...`).
+fn client_of(python: &str, ps: SocketAddr, workers: &str, args: &[String]) -> Trained {
+    Client::start(python, ps, workers, args).finish()
+}
+
+/// A running script, its stdout read line by line; killed if dropped before it ends.
+struct Client {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Client {
+    /// Starts the script's client `args` for the cluster (`ps`, `workers`).
+    fn start(python: &str, ps: SocketAddr, workers: &str, args: &[String]) -> Client {
+        let mut command = Command::new(python);
+        command.arg(SCRIPT).args(args);
+        command.args(["--ps", &ps.to_string(), "--worker", workers]);
+        command.stdin(Stdio::null());
+        Client::spawn(command)
+    }
+
+    /// Spawns `command` with its stdout piped to us and its stderr to the test's.
+    fn spawn(mut command: Command) -> Client {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the TensorFlow script");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        Client {
+            child,
+            lines,
+            seen: Vec::new(),
         }
+    }
+
+    /// The next line the script prints, within `deadline`; `None` once its stdout closed.
+    fn next_line(&mut self, deadline: Duration) -> Option<String> {
+        match self.lines.recv_timeout(deadline) {
+            Ok(line) => {
+                self.seen.push(line.clone());
+                Some(line)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "the TensorFlow script printed nothing within {deadline:?} (so far: {:?})",
+                self.seen
+            ),
+        }
+    }
+
+    /// Waits for the line `want`.
+    fn wait_for(&mut self, want: &str) {
+        while let Some(line) = self.next_line(TRAIN_DEADLINE) {
+            if line == want {
+                return;
+            }
+        }
+        panic!(
+            "the TensorFlow script ended without printing `{want}`: {:?}",
+            self.seen
+        );
+    }
+
+    /// Reads to the end; the script must exit 0 with a JSON line last.
+    fn finish(mut self) -> Trained {
+        while self.next_line(TRAIN_DEADLINE).is_some() {}
+        let end = std::time::Instant::now() + EXIT_DEADLINE;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("the script's status") {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "the script closed its stdout but lives on"
+            );
+            thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "the TensorFlow script failed ({status}): {:?}",
+            self.seen
+        );
+        let line = self.seen.last().cloned().unwrap_or_default();
+        let json = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {:?}", self.seen));
+        eprintln!("trained: {json}");
+        Trained { json }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -301,4 +351,44 @@ fn a_tensorflow_monitored_session_saves_and_restores_on_tessera() {
     assert_eq!(run.json["start_step"].as_i64(), Some(30), "{}", run.json);
     assert_eq!(run.json["checkpoint"].as_str(), Some("model.ckpt-50"));
     assert_eq!(run.json["checkpoint_step"].as_i64(), Some(50));
+}
+
+#[test]
+fn tensorflow_workers_train_synchronously_on_tessera() {
+    let Some(python) = tensorflow_python("tensorflow sync replicas") else {
+        return;
+    };
+    let cluster = Cluster::start(&[("ps", 1), ("worker", 2)]);
+    let workers = format!(
+        "{},{}",
+        cluster.addr("worker", 0),
+        cluster.addr("worker", 1)
+    );
+    let ps = cluster.addr("ps", 0);
+    // The chief first: a worker that finds the model uninitialized waits 30 s to look again.
+    let start = |index: usize| {
+        let args = ["sync".to_string(), "--index".into(), index.to_string()];
+        Client::start(&python, ps, &workers, &args)
+    };
+    let mut chief = start(0);
+    chief.wait_for("ready");
+    let other = start(1);
+    let runs = [chief.finish(), other.finish()];
+    // 20 updates of two gradients each: 40 steps at least between the workers (the chief may
+    // take them all: its initial tokens let it run ahead), and each worker saw the global
+    // step reach the last update, or the one before with its own last step.
+    let steps: i64 = runs
+        .iter()
+        .map(|r| r.json["local_steps"].as_i64().unwrap())
+        .sum();
+    assert!(steps >= 40, "{steps} steps in all");
+    for run in &runs {
+        assert!(
+            run.json["local_steps"].as_i64().unwrap() >= 1,
+            "{}",
+            run.json
+        );
+        let last = run.json["last_step"].as_i64().unwrap();
+        assert!((19..=20).contains(&last), "{}", run.json);
+    }
 }
