@@ -3,7 +3,7 @@
 TensorFlow client training between-graph style, in a cluster with tessera tasks.
 
 Usage:
-  tensorflow_interop.py server JOB --ps ADDR --worker ADDR
+  tensorflow_interop.py server JOB [--ps ADDR] --worker ADDR
       Starts TensorFlow's own gRPC server (tf.distribute.Server) as task 0 of JOB; its own
       address may end in :0 (the OS picks the port). Prints
       "tensorflow: serving grpc://HOST:PORT", then serves until stdin closes.
@@ -50,7 +50,10 @@ STEPS = 150
 
 
 def cluster(args):
-    return tf.train.ClusterSpec({"ps": [args.ps], "worker": args.worker.split(",")})
+    jobs = {"worker": args.worker.split(",")}
+    if args.ps:
+        jobs["ps"] = [args.ps]
+    return tf.train.ClusterSpec(jobs)
 
 
 def serve(args):
@@ -240,7 +243,7 @@ def main():
     replica = commands.add_parser("sync")
     replica.add_argument("--index", type=int, required=True)
     for command in (server, trainer, chief, replica):
-        command.add_argument("--ps", required=True)
+        command.add_argument("--ps", default="", help="none: a cluster of workers alone")
         command.add_argument("--worker", required=True)
     args = parser.parse_args()
     {"server": serve, "train": train, "monitored": monitored, "sync": sync}[args.command](args)

@@ -12,7 +12,9 @@
 //!   saves checkpoints (tessera's ps writes them, TensorFlow reads them), and after the
 //!   cluster is replaced restores from them and goes on;
 //! - two TensorFlow workers training synchronously with `SyncReplicasOptimizer` (its
-//!   accumulators, token queue and chief queue runner) on a tessera ps and workers.
+//!   accumulators, token queue and chief queue runner) on a tessera ps and workers;
+//! - tessera's Rust client on TensorFlow's server: a graph built with tessera's builder
+//!   (gradients and optimizer included) trains on TensorFlow's runtime as on tessera's.
 //!
 //! They need a Python with TensorFlow (`$TESSERA_TF_PYTHON`, else `python3`); without one
 //! they print why and pass. CI installs `tensorflow-cpu` in a virtual environment for them.
@@ -27,6 +29,7 @@ use std::time::Duration;
 mod support;
 
 use support::cluster::{Bound, Cluster, EXIT_DEADLINE, TEST_TIMEOUTS};
+use support::mlp;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorflow_interop.py");
 /// Importing TensorFlow takes seconds; a cold one on a busy two-core machine, more.
@@ -391,4 +394,20 @@ fn tensorflow_workers_train_synchronously_on_tessera() {
         let last = run.json["last_step"].as_i64().unwrap();
         assert!((19..=20).contains(&last), "{}", run.json);
     }
+}
+
+#[test]
+fn tesseras_client_trains_on_a_tensorflow_server_as_on_tessera() {
+    let Some(python) = tensorflow_python("tessera client") else {
+        return;
+    };
+    // TensorFlow's server alone, as the one worker of its cluster.
+    let server = TfServer::start(&python, "worker", "", "127.0.0.1:0");
+    let remote = tessera::client::Session::connect(&format!("grpc://{}", server.addr)).unwrap();
+    let on_tensorflow = mlp::train(&remote, &mlp::single_device_model());
+    let on_tessera = mlp::train(
+        &tessera::client::Session::local(),
+        &mlp::single_device_model(),
+    );
+    mlp::assert_same_training(&on_tensorflow, &on_tessera, 1e-5);
 }
