@@ -379,7 +379,8 @@ fn tensorflow_workers_train_synchronously_on_tessera() {
     let runs = [chief.finish(), other.finish()];
     // 20 updates of two gradients each: 40 steps at least between the workers (the chief may
     // take them all: its initial tokens let it run ahead), and each worker saw the global
-    // step reach the last update, or the one before with its own last step.
+    // step reach the last update (or the one before, fetched with its own last step; or one
+    // more, when the chief's aggregation loop applied the gradients still pending at the end).
     let steps: i64 = runs
         .iter()
         .map(|r| r.json["local_steps"].as_i64().unwrap())
@@ -392,7 +393,7 @@ fn tensorflow_workers_train_synchronously_on_tessera() {
             run.json
         );
         let last = run.json["last_step"].as_i64().unwrap();
-        assert!((19..=20).contains(&last), "{}", run.json);
+        assert!((19..=21).contains(&last), "{}", run.json);
     }
 }
 
