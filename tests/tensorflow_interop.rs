@@ -1,8 +1,8 @@
 //! Stock TensorFlow against tessera, live: TensorFlow 2's `tf.compat.v1.Session` client, and
 //! TensorFlow's own gRPC server as a cluster task, talking to `tessera serve` processes over
 //! TensorFlow's MasterService and WorkerService (`tests/tensorflow_interop.py` is TensorFlow's
-//! side). Each scenario trains the same MLP with Adam and a global step, the variables on the
-//! ps, and must reach the same result:
+//! side). The first three train one MLP with Adam and a global step, the variables on the
+//! ps, and must match TensorFlow training it alone in the client's process:
 //!
 //! - a TensorFlow client on a tessera cluster (tessera's master, worker and ps);
 //! - a TensorFlow ps under a tessera worker: tessera's master registers and runs the ps's
