@@ -72,7 +72,8 @@ struct TfServer {
 
 impl TfServer {
     /// Starts TensorFlow's server as task 0 of `job`, in a cluster of one ps and one worker at
-    /// `ps` and `worker` (its own address ends in `:0`); returns once it says where it serves.
+    /// `ps` and `worker` (no ps job when `ps` is empty; its own address ends in `:0`);
+    /// returns once it says where it serves.
     fn start(python: &str, job: &str, ps: &str, worker: &str) -> TfServer {
         let mut command = Command::new(python);
         command.args([SCRIPT, "server", job, "--ps", ps, "--worker", worker]);
