@@ -133,20 +133,31 @@ def train(args):
     )
 
 
+def softmax_regression():
+    """A 4-to-3 softmax regression with a global step, in the current graph and device scope:
+    returns (step, x, y, loss)."""
+    step = tf.compat.v1.train.get_or_create_global_step()
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    y = tf.compat.v1.placeholder(tf.int64, [None])
+    logits = dense(x, 4, 3, "softmax")
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+    return step, x, y, loss
+
+
+def batch(seed):
+    """32 examples of 4 features, labelled by the sign of the first."""
+    xs = np.random.default_rng(seed).normal(size=(32, 4)).astype(np.float32)
+    return xs, (xs[:, 0] > 0).astype(np.int64)
+
+
 def monitored(args):
     tf.compat.v1.disable_eager_execution()
     spec = cluster(args)
     setter = tf.compat.v1.train.replica_device_setter(cluster=spec, worker_device="/job:worker/task:0")
     with tf.Graph().as_default(), tf.compat.v1.device(setter):
-        step = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-        y = tf.compat.v1.placeholder(tf.int64, [None])
-        logits = dense(x, 4, 3, "softmax")
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        step, x, y, loss = softmax_regression()
         train_op = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, global_step=step)
-        rng = np.random.default_rng(0)
-        xs = rng.normal(size=(64, 4)).astype(np.float32)
-        ys = (xs[:, 0] > 0).astype(np.int64)
+        xs, ys = batch(0)
         hooks = [tf.compat.v1.train.StopAtStepHook(last_step=args.last_step)]
         config = tf.compat.v1.ConfigProto(cluster_def=spec.as_cluster_def())
         with tf.compat.v1.train.MonitoredTrainingSession(
@@ -184,11 +195,7 @@ def sync(args):
     me = f"/job:worker/task:{args.index}"
     setter = tf.compat.v1.train.replica_device_setter(cluster=spec, worker_device=me)
     with tf.Graph().as_default(), tf.compat.v1.device(setter):
-        step = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-        y = tf.compat.v1.placeholder(tf.int64, [None])
-        logits = dense(x, 4, 3, "softmax")
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        step, x, y, loss = softmax_regression()
         optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(0.5),
             replicas_to_aggregate=len(workers),
@@ -200,9 +207,7 @@ def sync(args):
             optimizer.make_session_run_hook(chief),
             tf.compat.v1.train.StopAtStepHook(last_step=20),
         ]
-        rng = np.random.default_rng(args.index)
-        xs = rng.normal(size=(32, 4)).astype(np.float32)
-        ys = (xs[:, 0] > 0).astype(np.int64)
+        xs, ys = batch(args.index)
         # The chief's aggregation loop ends blocked in its accumulators' take: a bounded step
         # ends it when the chief closes its session.
         config = tf.compat.v1.ConfigProto(
