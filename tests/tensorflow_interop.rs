@@ -28,7 +28,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::cluster::{Bound, Cluster, EXIT_DEADLINE, TEST_TIMEOUTS};
+use support::cluster::{wait_with_deadline, Bound, Cluster, TEST_TIMEOUTS};
 use support::mlp;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorflow_interop.py");
@@ -79,7 +79,8 @@ impl TfServer {
         command.args([SCRIPT, "server", job, "--ps", ps, "--worker", worker]);
         command.stdin(Stdio::piped());
         let mut client = Client::spawn(command);
-        let stdin = client.child.stdin.take().expect("piped stdin");
+        let stdin = client.child.as_mut().and_then(|c| c.stdin.take());
+        let stdin = stdin.expect("piped stdin");
         let line = client.next_line(SERVE_DEADLINE);
         let line = line.unwrap_or_else(|| panic!("TensorFlow's {job} server ended at once"));
         let target = line
@@ -169,7 +170,8 @@ fn client_of(python: &str, ps: SocketAddr, workers: &str, args: &[String]) -> Tr
 
 /// A running script, its stdout read line by line; killed if dropped before it ends.
 struct Client {
-    child: Child,
+    /// The process, until [`Client::finish`] reaps it.
+    child: Option<Child>,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
@@ -200,7 +202,7 @@ impl Client {
             }
         });
         Client {
-            child,
+            child: Some(child),
             lines,
             seen: Vec::new(),
         }
@@ -237,17 +239,8 @@ impl Client {
     /// Reads to the end; the script must exit 0 with a JSON line last.
     fn finish(mut self) -> Trained {
         while self.next_line(TRAIN_DEADLINE).is_some() {}
-        let end = std::time::Instant::now() + EXIT_DEADLINE;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("the script's status") {
-                break status;
-            }
-            assert!(
-                std::time::Instant::now() < end,
-                "the script closed its stdout but lives on"
-            );
-            thread::sleep(Duration::from_millis(20));
-        };
+        let child = self.child.take().expect("a running script");
+        let status = wait_with_deadline(child, "the TensorFlow script");
         assert!(
             status.success(),
             "the TensorFlow script failed ({status}): {:?}",
@@ -262,8 +255,10 @@ impl Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

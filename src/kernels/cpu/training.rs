@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use super::numeric::Float;
 use super::variable::{handle_input, lookup_var, uninitialized, write_lock};
-use crate::error::Result;
+use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
@@ -166,7 +166,7 @@ impl Update {
     /// The update of `node`, an optimizer op ([`Rule::of`]).
     pub fn new(node: &NodeDef) -> Result<Update> {
         let rule = Rule::of(&node.op).ok_or_else(|| {
-            crate::error::Status::invalid_argument(format!(
+            Status::invalid_argument(format!(
                 "node `{}`: {} is not an optimizer update",
                 node.name, node.op
             ))
