@@ -48,7 +48,7 @@ pub fn scalar(dtype: DType, value: f64) -> Result<TensorProto> {
             bool_val: vec![value != 0.0],
             ..proto(dtype, &[])
         },
-        DType::String | DType::Resource => {
+        DType::String | DType::Resource | DType::Variant => {
             return Err(Status::invalid_argument(format!(
                 "no numeric scalar of dtype {dtype}"
             )))

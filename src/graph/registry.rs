@@ -39,6 +39,9 @@ pub struct ArgDef {
     pub ty: ArgType,
     /// For `N * T` arguments, the `int` attr counting the tensors.
     pub number_attr: Option<String>,
+    /// A reference argument (`Ref(T)`): the tensor aliases a variable's storage instead of
+    /// holding a value (TensorFlow 1's `VariableV2`, `Assign`, `Apply*`, `RefSwitch`).
+    pub is_ref: bool,
 }
 
 /// One attr of an op.
@@ -157,6 +160,17 @@ impl OpDef {
         arg_types(node, &self.inputs)
     }
 
+    /// For each of the node's inputs, whether it is a reference input (`Ref(T)`): the kernel
+    /// gets the variable itself, not its value.
+    pub fn ref_inputs(&self, node: &NodeDef) -> Result<Vec<bool>> {
+        arg_flags(node, &self.inputs)
+    }
+
+    /// For each of the node's outputs, whether it is a reference output (`Ref(T)`).
+    pub fn ref_outputs(&self, node: &NodeDef) -> Result<Vec<bool>> {
+        arg_flags(node, &self.outputs)
+    }
+
     /// Returns the dtypes of the node's outputs (attrs must be filled in).
     pub fn output_types(&self, node: &NodeDef) -> Result<Vec<DType>> {
         arg_types(node, &self.outputs)
@@ -218,6 +232,14 @@ fn check_attr_kind(node: &NodeDef, a: &AttrDef, value: Option<&Value>) -> Result
 /// How many tensors argument `arg` of `node`'s op stands for (1, or its `N` or list length).
 pub fn arg_count(node: &NodeDef, arg: &ArgDef) -> Result<usize> {
     Ok(arg_types(node, std::slice::from_ref(arg))?.len())
+}
+
+fn arg_flags(node: &NodeDef, args: &[ArgDef]) -> Result<Vec<bool>> {
+    let mut out = Vec::new();
+    for arg in args {
+        out.extend(std::iter::repeat_n(arg.is_ref, arg_count(node, arg)?));
+    }
+    Ok(out)
 }
 
 fn arg_types(node: &NodeDef, args: &[ArgDef]) -> Result<Vec<DType>> {
@@ -316,6 +338,10 @@ impl OpBuilder {
             .split_once(':')
             .unwrap_or_else(|| panic!("op {}: bad arg `{spec}`", self.def.name));
         let ty = ty.trim();
+        let (is_ref, ty) = match ty.strip_prefix("Ref(").and_then(|t| t.strip_suffix(')')) {
+            Some(inner) => (true, inner.trim()),
+            None => (false, ty),
+        };
         let (number_attr, ty) = match ty.split_once('*') {
             Some((n, t)) => (Some(n.trim().to_string()), t.trim()),
             None => (None, ty),
@@ -332,6 +358,7 @@ impl OpBuilder {
             name: name.trim().to_string(),
             ty,
             number_attr,
+            is_ref,
         }
     }
 }

@@ -34,6 +34,12 @@ pub struct OpContext<'a> {
     step: Option<&'a StepOptions>,
     /// The device's memory budget, when it has a limit.
     memory: Option<&'a Arc<MemoryBudget>>,
+    /// The frame and iteration the node runs in: `(0, 0)` outside while loops. Rendezvous keys
+    /// of `_Send`/`_Recv` inside a loop carry it, so each iteration's tensor has its own key.
+    frame_iter: (u64, i64),
+    /// Whether the node's inputs are dead (an untaken branch). Only transfer nodes
+    /// (`_Send`/`_Recv`) run dead, to carry the deadness to the other side of their edge.
+    input_dead: bool,
 }
 
 impl<'a> OpContext<'a> {
@@ -54,7 +60,46 @@ impl<'a> OpContext<'a> {
             step_id,
             step: None,
             memory: None,
+            frame_iter: (0, 0),
+            input_dead: false,
         }
+    }
+
+    /// The same context in iteration `frame_iter.1` of the while-loop frame `frame_iter.0`.
+    pub fn with_frame_iter(mut self, frame_iter: (u64, i64)) -> Self {
+        self.frame_iter = frame_iter;
+        self
+    }
+
+    /// Returns the frame and iteration the node runs in (`(0, 0)` outside loops).
+    pub fn frame_iter(&self) -> (u64, i64) {
+        self.frame_iter
+    }
+
+    /// The same context for a transfer node whose input is dead.
+    pub fn with_dead_input(mut self, dead: bool) -> Self {
+        self.input_dead = dead;
+        self
+    }
+
+    /// Whether the node's input is dead (only transfer nodes run with a dead input).
+    pub fn is_input_dead(&self) -> bool {
+        self.input_dead
+    }
+
+    /// Returns reference input `i` (a `Ref(T)` input): the variable and its name.
+    /// INVALID_ARGUMENT naming the node when the input holds a value instead.
+    pub fn ref_input(&self, i: usize) -> Result<(Arc<crate::tensor::Var>, String)> {
+        let t = self.input(i)?;
+        t.referenced()
+            .map(|(var, name)| (var.clone(), name.to_string()))
+            .ok_or_else(|| {
+                self.invalid(format!(
+                    "input {i} must be a reference to a variable (a `Ref(T)` edge, e.g. from \
+                     VariableV2), got a {} value",
+                    t.dtype()
+                ))
+            })
     }
 
     /// The same context on a device whose memory `memory` accounts (see [`MemoryBudget`]):

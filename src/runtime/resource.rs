@@ -5,10 +5,10 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Result, Status};
-use crate::tensor::{DType, PartialShape, Tensor};
+
 
 /// A resource that can live in a [`ResourceMgr`].
 pub trait Resource: Any + Send + Sync {
@@ -16,27 +16,8 @@ pub trait Resource: Any + Send + Sync {
     fn type_name(&self) -> &'static str;
 }
 
-/// A resource variable: a dtype, a declared shape and a value once initialized.
-#[derive(Debug)]
-pub struct Var {
-    /// The dtype every assigned value must have.
-    pub dtype: DType,
-    /// The declared shape (the `shape` attr of the VarHandleOp).
-    pub shape: PartialShape,
-    /// The value; `None` until the first assignment.
-    pub value: RwLock<Option<Tensor>>,
-}
-
-impl Var {
-    /// An uninitialized variable.
-    pub fn new(dtype: DType, shape: PartialShape) -> Self {
-        Self {
-            dtype,
-            shape,
-            value: RwLock::new(None),
-        }
-    }
-}
+/// A variable (resource or reference); its storage is described in [`crate::tensor::Var`].
+pub use crate::tensor::Var;
 
 impl Resource for Var {
     fn type_name(&self) -> &'static str {

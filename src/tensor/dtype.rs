@@ -22,11 +22,14 @@ pub enum DType {
     String,
     /// `DT_RESOURCE`, a handle to a variable or another resource on one device.
     Resource,
+    /// `DT_VARIANT`, one opaque value per element (a `TensorList`); it lives on the task that
+    /// made it and never crosses the wire.
+    Variant,
 }
 
 impl DType {
     /// Every dtype, in TensorFlow's numbering order.
-    pub const ALL: [DType; 7] = [
+    pub const ALL: [DType; 8] = [
         DType::Float,
         DType::Double,
         DType::Int32,
@@ -34,6 +37,7 @@ impl DType {
         DType::Int64,
         DType::Bool,
         DType::Resource,
+        DType::Variant,
     ];
 
     /// Returns the size of one element in bytes, or `None` for variable-size types.
@@ -42,7 +46,7 @@ impl DType {
             DType::Float | DType::Int32 => Some(4),
             DType::Double | DType::Int64 => Some(8),
             DType::Bool => Some(1),
-            DType::String | DType::Resource => None,
+            DType::String | DType::Resource | DType::Variant => None,
         }
     }
 
@@ -71,6 +75,7 @@ impl DType {
             DType::Bool => DataType::DtBool,
             DType::String => DataType::DtString,
             DType::Resource => DataType::DtResource,
+            DType::Variant => DataType::DtVariant,
         }
     }
 
@@ -84,10 +89,11 @@ impl DType {
             DataType::DtBool | DataType::DtBoolRef => DType::Bool,
             DataType::DtString | DataType::DtStringRef => DType::String,
             DataType::DtResource | DataType::DtResourceRef => DType::Resource,
+            DataType::DtVariant | DataType::DtVariantRef => DType::Variant,
             other => {
                 return Err(Status::unimplemented(format!(
                     "data type {} is not supported by tessera (supported: float32, float64, \
-                     int32, int64, bool, string, resource)",
+                     int32, int64, bool, string, resource, variant)",
                     other.as_str_name()
                 )))
             }
@@ -111,6 +117,7 @@ impl DType {
             DType::Bool => "bool",
             DType::String => "string",
             DType::Resource => "resource",
+            DType::Variant => "variant",
         }
     }
 }

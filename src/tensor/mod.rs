@@ -11,6 +11,7 @@
 mod dtype;
 mod proto;
 mod shape;
+mod var;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -22,6 +23,7 @@ use ndarray::{ArrayD, ArrayViewD, IxDyn};
 pub use dtype::DType;
 pub use proto::MAX_PROTO_TENSOR_BYTES;
 pub use shape::{PartialShape, Shape};
+pub use var::Var;
 
 use crate::error::{Result, Status};
 
@@ -38,8 +40,11 @@ pub struct ResourceHandle {
     pub type_name: String,
 }
 
+/// One element of a variant tensor: an opaque value a kernel family defines (a `TensorList`).
+pub type VariantValue = Arc<dyn std::any::Any + Send + Sync>;
+
 /// The elements of a tensor.
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 enum Data {
     /// Fixed-size elements, little-endian, row-major.
     Bytes(Bytes),
@@ -47,6 +52,25 @@ enum Data {
     Strings(Arc<[Bytes]>),
     /// One handle per element.
     Resources(Arc<[ResourceHandle]>),
+    /// One opaque value per element.
+    Variants(Arc<[VariantValue]>),
+    /// A reference to a variable's storage (a TensorFlow ref edge), with the variable's name.
+    Ref(Arc<Var>, Arc<str>),
+}
+
+impl PartialEq for Data {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Data::Bytes(a), Data::Bytes(b)) => a == b,
+            (Data::Strings(a), Data::Strings(b)) => a == b,
+            (Data::Resources(a), Data::Resources(b)) => a == b,
+            (Data::Variants(a), Data::Variants(b)) => {
+                a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| Arc::ptr_eq(x, y))
+            }
+            (Data::Ref(a, _), Data::Ref(b, _)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 /// A host tensor: dtype, shape and elements. Cheap to clone (the buffer is shared).
@@ -238,6 +262,116 @@ impl Tensor {
         })
     }
 
+    /// A variant tensor of this shape, one opaque value per element.
+    pub fn from_variants(shape: impl Into<Shape>, values: Vec<VariantValue>) -> Result<Self> {
+        let shape = shape.into();
+        if values.len() != shape.num_elements() {
+            return Err(Status::invalid_argument(format!(
+                "{} values given for a variant tensor of shape {shape}",
+                values.len()
+            )));
+        }
+        Ok(Self {
+            dtype: DType::Variant,
+            shape,
+            data: Data::Variants(values.into()),
+        })
+    }
+
+    /// A scalar variant tensor.
+    pub fn variant(value: VariantValue) -> Self {
+        Self {
+            dtype: DType::Variant,
+            shape: Shape::scalar(),
+            data: Data::Variants(Arc::from([value])),
+        }
+    }
+
+    /// A reference to variable `var` named `name` (the value of a TensorFlow ref edge, such as
+    /// `VariableV2`'s output). Its dtype is the variable's; it has no elements of its own:
+    /// readers take the variable's value through [`Tensor::deref`].
+    pub fn reference(var: Arc<Var>, name: impl Into<Arc<str>>) -> Self {
+        Self {
+            dtype: var.dtype,
+            shape: Shape::scalar(),
+            data: Data::Ref(var, name.into()),
+        }
+    }
+
+    /// Whether this is a reference to a variable (see [`Tensor::reference`]).
+    pub fn is_ref(&self) -> bool {
+        matches!(self.data, Data::Ref(..))
+    }
+
+    /// The variable a reference tensor points to, with its name; `None` for a value.
+    pub fn referenced(&self) -> Option<(&Arc<Var>, &str)> {
+        match &self.data {
+            Data::Ref(var, name) => Some((var, name)),
+            _ => None,
+        }
+    }
+
+    /// The value behind a reference tensor as it is now (a snapshot), or the tensor itself when
+    /// it is a value. FAILED_PRECONDITION naming the variable when it is uninitialized, as
+    /// TensorFlow says it.
+    pub fn deref(&self) -> Result<Tensor> {
+        match &self.data {
+            Data::Ref(var, name) => var.snapshot().ok_or_else(|| {
+                Status::failed_precondition(format!(
+                    "Attempting to use uninitialized value {name}: run its initializer (e.g. \
+                     tf.compat.v1.global_variables_initializer()) before reading it"
+                ))
+            }),
+            _ => Ok(self.clone()),
+        }
+    }
+
+    /// Runs `f` on the elements as a mutable slice, in this tensor's own buffer when nothing
+    /// else shares it and in a fresh copy otherwise (copy-on-write); either way the tensor
+    /// then holds the result and every other holder of the old buffer still sees the old
+    /// elements. See [`Var`] for why variables update this way.
+    pub fn update_in_place<T: Element + bytemuck::Pod, R>(
+        &mut self,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> Result<R> {
+        self.expect_dtype(T::DTYPE)?;
+        if !matches!(self.data, Data::Bytes(_)) {
+            return Err(self.not_elements());
+        }
+        let Data::Bytes(bytes) = &mut self.data else {
+            unreachable!("checked above")
+        };
+        let taken = std::mem::take(bytes);
+        let mut buffer = match taken.try_into_mut() {
+            Ok(unique) => unique,
+            Err(shared) => bytes::BytesMut::from(shared.as_ref()),
+        };
+        let result = match bytemuck::try_cast_slice_mut::<u8, T>(&mut buffer) {
+            Ok(elements) => f(elements),
+            Err(_) => {
+                // A misaligned buffer (a view into a wire message): work on aligned elements.
+                let mut elements = T::read_unaligned(&buffer);
+                let result = f(&mut elements);
+                buffer.clear();
+                buffer.extend_from_slice(bytemuck::cast_slice(&elements));
+                result
+            }
+        };
+        *bytes = buffer.freeze();
+        Ok(result)
+    }
+
+    /// Returns the values of a variant tensor.
+    pub fn variants(&self) -> Result<&[VariantValue]> {
+        match &self.data {
+            Data::Variants(v) => Ok(v),
+            _ => Err(Status::invalid_argument(format!(
+                "expected a variant tensor, got {} with shape {}",
+                self.dtype, self.shape
+            ))),
+        }
+    }
+
     /// A tensor of zeros (empty strings, `false`).
     pub fn zeros(dtype: DType, shape: impl Into<Shape>) -> Result<Self> {
         let shape = shape.into();
@@ -249,9 +383,9 @@ impl Tensor {
                 data: Data::Bytes(Bytes::from(vec![0u8; n * size])),
             }),
             None if dtype == DType::String => Self::from_strings(shape, vec![Bytes::new(); n]),
-            None => Err(Status::invalid_argument(
-                "a resource tensor has no zero value",
-            )),
+            None => Err(Status::invalid_argument(format!(
+                "a {dtype} tensor has no zero value"
+            ))),
         }
     }
 
@@ -313,6 +447,8 @@ impl Tensor {
             Data::Bytes(b) => b.len(),
             Data::Strings(s) => s.iter().map(Bytes::len).sum(),
             Data::Resources(r) => r.len() * std::mem::size_of::<ResourceHandle>(),
+            Data::Variants(v) => v.len() * std::mem::size_of::<VariantValue>(),
+            Data::Ref(..) => 0,
         }
     }
 
@@ -333,6 +469,17 @@ impl Tensor {
         })
     }
 
+    /// The error for reading the elements of a tensor that holds none of its own (a reference).
+    fn not_elements(&self) -> Status {
+        match &self.data {
+            Data::Ref(_, name) => Status::internal(format!(
+                "a reference to variable `{name}` was read as a value; the executor reads \
+                 references before kernels see them"
+            )),
+            _ => Status::invalid_argument(format!("a {} tensor has no fixed-size elements", self.dtype)),
+        }
+    }
+
     fn expect_dtype(&self, dtype: DType) -> Result<()> {
         if self.dtype != dtype {
             return Err(Status::invalid_argument(format!(
@@ -347,7 +494,7 @@ impl Tensor {
     pub fn values<T: Element>(&self) -> Result<Cow<'_, [T]>> {
         self.expect_dtype(T::DTYPE)?;
         let Data::Bytes(bytes) = &self.data else {
-            unreachable!("fixed-size dtype holds bytes")
+            return Err(self.not_elements());
         };
         Ok(match T::cast_slice(bytes) {
             Some(slice) => Cow::Borrowed(slice),
@@ -420,6 +567,9 @@ impl Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Data::Ref(_, name) = &self.data {
+            return write!(f, "Tensor<{} ref to variable `{name}`>", self.dtype);
+        }
         write!(f, "Tensor<{}{}>", self.dtype, self.shape)?;
         const SHOWN: usize = 8;
         match self.dtype {
@@ -454,6 +604,7 @@ impl fmt::Debug for Tensor {
                 &self.strings().map_err(|_| fmt::Error)?[..self.num_elements().min(SHOWN)]
             ),
             DType::Resource => write!(f, " {:?}", self.resources().map_err(|_| fmt::Error)?),
+            DType::Variant => write!(f, " ({} variant values)", self.num_elements()),
         }
     }
 }

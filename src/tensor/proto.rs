@@ -76,6 +76,12 @@ impl Tensor {
             ));
         }
         let dtype = DType::from_i32(proto.dtype).map_err(|e| e.context("TensorProto"))?;
+        if dtype == DType::Variant {
+            return Err(Status::unimplemented(
+                "TensorProto of dtype variant: tessera keeps variant values (TensorLists) on the \
+                 task that made them; keep the ops that use them on one task",
+            ));
+        }
         let shape = match &proto.tensor_shape {
             Some(shape) => Shape::from_proto(shape)
                 .map_err(|e| e.context(format!("TensorProto of dtype {dtype}")))?,
@@ -113,6 +119,7 @@ impl Tensor {
                 handles.resize(n, ResourceHandle::from_proto(last));
                 Data::Resources(handles.into())
             }
+            DType::Variant => unreachable!("variant protos are refused above"),
         };
         Ok(Self { dtype, shape, data })
     }
@@ -121,6 +128,9 @@ impl Tensor {
     /// in `tensor_content` (sharing this tensor's buffer), strings in `string_val`, handles in
     /// `resource_handle_val`.
     pub fn to_proto(&self) -> TensorProto {
+        if let Data::Ref(var, _) = &self.data {
+            return var.snapshot().map(|v| v.to_proto()).unwrap_or_else(|| self.proto_header());
+        }
         let mut proto = self.proto_header();
         match &self.data {
             Data::Bytes(bytes) => proto.tensor_content = bytes.clone(),
@@ -128,6 +138,7 @@ impl Tensor {
             Data::Resources(handles) => {
                 proto.resource_handle_val = handles.iter().map(ResourceHandle::to_proto).collect();
             }
+            Data::Variants(_) | Data::Ref(..) => {}
         }
         proto
     }
@@ -136,6 +147,12 @@ impl Tensor {
     /// encoder writes RecvTensor responses: strings and resources as the varint length of every
     /// element, then the elements (serialized `ResourceHandleProto`s for resources).
     pub fn to_proto_content(&self) -> TensorProto {
+        if let Data::Ref(var, _) = &self.data {
+            return var
+                .snapshot()
+                .map(|v| v.to_proto_content())
+                .unwrap_or_else(|| self.proto_header());
+        }
         let mut proto = self.proto_header();
         proto.tensor_content = match &self.data {
             Data::Bytes(bytes) => bytes.clone(),
@@ -147,6 +164,7 @@ impl Tensor {
                     .collect();
                 encode_list(encoded.iter().map(Vec::as_slice))
             }
+            Data::Variants(_) | Data::Ref(..) => Bytes::new(),
         };
         proto
     }
@@ -256,6 +274,7 @@ fn count_values(proto: &TensorProto, dtype: DType) -> usize {
         DType::Bool => proto.bool_val.len(),
         DType::String => proto.string_val.len(),
         DType::Resource => proto.resource_handle_val.len(),
+        DType::Variant => proto.variant_val.len(),
     }
 }
 
@@ -314,6 +333,7 @@ fn typed_field(dtype: DType) -> &'static str {
         DType::Bool => "bool_val",
         DType::String => "string_val",
         DType::Resource => "resource_handle_val",
+        DType::Variant => "variant_val",
     }
 }
 

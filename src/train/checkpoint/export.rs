@@ -55,7 +55,7 @@ fn safetensors_dtype(dtype: DType) -> Option<Dtype> {
         DType::Int32 => Some(Dtype::I32),
         DType::Int64 => Some(Dtype::I64),
         DType::Bool => Some(Dtype::BOOL),
-        DType::String | DType::Resource => None,
+        DType::String | DType::Resource | DType::Variant => None,
     }
 }
 
