@@ -179,6 +179,7 @@ impl ResourceMgr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tensor::{DType, PartialShape, Tensor};
 
     fn var_with(values: usize) -> Var {
         let var = Var::new(DType::Float, PartialShape::unknown());
