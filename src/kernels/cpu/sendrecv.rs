@@ -183,7 +183,6 @@ mod tests {
     use crate::runtime::rendezvous::Rendezvous;
     use crate::runtime::resource::ResourceMgr;
 
-
     const A: &str = "/job:worker/replica:0/task:0/device:CPU:0";
     const B: &str = "/job:worker/replica:0/task:0/device:CPU:1";
     const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";

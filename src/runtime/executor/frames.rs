@@ -397,7 +397,11 @@ impl ControlStep {
     }
 
     fn control(&self) -> &ControlPlan {
-        self.common.plan.control.as_ref().expect("a control-flow plan")
+        self.common
+            .plan
+            .control
+            .as_ref()
+            .expect("a control-flow plan")
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Frames> {
@@ -471,17 +475,19 @@ impl ControlStep {
             if tagged.dead {
                 return Some(NodeOutputs::Dead);
             }
-            let live = node.inputs.iter().zip(slots).enumerate().find_map(|(i, (s, v))| {
-                match s {
+            let live = node
+                .inputs
+                .iter()
+                .zip(slots)
+                .enumerate()
+                .find_map(|(i, (s, v))| match s {
                     Source::Feed(k) => Some((i, self.common.feeds[*k].clone())),
                     Source::Output { .. } => v.map(|v| (i, v)),
-                }
-            });
+                });
             return Some(match live {
-                Some((i, value)) => NodeOutputs::Live(vec![
-                    Some(value),
-                    Some(Tensor::scalar(i as i32)),
-                ]),
+                Some((i, value)) => {
+                    NodeOutputs::Live(vec![Some(value), Some(Tensor::scalar(i as i32))])
+                }
                 None => NodeOutputs::Dead,
             });
         }
@@ -515,8 +521,7 @@ impl ControlStep {
             return Some(NodeOutputs::Dead);
         }
         if !may_leave_unset {
-            if let Some(missing) = control_missing_output(&self.common.plan, tagged.node, &values)
-            {
+            if let Some(missing) = control_missing_output(&self.common.plan, tagged.node, &values) {
                 self.common.fail(missing);
                 return None;
             }
@@ -556,7 +561,15 @@ impl ControlStep {
                     instance.invariants.push((tagged.node, value.clone()));
                     let (first, count) = (instance.first, instance.count);
                     for iter in first..=count {
-                        self.activate(frames, tagged.node, dead, &[value.clone()], child, iter, ready);
+                        self.activate(
+                            frames,
+                            tagged.node,
+                            dead,
+                            &[value.clone()],
+                            child,
+                            iter,
+                            ready,
+                        );
                     }
                 } else {
                     self.activate(frames, tagged.node, dead, &[value], child, 0, ready);
@@ -583,7 +596,15 @@ impl ControlStep {
                     if node.fetched && parent == 0 {
                         self.common.keep_fetched(tagged.node, values);
                     }
-                    self.activate(frames, tagged.node, false, values, parent, parent_iter, ready);
+                    self.activate(
+                        frames,
+                        tagged.node,
+                        false,
+                        values,
+                        parent,
+                        parent_iter,
+                        ready,
+                    );
                 }
                 self.node_finished(frames, tagged.frame, tagged.iter, ready);
             }
@@ -629,7 +650,15 @@ impl ControlStep {
                     self.common.keep_fetched(tagged.node, outputs.values());
                 }
                 let values = outputs.values();
-                self.activate(frames, tagged.node, dead, values, tagged.frame, tagged.iter, ready);
+                self.activate(
+                    frames,
+                    tagged.node,
+                    dead,
+                    values,
+                    tagged.frame,
+                    tagged.iter,
+                    ready,
+                );
                 self.node_finished(frames, tagged.frame, tagged.iter, ready);
             }
         }

@@ -487,9 +487,9 @@ impl Executor {
         } else {
             None
         };
-        let has_refs = nodes.iter().any(|n| {
-            registry::lookup(&n.def).is_ok_and(|op| op.outputs.iter().any(|a| a.is_ref))
-        });
+        let has_refs = nodes
+            .iter()
+            .any(|n| registry::lookup(&n.def).is_ok_and(|op| op.outputs.iter().any(|a| a.is_ref)));
         let may_be_dead = control.is_some() || nodes.iter().any(|n| n.kind == Kind::Recv);
         Ok(Self {
             inline: InlineLimits::default(),
@@ -537,7 +537,11 @@ impl Executor {
         let run_first_here = options.deadline.is_none();
         match &step {
             Engine::Plain(state) => {
-                let inline = if run_first_here { plan.roots.first() } else { None };
+                let inline = if run_first_here {
+                    plan.roots.first()
+                } else {
+                    None
+                };
                 for &root in &plan.roots {
                     if Some(&root) != inline {
                         let state = state.clone();

@@ -214,7 +214,10 @@ impl StepState {
             .is_some_and(|d| d[n].load(Ordering::Acquire));
         let transfer = matches!(node.kind, Kind::Send | Kind::Recv);
         if dead && !transfer {
-            self.outputs[n].lock().unwrap_or_else(|e| e.into_inner()).dead = true;
+            self.outputs[n]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .dead = true;
             return Some(true);
         }
         let mut inputs = Vec::with_capacity(node.inputs.len());
@@ -247,7 +250,10 @@ impl StepState {
     }
 
     fn is_dead(&self, n: usize) -> bool {
-        self.outputs[n].lock().unwrap_or_else(|e| e.into_inner()).dead
+        self.outputs[n]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .dead
     }
 }
 
