@@ -2,8 +2,8 @@
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
 //! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `variable`,
-//! `training`, `io`, `queue`, `accumulator`) exposes its own `kernel_for`; this module asks
-//! them in turn. Shared pieces:
+//! `ref_variable`, `training`, `io`, `queue`, `accumulator`) exposes its own `kernel_for`; this
+//! module asks them in turn. Shared pieces:
 //! `broadcast` (numpy broadcasting), `numeric` (element arithmetic traits) and `items`
 //! (element types that can be moved around, strings included). Kernels that need no attrs are
 //! [`Stateless`] wrappers around a plain function; the others parse their attrs once in the
@@ -92,6 +92,7 @@ mod numeric;
 mod queue;
 mod random;
 pub(crate) mod reduce;
+mod ref_variable;
 mod sendrecv;
 mod slicing;
 pub mod training;
@@ -125,8 +126,9 @@ const COMPUTING: [Family; 8] = [
 
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of
 /// an all-reduce, a queue or accumulator, a file.
-const MAY_WAIT: [Family; 7] = [
+const MAY_WAIT: [Family; 8] = [
     variable::kernel_for,
+    ref_variable::kernel_for,
     collective::kernel_for,
     training::kernel_for,
     sendrecv::kernel_for,
