@@ -1,14 +1,14 @@
 //! CPU kernels, one file per op family; math through ndarray.
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
-//! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `list`
-//! with `list_tensor`, `variable`, `training`, `io`, `queue`, `accumulator`, `tensor_array`,
-//! `stack`) exposes its own `kernel_for`; this module asks them in turn. Shared pieces:
-//! `broadcast` (numpy broadcasting), `numeric` (element arithmetic traits), `items`
-//! (element types that can be moved around, strings included) and `rows` (cutting and joining
-//! tensors along dimension 0, for the TensorArray and TensorList kernels). Kernels that need no attrs are
-//! [`Stateless`] wrappers around a plain function; the others parse their attrs once in the
-//! factory and keep them in a struct.
+//! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
+//! `list_tensor`, `variable`, `training`, `io`, `queue`, `accumulator`, `tensor_array_ops`
+//! (the array itself in `tensor_array`), `stack`) exposes its own `kernel_for`; this module
+//! asks them in turn. Shared pieces: `broadcast` (numpy broadcasting), `numeric` (element
+//! arithmetic traits), `items` (element types that can be moved around, strings included)
+//! and `rows` (cutting and joining tensors along dimension 0, for the TensorArray and
+//! TensorList kernels). Kernels that need no attrs are [`Stateless`] wrappers around a plain
+//! function; the others parse their attrs once in the factory and keep them in a struct.
 //!
 //! Dtypes are dispatched with the macros below: a kernel names the dtypes TensorFlow registers
 //! it for, and any other dtype fails with INVALID_ARGUMENT naming the node and the dtypes it
@@ -99,6 +99,7 @@ mod sendrecv;
 mod slicing;
 mod stack;
 mod tensor_array;
+mod tensor_array_ops;
 pub mod training;
 mod variable;
 
@@ -143,7 +144,7 @@ const MAY_WAIT: [Family; 9] = [
     io::kernel_for,
     queue::kernel_for,
     accumulator::kernel_for,
-    tensor_array::kernel_for,
+    tensor_array_ops::kernel_for,
     stack::kernel_for,
 ];
 
