@@ -454,7 +454,7 @@ def write_case(c, out_dir):
         "runs": runs,
     }
     with open(os.path.join(out_dir, c.name + ".pb"), "wb") as f:
-        f.write(graph_def.SerializeToString())
+        f.write(graph_def.SerializeToString(deterministic=True))
     with open(os.path.join(out_dir, c.name + ".json"), "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")
