@@ -475,12 +475,28 @@ impl Graph {
             )));
         }
         let mut metas = Vec::with_capacity(want.len());
+        // A Merge's input from a NextIteration closes a while loop: the builder meets it
+        // before its producer and knows only its dtype.
+        let back_edge_meta = |dtype: DType| OutputMeta {
+            dtype,
+            shape: PartialShape::unknown(),
+            value: None,
+            shape_value: None,
+            handle_shape: None,
+        };
+        let is_merge = matches!(node.op.as_str(), "Merge" | "RefMerge");
         for (k, (input, &dtype)) in data_inputs.iter().zip(&want).enumerate() {
             let (src, idx) = parse_input(input);
+            let loop_back = back_edge_meta(dtype);
             let m = self
                 .by_name
                 .get(src)
                 .and_then(|&i| self.meta[i].get(idx))
+                .or(if is_merge && !self.by_name.contains_key(src) {
+                    Some(&loop_back)
+                } else {
+                    None
+                })
                 .ok_or_else(|| {
                     Status::invalid_argument(format!(
                         "node `{}`: input {k} `{input}` is not an output of this graph",

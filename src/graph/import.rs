@@ -4,7 +4,8 @@
 //! node names follow TensorFlow's rule, no name repeats, every op is registered, inputs are
 //! well formed (`node`, `node:i`, `^node`, control inputs last) and name existing nodes and
 //! outputs, attrs are declared, present or defaulted, input dtypes match the op, shapes infer,
-//! and the data and control edges form no cycle. Errors name the node.
+//! and the data and control edges form no cycle but while loops' (a `NextIteration` into its
+//! `Merge`). Errors name the node.
 //! [`Graph::from_graph_def`] does the same and returns a [`Graph`] that the builder can extend.
 
 use std::collections::{HashMap, VecDeque};
@@ -99,10 +100,21 @@ fn topological_order(graph: &GraphDef, index: &HashMap<&str, usize>) -> Result<V
     let n = graph.node.len();
     let mut pending = vec![0usize; n];
     let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let is_merge = |i: usize| matches!(graph.node[i].op.as_str(), "Merge" | "RefMerge");
+    let is_next = |i: usize| {
+        matches!(
+            graph.node[i].op.as_str(),
+            "NextIteration" | "RefNextIteration"
+        )
+    };
     for (i, node) in graph.node.iter().enumerate() {
         for input in &node.input {
             let (src, _) = parse_input(input);
             let s = index[src];
+            // A while loop's back edge: the Merge does not wait for it.
+            if is_merge(i) && is_next(s) {
+                continue;
+            }
             pending[i] += 1;
             consumers[s].push(i);
         }
@@ -124,7 +136,8 @@ fn topological_order(graph: &GraphDef, index: &HashMap<&str, usize>) -> Result<V
             .map(|i| graph.node[i].name.as_str())
             .unwrap_or("?");
         return Err(Status::invalid_argument(format!(
-            "the graph has a cycle through node `{stuck}` (control flow loops are not supported)"
+            "the graph has a cycle through node `{stuck}`; only a while loop's NextIteration may \
+             feed back, into its Merge"
         )));
     }
     Ok(order)

@@ -338,13 +338,13 @@ impl OpBuilder {
             .split_once(':')
             .unwrap_or_else(|| panic!("op {}: bad arg `{spec}`", self.def.name));
         let ty = ty.trim();
-        let (is_ref, ty) = match ty.strip_prefix("Ref(").and_then(|t| t.strip_suffix(')')) {
-            Some(inner) => (true, inner.trim()),
-            None => (false, ty),
-        };
         let (number_attr, ty) = match ty.split_once('*') {
             Some((n, t)) => (Some(n.trim().to_string()), t.trim()),
             None => (None, ty),
+        };
+        let (is_ref, ty) = match ty.strip_prefix("Ref(").and_then(|t| t.strip_suffix(')')) {
+            Some(inner) => (true, inner.trim()),
+            None => (false, ty),
         };
         let ty = match dtype_named(ty) {
             Some(d) => ArgType::Fixed(d),

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Result, Status};
 
-
 /// A resource that can live in a [`ResourceMgr`].
 pub trait Resource: Any + Send + Sync {
     /// A short name of the resource type for messages ("variable", "queue").

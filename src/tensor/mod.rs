@@ -476,7 +476,10 @@ impl Tensor {
                 "a reference to variable `{name}` was read as a value; the executor reads \
                  references before kernels see them"
             )),
-            _ => Status::invalid_argument(format!("a {} tensor has no fixed-size elements", self.dtype)),
+            _ => Status::invalid_argument(format!(
+                "a {} tensor has no fixed-size elements",
+                self.dtype
+            )),
         }
     }
 

@@ -129,7 +129,10 @@ impl Tensor {
     /// `resource_handle_val`.
     pub fn to_proto(&self) -> TensorProto {
         if let Data::Ref(var, _) = &self.data {
-            return var.snapshot().map(|v| v.to_proto()).unwrap_or_else(|| self.proto_header());
+            return var
+                .snapshot()
+                .map(|v| v.to_proto())
+                .unwrap_or_else(|| self.proto_header());
         }
         let mut proto = self.proto_header();
         match &self.data {

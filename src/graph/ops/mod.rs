@@ -3,6 +3,7 @@
 //! the builder methods (`g.matmul(..)`) that create them.
 
 mod array;
+mod control_flow;
 mod data_flow;
 mod io;
 mod math;
@@ -22,6 +23,7 @@ use crate::tensor::{DType, PartialShape, Tensor};
 /// Registers every op tessera knows.
 pub(crate) fn register_all(r: &mut Registry) {
     array::register(r);
+    control_flow::register(r);
     math::register(r);
     nn::register(r);
     slicing::register(r);

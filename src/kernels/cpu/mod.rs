@@ -82,6 +82,7 @@ mod array;
 pub mod broadcast;
 pub mod collective;
 mod compare;
+mod control_flow;
 mod io;
 mod items;
 mod math;
@@ -111,7 +112,7 @@ pub fn kernel_for(op: &str) -> Option<KernelFactory> {
 type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else.
-const COMPUTING: [Family; 7] = [
+const COMPUTING: [Family; 8] = [
     math::kernel_for,
     nn::kernel_for,
     reduce::kernel_for,
@@ -119,6 +120,7 @@ const COMPUTING: [Family; 7] = [
     array::kernel_for,
     slicing::kernel_for,
     random::kernel_for,
+    control_flow::kernel_for,
 ];
 
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of

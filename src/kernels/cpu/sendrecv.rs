@@ -2,7 +2,9 @@
 //!
 //! Both ends build the same rendezvous key from their attrs (`send_device`,
 //! `send_device_incarnation`, `recv_device`, `tensor_name`, frame `0:0`) once, when the kernel
-//! is created. `_Send` leaves its input in the step's rendezvous under that key. `_Recv` takes
+//! is created; inside a while loop the key carries the frame and iteration the node runs in.
+//! A dead input is sent as TensorFlow sends it (`is_dead`, an empty value), and a `_Recv` that
+//! receives a dead tensor leaves its output unset, which its executor reads as dead. `_Send` leaves its input in the step's rendezvous under that key. `_Recv` takes
 //! it from the same rendezvous when the producer runs on this task (another device of the task,
 //! or a client feed the master put in with RunGraph `send`), and otherwise pulls it from the
 //! producer's task with RecvTensor through the step's remote-receive hook. Every wait has the
@@ -21,7 +23,7 @@ use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::runtime::partition::rendezvous_key_of;
 use crate::runtime::rendezvous::ParsedKey;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 
 /// How long a `_Recv` waits when its step set no deadline: long enough for any sane step,
 /// short enough that a lost sender never hangs a thread forever.
@@ -52,8 +54,12 @@ impl SendKernel {
 impl OpKernel for SendKernel {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let rendezvous = ctx.rendezvous().ok_or_else(|| no_rendezvous(ctx))?;
+        let key = self.key.in_frame(ctx.frame_iter())?;
+        if ctx.is_input_dead() {
+            return rendezvous.send(&key, Tensor::zeros(DType::Float, [0])?, true);
+        }
         let value = ctx.input(0)?.clone();
-        rendezvous.send(&self.key, value, false)
+        rendezvous.send(&key, value, false)
     }
 }
 
@@ -89,10 +95,11 @@ impl OpKernel for RecvKernel {
         let deadline = ctx
             .deadline()
             .unwrap_or_else(|| Instant::now() + DEFAULT_RECV_TIMEOUT);
+        let key = self.key.in_frame(ctx.frame_iter())?;
         let (tensor, is_dead) = match self.source {
             Source::Local => {
                 let rendezvous = ctx.rendezvous().ok_or_else(|| no_rendezvous(ctx))?;
-                rendezvous.recv_blocking(&self.key, deadline)?
+                rendezvous.recv_blocking(&key, deadline)?
             }
             Source::Remote => {
                 let remote = ctx.remote_recv().ok_or_else(|| {
@@ -101,20 +108,16 @@ impl OpKernel for RecvKernel {
                          way to reach other tasks; run it through a worker's RunGraph",
                         ctx.node().name,
                         ctx.node().op,
-                        self.key
+                        key
                     ))
                 })?;
                 let step = ctx.step().cloned().unwrap_or_default();
-                remote.recv(&step, &self.key, deadline)?
+                remote.recv(&step, &key, deadline)?
             }
         };
         if is_dead {
-            return Err(Status::unimplemented(format!(
-                "node `{}` received a dead tensor for `{}`; tessera does not run control-flow \
-                 (Switch/Merge) graphs across partitions",
-                ctx.node().name,
-                self.key
-            )));
+            // Dead: the output stays unset.
+            return Ok(());
         }
         if let Some(dtype) = self.dtype {
             if tensor.dtype() != dtype {
@@ -122,7 +125,7 @@ impl OpKernel for RecvKernel {
                     "received a {} tensor under `{}` but expects tensor_type {dtype}; the two \
                      ends of the pair disagree",
                     tensor.dtype(),
-                    self.key
+                    key
                 )));
             }
         }
@@ -179,7 +182,6 @@ mod tests {
     use crate::runtime::partition::PairAttrs;
     use crate::runtime::rendezvous::Rendezvous;
     use crate::runtime::resource::ResourceMgr;
-    use crate::tensor::Tensor;
 
     const A: &str = "/job:worker/replica:0/task:0/device:CPU:0";
     const B: &str = "/job:worker/replica:0/task:0/device:CPU:1";

@@ -149,6 +149,21 @@ impl ParsedKey {
     pub fn frame_iter(&self) -> (u64, i64) {
         (self.frame_id, self.iter_id)
     }
+
+    /// The same key in another frame and iteration (a transfer inside a while loop has one key
+    /// per iteration).
+    pub fn in_frame(&self, frame_iter: (u64, i64)) -> Result<ParsedKey> {
+        if frame_iter == self.frame_iter() {
+            return Ok(self.clone());
+        }
+        ParsedKey::new(
+            self.src_device(),
+            self.src_incarnation,
+            self.dst_device(),
+            self.edge_name(),
+            frame_iter,
+        )
+    }
 }
 
 impl FromStr for ParsedKey {

@@ -32,17 +32,20 @@
 //!
 //! Invariant: a step's node `n` runs at most once, after every predecessor's outputs are set.
 
+mod frames;
+mod plain;
+mod step;
+
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::device::memory::Charge;
 use crate::error::{Result, Status};
-use crate::graph::attr;
-use crate::kernels::{inline_kind, DeviceType, Inline, OpContext, OpKernel};
+use crate::graph::{attr, registry};
+use crate::kernels::{inline_kind, DeviceType, Inline, OpKernel};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::cancel::CancellationToken;
 use crate::runtime::device::Device;
@@ -156,10 +159,59 @@ enum Source {
     Output { node: usize, slot: usize },
 }
 
+/// What the executor does with a node beyond running its kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Runs its kernel when all its inputs are live; dead otherwise.
+    Plain,
+    /// `_Send`: runs dead too, sending the deadness on.
+    Send,
+    /// `_Recv`: runs dead too; may receive a dead tensor (its output then dead).
+    Recv,
+    /// `Switch`/`RefSwitch`: sets one of its two outputs.
+    Switch,
+    /// `Merge`/`RefMerge`: fires on its first live input.
+    Merge,
+    /// `Enter`/`RefEnter`: into a while loop's frame.
+    Enter,
+    /// `Exit`/`RefExit`: out of a while loop's frame.
+    Exit,
+    /// `NextIteration`/`RefNextIteration`: into the next iteration.
+    NextIteration,
+    /// `ControlTrigger`: never dead.
+    ControlTrigger,
+}
+
+impl Kind {
+    fn of(op: &str) -> Kind {
+        match op {
+            "_Send" | "_HostSend" => Kind::Send,
+            "_Recv" | "_HostRecv" => Kind::Recv,
+            "Switch" | "RefSwitch" => Kind::Switch,
+            "Merge" | "RefMerge" => Kind::Merge,
+            "Enter" | "RefEnter" => Kind::Enter,
+            "Exit" | "RefExit" => Kind::Exit,
+            "NextIteration" | "RefNextIteration" => Kind::NextIteration,
+            "ControlTrigger" => Kind::ControlTrigger,
+            _ => Kind::Plain,
+        }
+    }
+
+    /// Whether the node needs the control-flow engine.
+    fn is_control_flow(self) -> bool {
+        !matches!(self, Kind::Plain | Kind::Send | Kind::Recv)
+    }
+}
+
 /// A node of the pruned graph with its kernel and precomputed edges.
 struct PlanNode {
     def: NodeDef,
     kernel: Arc<dyn OpKernel>,
+    kind: Kind,
+    /// Per input: whether the op takes it as a reference (`Ref(T)`); empty when none is.
+    ref_inputs: Box<[bool]>,
+    /// Whether a fetch reads its outputs.
+    fetched: bool,
     inputs: Vec<Source>,
     /// Distinct nodes that wait for this one (data or control).
     successors: Vec<usize>,
@@ -204,6 +256,12 @@ struct Plan {
     roots: Vec<usize>,
     feeds: Vec<Feed>,
     fetches: Vec<(String, Source)>,
+    /// Frames and dead-tensor bookkeeping, for plans with control-flow ops.
+    control: Option<frames::ControlPlan>,
+    /// Whether a node may output a reference (a `VariableV2`), so inputs are checked for one.
+    has_refs: bool,
+    /// Whether a node may be dead (a `_Recv` may receive a dead tensor).
+    may_be_dead: bool,
 }
 
 /// Runs the pruned graph for one signature, step after step; `Send + Sync`, steps may overlap.
@@ -317,10 +375,18 @@ impl Executor {
         let plan_index: HashMap<usize, usize> =
             kept.iter().enumerate().map(|(i, &g)| (g, i)).collect();
 
+        // A `NextIteration` feeding a `Merge` closes a while loop: the only cycle allowed, and
+        // not an edge the Merge waits for.
+        let back_edge = |p: usize, g: usize| {
+            Kind::of(&graph.node[p].op) == Kind::NextIteration
+                && Kind::of(&graph.node[g].op) == Kind::Merge
+        };
         let mut edges: Vec<(Vec<Source>, Vec<usize>)> = Vec::with_capacity(kept.len());
+        let mut control_inputs: Vec<Vec<usize>> = Vec::with_capacity(kept.len());
         for &g in &kept {
             let mut sources = Vec::new();
             let mut preds = Vec::new();
+            let mut controls = Vec::new();
             for &(p, slot) in &inputs_of[&g] {
                 match slot {
                     Some(slot) => match fed.get(&(p, slot)) {
@@ -330,15 +396,23 @@ impl Executor {
                                 node: plan_index[&p],
                                 slot,
                             });
-                            preds.push(plan_index[&p]);
+                            if !back_edge(p, g) {
+                                preds.push(plan_index[&p]);
+                            }
                         }
                     },
-                    None => preds.push(plan_index[&p]),
+                    None => {
+                        preds.push(plan_index[&p]);
+                        controls.push(plan_index[&p]);
+                    }
                 }
             }
             preds.sort_unstable();
             preds.dedup();
+            controls.sort_unstable();
+            controls.dedup();
             edges.push((sources, preds));
+            control_inputs.push(controls);
         }
         let mut successors = vec![Vec::new(); kept.len()];
         for (n, (_, preds)) in edges.iter().enumerate() {
@@ -359,7 +433,16 @@ impl Executor {
             }
             .map_err(|e| name_node(e, &def))?;
             let inline = inline_kind(&def, device.device_type());
+            let ref_inputs: Box<[bool]> = match registry::lookup(&def) {
+                Ok(op) if op.inputs.iter().any(|a| a.is_ref) => {
+                    op.ref_inputs(&def).map_err(|e| name_node(e, &def))?.into()
+                }
+                _ => Box::new([]),
+            };
             nodes.push(PlanNode {
+                kind: Kind::of(&def.op),
+                ref_inputs,
+                fetched: false,
                 def,
                 kernel,
                 inputs,
@@ -377,7 +460,7 @@ impl Executor {
                 }
             }
         }
-        let roots = (0..nodes.len())
+        let roots: Vec<usize> = (0..nodes.len())
             .filter(|&n| nodes[n].pending == 0)
             .collect();
         let mut fetches = Vec::with_capacity(fetch_refs.len());
@@ -387,11 +470,27 @@ impl Executor {
                 None => {
                     let node = plan_index[&g];
                     nodes[node].readers = None;
+                    nodes[node].fetched = true;
                     Source::Output { node, slot }
                 }
             };
             fetches.push((name, source));
         }
+        let control = if nodes.iter().any(|n| n.kind.is_control_flow()) {
+            let control = frames::ControlPlan::new(&nodes, &control_inputs, &roots)?;
+            for (name, source) in &fetches {
+                if let Source::Output { node, .. } = *source {
+                    control.check_fetch(name, node, nodes[node].kind)?;
+                }
+            }
+            Some(control)
+        } else {
+            None
+        };
+        let has_refs = nodes
+            .iter()
+            .any(|n| registry::lookup(&n.def).is_ok_and(|op| op.outputs.iter().any(|a| a.is_ref)));
+        let may_be_dead = control.is_some() || nodes.iter().any(|n| n.kind == Kind::Recv);
         Ok(Self {
             inline: InlineLimits::default(),
             plan: Arc::new(Plan {
@@ -400,6 +499,9 @@ impl Executor {
                 roots,
                 feeds: feed_specs,
                 fetches,
+                control,
+                has_refs,
+                may_be_dead,
             }),
         })
     }
@@ -428,28 +530,34 @@ impl Executor {
     /// Runs one step: `feeds` in the order the executor was built with; returns the fetched
     /// tensors in fetch order. Blocks the calling thread until the step ends (or its deadline).
     pub fn run(&self, feeds: Vec<Tensor>, options: &StepOptions) -> Result<Vec<Tensor>> {
-        let state = self.begin(feeds, options, None)?;
+        let step = self.begin(feeds, options, None)?;
         let plan = &self.plan;
         // With a deadline the caller only waits, so that it can give up at the deadline even
         // when a kernel blocks; without one it runs the first root itself (no thread hop).
-        let inline = if options.deadline.is_some() {
-            None
-        } else {
-            plan.roots.first()
-        };
-        for &root in &plan.roots {
-            if Some(&root) != inline {
-                let state = state.clone();
-                ThreadPool::global().spawn(move || process(&state, root));
+        let run_first_here = options.deadline.is_none();
+        match &step {
+            Engine::Plain(state) => {
+                let inline = if run_first_here {
+                    plan.roots.first()
+                } else {
+                    None
+                };
+                for &root in &plan.roots {
+                    if Some(&root) != inline {
+                        let state = state.clone();
+                        ThreadPool::global().spawn(move || plain::process(&state, root));
+                    }
+                }
+                if let Some(&root) = inline {
+                    plain::process(state, root);
+                }
             }
-        }
-        if let Some(&root) = inline {
-            process(&state, root);
+            Engine::Control(state) => frames::start(state, run_first_here),
         }
         if !plan.roots.is_empty() {
-            state.wait();
+            step.common().wait();
         }
-        state.result()
+        step.result()
     }
 
     /// Starts one step and returns without waiting for it, for callers on an async runtime;
@@ -460,24 +568,32 @@ impl Executor {
     /// steps (see [`Inline`]), within the executor's [`InlineLimits`]; every other node goes
     /// to the pool. A small step thus finishes here without a thread hop, as TensorFlow runs
     /// inexpensive kernels inline. A node whose work grows while its inputs do not (a `Fill`
-    /// fed a larger shape value) may run here once more before it is measured again.
+    /// fed a larger shape value) may run here once more before it is measured again. Steps
+    /// with control flow run entirely on the pool.
     pub fn spawn(&self, feeds: Vec<Tensor>, options: &StepOptions) -> Result<RunningStep> {
         let (notify, finished) = oneshot::channel();
-        let state = self.begin(feeds, options, Some(notify))?;
+        let step = self.begin(feeds, options, Some(notify))?;
         if self.plan.roots.is_empty() {
-            state.finish();
+            step.common().finish();
         }
-        let started = Instant::now();
-        let mut ready: Vec<usize> = self.plan.roots.iter().rev().copied().collect();
-        while let Some(n) = ready.pop() {
-            if started.elapsed() < self.inline.step && state.runs_inline(n, self.inline.node) {
-                state.run_node(n, |s| ready.push(s));
-            } else {
-                let state = state.clone();
-                ThreadPool::global().spawn(move || process(&state, n));
+        match &step {
+            Engine::Plain(state) => {
+                let started = Instant::now();
+                let mut ready: Vec<usize> = self.plan.roots.iter().rev().copied().collect();
+                while let Some(n) = ready.pop() {
+                    if started.elapsed() < self.inline.step
+                        && state.runs_inline(n, self.inline.node)
+                    {
+                        state.run_node(n, |s| ready.push(s));
+                    } else {
+                        let state = state.clone();
+                        ThreadPool::global().spawn(move || plain::process(&state, n));
+                    }
+                }
             }
+            Engine::Control(state) => frames::start(state, false),
         }
-        Ok(RunningStep { state, finished })
+        Ok(RunningStep { step, finished })
     }
 
     /// Checks the feeds and sets up a step's state; `notify` is told when the step ends.
@@ -486,7 +602,7 @@ impl Executor {
         feeds: Vec<Tensor>,
         options: &StepOptions,
         notify: Option<oneshot::Sender<()>>,
-    ) -> Result<Arc<StepState>> {
+    ) -> Result<Engine> {
         let plan = &self.plan;
         if feeds.len() != plan.feeds.len() {
             return Err(Status::invalid_argument(format!(
@@ -503,39 +619,60 @@ impl Executor {
         for (spec, tensor) in plan.feeds.iter().zip(&feeds) {
             spec.check(tensor)?;
         }
-        Ok(Arc::new(StepState {
-            plan: plan.clone(),
-            feeds,
-            pending: plan
-                .nodes
-                .iter()
-                .map(|n| AtomicUsize::new(n.pending))
-                .collect(),
-            outputs: plan
-                .nodes
-                .iter()
-                .map(|n| {
-                    Mutex::new(Outputs {
-                        values: Vec::new(),
-                        reads_left: n.readers,
-                        charge: None,
+        let common = step::StepCommon::new(plan.clone(), feeds, options, notify);
+        Ok(match plan.control {
+            None => Engine::Plain(plain::StepState::new(common)),
+            Some(_) => {
+                let state = frames::ControlStep::new(common);
+                state.common.set_control(&state);
+                Engine::Control(state)
+            }
+        })
+    }
+}
+
+/// A step on one of the two engines.
+enum Engine {
+    Plain(Arc<plain::StepState>),
+    Control(Arc<frames::ControlStep>),
+}
+
+impl Engine {
+    fn common(&self) -> &step::StepCommon {
+        match self {
+            Engine::Plain(s) => &s.common,
+            Engine::Control(s) => &s.common,
+        }
+    }
+
+    /// The step's first error, or its fetches in fetch order.
+    fn result(&self) -> Result<Vec<Tensor>> {
+        match self {
+            Engine::Plain(s) => s.result(),
+            Engine::Control(s) => {
+                let common = &s.common;
+                if let Some(status) = common.take_error() {
+                    return Err(status);
+                }
+                common
+                    .plan
+                    .fetches
+                    .iter()
+                    .map(|(name, source)| match *source {
+                        Source::Feed(k) => Ok(common.feeds[k].clone()),
+                        Source::Output { node, slot } => common
+                            .kept_fetch(name, node, slot)
+                            .and_then(|t| if t.is_ref() { t.deref() } else { Ok(t) }),
                     })
-                })
-                .collect(),
-            outstanding: AtomicUsize::new(plan.roots.len()),
-            failed: AtomicBool::new(false),
-            status: Mutex::new(None),
-            done: Mutex::new(plan.roots.is_empty()),
-            done_cv: Condvar::new(),
-            notify: Mutex::new(notify),
-            options: options.clone(),
-        }))
+                    .collect()
+            }
+        }
     }
 }
 
 /// A step started by [`Executor::spawn`], running on the pool.
 pub struct RunningStep {
-    state: Arc<StepState>,
+    step: Engine,
     finished: oneshot::Receiver<()>,
 }
 
@@ -544,16 +681,17 @@ impl RunningStep {
     /// fetch order, or the step's first error. At the step's deadline it fails the step with
     /// DEADLINE_EXCEEDED and returns; nodes still running finish on their own.
     pub async fn finish(self) -> Result<Vec<Tensor>> {
-        let finished = match self.state.options.deadline {
+        let common = self.step.common();
+        let finished = match common.options.deadline {
             Some(deadline) => tokio::time::timeout_at(deadline.into(), self.finished)
                 .await
                 .is_ok(),
             None => self.finished.await.is_ok(),
         };
         if !finished {
-            self.state.fail(self.state.deadline_exceeded());
+            common.fail(common.deadline_exceeded());
         }
-        self.state.result()
+        self.step.result()
     }
 }
 
@@ -648,352 +786,6 @@ fn check_acyclic(
         names.len(),
         if names.len() > 5 { ", ..." } else { "" }
     )))
-}
-
-/// A node's outputs within a step.
-struct Outputs {
-    values: Vec<Option<Tensor>>,
-    /// Reads still to come; `None` when fetched (kept until the step ends).
-    reads_left: Option<usize>,
-    /// The device memory the values hold, given back with them.
-    charge: Option<Charge>,
-}
-
-/// The state of one step, shared by the threads running its nodes.
-struct StepState {
-    plan: Arc<Plan>,
-    feeds: Vec<Tensor>,
-    /// Per node: predecessors not yet done.
-    pending: Box<[AtomicUsize]>,
-    /// Per node: its outputs, set once when it finishes, dropped after their last reader.
-    outputs: Box<[Mutex<Outputs>]>,
-    /// Nodes scheduled and not yet finished; the step is over when it reaches zero.
-    outstanding: AtomicUsize,
-    failed: AtomicBool,
-    status: Mutex<Option<Status>>,
-    done: Mutex<bool>,
-    done_cv: Condvar,
-    /// Told when the step ends, for a step started by [`Executor::spawn`].
-    notify: Mutex<Option<oneshot::Sender<()>>>,
-    options: StepOptions,
-}
-
-impl StepState {
-    /// Runs node `n` unless the step has stopped, and counts it done; each successor it makes
-    /// ready goes to `ready`. The node that ends the step wakes its caller.
-    fn run_node(&self, n: usize, mut ready: impl FnMut(usize)) {
-        if !self.stopped() && self.compute(n) {
-            for &s in &self.plan.nodes[n].successors {
-                if self.pending[s].fetch_sub(1, Ordering::AcqRel) == 1 {
-                    self.outstanding.fetch_add(1, Ordering::AcqRel);
-                    ready(s);
-                }
-            }
-        }
-        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.finish();
-        }
-    }
-
-    /// Whether node `n`, ready now, may run on the thread that started the step: it cannot
-    /// wait, its last run took at most `limit`, and its inputs are no larger than then.
-    fn runs_inline(&self, n: usize, limit: Duration) -> bool {
-        let node = &self.plan.nodes[n];
-        let cheap = || {
-            let nanos = node.cost.nanos.load(Ordering::Relaxed);
-            nanos <= limit.as_nanos() as u64
-                && self.input_bytes(n) <= node.cost.input_bytes.load(Ordering::Relaxed)
-        };
-        match &node.inline {
-            Inline::Never => false,
-            Inline::WhenCheap => cheap(),
-            Inline::WhenSent(key) => {
-                self.options
-                    .rendezvous
-                    .as_ref()
-                    .is_some_and(|r| r.holds(key))
-                    && cheap()
-            }
-        }
-    }
-
-    /// The bytes of node `n`'s inputs as they stand (all produced once it is ready).
-    fn input_bytes(&self, n: usize) -> u64 {
-        self.plan.nodes[n]
-            .inputs
-            .iter()
-            .map(|source| match *source {
-                Source::Feed(k) => self.feeds[k].byte_size() as u64,
-                Source::Output { node, slot } => self.outputs[node]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .values
-                    .get(slot)
-                    .and_then(Option::as_ref)
-                    .map_or(0, |t| t.byte_size() as u64),
-            })
-            .sum()
-    }
-
-    /// Records the step's first error; later ones are dropped. The first also aborts the
-    /// step's rendezvous, so that the step's other executors (other devices, other tasks)
-    /// blocked in a `_Recv` for a value this one will now never send fail at once with the
-    /// root cause, and so does this executor's own pending `_Recv`, which would otherwise hold
-    /// the step until its deadline.
-    fn fail(&self, status: Status) {
-        let first = {
-            let mut slot = self.status.lock().unwrap_or_else(|e| e.into_inner());
-            let first = slot.is_none();
-            if first {
-                *slot = Some(status.clone());
-            }
-            first
-        };
-        self.failed.store(true, Ordering::Release);
-        if first {
-            if let Some(rendezvous) = &self.options.rendezvous {
-                rendezvous.abort(status);
-            }
-        }
-    }
-
-    /// Whether no new node may start (failed, cancelled or past the deadline), recording why.
-    fn stopped(&self) -> bool {
-        if self.failed.load(Ordering::Acquire) {
-            return true;
-        }
-        if let Some(token) = &self.options.cancellation {
-            if token.is_cancelled() {
-                let reason = token
-                    .reason()
-                    .unwrap_or_else(|| Status::cancelled("step cancelled"));
-                self.fail(reason);
-                return true;
-            }
-        }
-        if self.options.deadline.is_some_and(|d| Instant::now() >= d) {
-            self.fail(self.deadline_exceeded());
-            return true;
-        }
-        false
-    }
-
-    fn deadline_exceeded(&self) -> Status {
-        Status::deadline_exceeded(format!(
-            "step {} did not finish before its deadline; raise the step timeout or find the \
-             node that waits",
-            self.options.step_id
-        ))
-    }
-
-    /// Marks the step over and wakes the caller.
-    fn finish(&self) {
-        let notify = self.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match notify {
-            Some(notify) => {
-                let _ = notify.send(());
-            }
-            None => {
-                *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                self.done_cv.notify_all();
-            }
-        }
-    }
-
-    /// The step's first error, or its fetches in fetch order.
-    fn result(&self) -> Result<Vec<Tensor>> {
-        if let Some(status) = self.status.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            return Err(status);
-        }
-        self.plan
-            .fetches
-            .iter()
-            .map(|(name, source)| self.fetch(name, *source))
-            .collect()
-    }
-
-    /// Waits until every scheduled node is done, or fails the step at its deadline.
-    fn wait(&self) {
-        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        while !*done {
-            match self.options.deadline {
-                None => done = self.done_cv.wait(done).unwrap_or_else(|e| e.into_inner()),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        // Stragglers finish on their own `Arc` of this state.
-                        self.fail(self.deadline_exceeded());
-                        break;
-                    }
-                    done = self
-                        .done_cv
-                        .wait_timeout(done, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            }
-        }
-    }
-
-    /// Returns output `slot` of `node` for one of its readers, or INTERNAL naming both ends
-    /// when it was not produced. The last reader takes the tensor instead of cloning it, and
-    /// drops the node's other outputs.
-    fn output(
-        &self,
-        node: usize,
-        slot: usize,
-        wanted_by: impl FnOnce() -> String,
-    ) -> Result<Tensor> {
-        let mut outputs = self.outputs[node].lock().unwrap_or_else(|e| e.into_inner());
-        let last = match &mut outputs.reads_left {
-            Some(left) => {
-                *left = left.saturating_sub(1);
-                *left == 0
-            }
-            None => false,
-        };
-        let produced = outputs.values.len();
-        let tensor = match outputs.values.get_mut(slot) {
-            Some(value) if last => value.take(),
-            Some(value) => value.clone(),
-            None => None,
-        };
-        if last {
-            outputs.values = Vec::new();
-            outputs.charge = None;
-        }
-        tensor.ok_or_else(|| {
-            let def = &self.plan.nodes[node].def;
-            Status::internal(format!(
-                "node `{}` (op {}) did not produce output {slot} ({produced} outputs set), \
-                 which {} needs",
-                def.name,
-                def.op,
-                wanted_by()
-            ))
-        })
-    }
-
-    fn fetch(&self, name: &str, source: Source) -> Result<Tensor> {
-        match source {
-            Source::Feed(k) => Ok(self.feeds[k].clone()),
-            Source::Output { node, slot } => self.output(node, slot, || format!("fetch `{name}`")),
-        }
-    }
-
-    /// Runs node `n`'s kernel; on failure records the error (naming the node) and returns false.
-    fn compute(&self, n: usize) -> bool {
-        let node = &self.plan.nodes[n];
-        let mut inputs = Vec::with_capacity(node.inputs.len());
-        for (i, source) in node.inputs.iter().enumerate() {
-            let tensor = match *source {
-                Source::Feed(k) => Ok(self.feeds[k].clone()),
-                Source::Output { node: p, slot } => {
-                    self.output(p, slot, || format!("node `{}` as input {i}", node.def.name))
-                }
-            };
-            match tensor {
-                Ok(t) => inputs.push(t),
-                Err(e) => {
-                    self.fail(e);
-                    return false;
-                }
-            }
-        }
-        let input_bytes = inputs.iter().map(|t| t.byte_size() as u64).sum();
-        let device = &self.plan.device;
-        let mut ctx = OpContext::new(
-            &node.def,
-            inputs,
-            device.resources(),
-            device.name(),
-            self.options.step_id,
-        )
-        .with_step(&self.options)
-        .with_memory(device.memory());
-        let started = Instant::now();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            node.kernel.compute(&mut ctx)
-        }));
-        match result {
-            Ok(Ok(())) => {
-                node.cost
-                    .nanos
-                    .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                node.cost.input_bytes.store(input_bytes, Ordering::Relaxed);
-                let values = ctx.take_outputs();
-                let charge = match device.memory() {
-                    Some(budget) => {
-                        let bytes = allocated_bytes(ctx.inputs(), &values);
-                        match budget.charge(&node.def.name, &node.def.op, bytes) {
-                            Ok(charge) => Some(charge),
-                            Err(e) => {
-                                self.fail(e);
-                                return false;
-                            }
-                        }
-                    }
-                    None => None,
-                };
-                let mut outputs = self.outputs[n].lock().unwrap_or_else(|e| e.into_inner());
-                outputs.values = values;
-                outputs.charge = charge;
-                true
-            }
-            Ok(Err(e)) => {
-                self.fail(name_node(e, &node.def));
-                false
-            }
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_string());
-                self.fail(Status::internal(format!(
-                    "node `{}` (op {}) panicked: {what}",
-                    node.def.name, node.def.op
-                )));
-                false
-            }
-        }
-    }
-}
-
-/// The bytes of a kernel's outputs that are new allocations: outputs whose buffer lies inside
-/// one of the inputs' (Identity, Reshape, a forwarded input) are views and cost nothing.
-fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
-    let range = |t: &Tensor| {
-        t.bytes()
-            .filter(|b| !b.is_empty())
-            .map(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len()))
-    };
-    let held: Vec<(usize, usize)> = inputs.iter().filter_map(range).collect();
-    outputs
-        .iter()
-        .flatten()
-        .filter(|t| match range(t) {
-            Some((start, _)) => !held.iter().any(|&(lo, hi)| lo <= start && start < hi),
-            None => true,
-        })
-        .map(|t| t.byte_size() as u64)
-        .sum()
-}
-
-/// Runs node `first`, then keeps running one successor it made ready on this thread and hands
-/// the other ready successors to the pool.
-fn process(state: &Arc<StepState>, first: usize) {
-    let mut next = Some(first);
-    while let Some(n) = next.take() {
-        state.run_node(n, |s| {
-            if next.is_none() {
-                next = Some(s);
-            } else {
-                let state = state.clone();
-                ThreadPool::global().spawn(move || process(&state, s));
-            }
-        });
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,968 @@
+//! The executor's control-flow engine: TensorFlow 1's dead tensors, frames and iterations, for
+//! plans that hold `Switch`, `Merge`, `Enter`, `Exit`, `NextIteration` or `ControlTrigger`
+//! (graphs without them run on the lock-free engine in `plain.rs` and pay nothing for this).
+//!
+//! The semantics are TensorFlow's (`propagator_state.cc`):
+//!
+//! - **Dead tensors.** A `Switch` sets one output; the other is dead. A node with a dead input
+//!   (data or control) does not run: all its outputs are dead, and so is the node for its
+//!   control successors. `_Send`/`_Recv` run dead, to carry the deadness to the other side.
+//!   A `ControlTrigger` is never dead.
+//! - **Merge** waits for all its control inputs and then fires on its first live data input;
+//!   it is dead when all its data inputs are dead (or a dead `Enter` feeds it: a loop on an
+//!   untaken branch).
+//! - **Frames.** Each while loop is a frame, named by its `Enter` nodes' `frame_name`, with its
+//!   own iterations. An instance of a frame is made per parent frame instance and parent
+//!   iteration when its first `Enter` arrives. `Enter` moves a value into iteration 0 of the
+//!   child (or, with `is_constant`, into every iteration: a loop invariant); `NextIteration`
+//!   moves it into the next iteration, starting it, unless `parallel_iterations` are already
+//!   under way (then it waits for the oldest to finish); `Exit` moves it out to the parent. A
+//!   dead `NextIteration` starts nothing (the loop ends); dead `Exit`s of the last iteration are
+//!   passed on, dead, when the frame finishes.
+//! - An iteration is done when none of its nodes is ready or running, no child frame of it is
+//!   alive, and the iteration before it is done (for iteration 0: every `Enter` of the frame has
+//!   arrived). A frame is done when all its iterations are.
+//!
+//! Concurrency: every propagation happens under one mutex per step; kernels run outside it,
+//! in parallel as their readiness allows. Inputs are stored at their destination, per
+//! (frame instance, iteration), and taken by the node that reads them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use super::step::StepCommon;
+use super::{name_node, Kind, Plan, Source};
+use crate::error::{Result, Status};
+use crate::graph::attr;
+use crate::runtime::pool::ThreadPool;
+use crate::tensor::Tensor;
+
+/// The root frame's index among the static frames.
+const ROOT: usize = 0;
+
+/// A while-loop frame as the graph declares it.
+struct FrameInfo {
+    name: String,
+    /// The static frame of the `Enter` nodes (unused for the root).
+    parent: usize,
+    parallel_iterations: usize,
+    /// The `Enter` nodes into this frame that the plan runs.
+    enters: usize,
+    /// Per node of the frame (by local index): its initial pending count.
+    pending: Vec<u32>,
+    /// Input slots of an iteration (every data input of every node of the frame).
+    slots: usize,
+}
+
+/// A data edge out of a node.
+#[derive(Clone, Copy)]
+struct OutEdge {
+    slot: usize,
+    dst: usize,
+    input: usize,
+}
+
+/// What the control-flow engine knows of a plan, computed once.
+pub(super) struct ControlPlan {
+    frames: Vec<FrameInfo>,
+    /// Per node: its static frame.
+    frame_of: Vec<usize>,
+    /// Per node: its index among its frame's nodes.
+    local: Vec<usize>,
+    /// Per node: the first input slot of its inputs in its frame's iterations.
+    input_base: Vec<usize>,
+    data_out: Vec<Vec<OutEdge>>,
+    control_out: Vec<Vec<usize>>,
+    /// Per node: its number of data inputs (a Merge is dead when all of them are).
+    data_inputs: Vec<usize>,
+    /// Per `Enter` node: the static frame it enters and whether it is a loop invariant.
+    enter: Vec<Option<(usize, bool)>>,
+}
+
+impl ControlPlan {
+    /// Assigns every node its frame (walking from the roots: an `Enter`'s successors are in the
+    /// frame it names, an `Exit`'s in the parent of its own) and precomputes the pending
+    /// counts. INVALID_ARGUMENT when a node would be in two frames, an `Exit` leaves the root
+    /// frame, or a node cannot be reached from any root.
+    pub(super) fn new(
+        plan_nodes: &[super::PlanNode],
+        control_inputs: &[Vec<usize>],
+        roots: &[usize],
+    ) -> Result<ControlPlan> {
+        let n = plan_nodes.len();
+        let mut data_out = vec![Vec::new(); n];
+        let mut control_out = vec![Vec::new(); n];
+        let mut data_inputs = vec![0; n];
+        for (dst, node) in plan_nodes.iter().enumerate() {
+            data_inputs[dst] = node.inputs.len();
+            for (input, source) in node.inputs.iter().enumerate() {
+                if let Source::Output { node: src, slot } = *source {
+                    data_out[src].push(OutEdge { slot, dst, input });
+                }
+            }
+            for &src in &control_inputs[dst] {
+                control_out[src].push(dst);
+            }
+        }
+
+        let mut frames = vec![FrameInfo {
+            name: String::new(),
+            parent: ROOT,
+            parallel_iterations: 1,
+            enters: 0,
+            pending: Vec::new(),
+            slots: 0,
+        }];
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        let mut enter = vec![None; n];
+        for (i, node) in plan_nodes.iter().enumerate() {
+            if node.kind != Kind::Enter {
+                continue;
+            }
+            let def = &node.def;
+            let name = attr::string_or(def, "frame_name", "")?;
+            if name.is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "node `{}` ({}) has no frame_name; every Enter names its while loop's frame",
+                    def.name, def.op
+                )));
+            }
+            let parallel = attr::int_or(def, "parallel_iterations", 10)?;
+            if parallel < 1 {
+                return Err(Status::invalid_argument(format!(
+                    "node `{}` ({}): parallel_iterations is {parallel}; it must be at least 1",
+                    def.name, def.op
+                )));
+            }
+            let constant = attr::bool_or(def, "is_constant", false)?;
+            let f = *by_name.entry(name.clone()).or_insert_with(|| {
+                frames.push(FrameInfo {
+                    name,
+                    parent: usize::MAX,
+                    parallel_iterations: parallel as usize,
+                    enters: 0,
+                    pending: Vec::new(),
+                    slots: 0,
+                });
+                frames.len() - 1
+            });
+            frames[f].enters += 1;
+            enter[i] = Some((f, constant));
+        }
+
+        // Frames by reachability from the roots.
+        let mut frame_of = vec![usize::MAX; n];
+        let mut stack: Vec<usize> = roots.to_vec();
+        for &r in roots {
+            frame_of[r] = ROOT;
+        }
+        while let Some(src) = stack.pop() {
+            let here = frame_of[src];
+            let there = match plan_nodes[src].kind {
+                Kind::Enter => {
+                    let (child, _) = enter[src].expect("Enter nodes have a frame");
+                    let parent = &mut frames[child].parent;
+                    if *parent == usize::MAX {
+                        *parent = here;
+                    } else if *parent != here {
+                        return Err(Status::invalid_argument(format!(
+                            "while loop frame `{}` is entered from two frames (`{}` is in \
+                             another frame than the loop's other Enter nodes)",
+                            frames[child].name, plan_nodes[src].def.name
+                        )));
+                    }
+                    child
+                }
+                Kind::Exit => {
+                    if here == ROOT {
+                        return Err(Status::invalid_argument(format!(
+                            "node `{}` ({}) is an Exit outside any while loop; an Exit must \
+                             follow its loop's Switch",
+                            plan_nodes[src].def.name, plan_nodes[src].def.op
+                        )));
+                    }
+                    frames[here].parent
+                }
+                _ => here,
+            };
+            let successors = data_out[src]
+                .iter()
+                .map(|e| e.dst)
+                .chain(control_out[src].iter().copied());
+            for dst in successors {
+                if frame_of[dst] == usize::MAX {
+                    frame_of[dst] = there;
+                    stack.push(dst);
+                } else if frame_of[dst] != there {
+                    let name = |f: usize| {
+                        if f == ROOT {
+                            "the root frame".to_string()
+                        } else {
+                            format!("while loop `{}`", frames[f].name)
+                        }
+                    };
+                    return Err(Status::invalid_argument(format!(
+                        "node `{}` ({}) has inputs from {} and from {}; a value enters a while \
+                         loop only through an Enter and leaves it only through an Exit",
+                        plan_nodes[dst].def.name,
+                        plan_nodes[dst].def.op,
+                        name(frame_of[dst]),
+                        name(there)
+                    )));
+                }
+            }
+        }
+        if let Some(stray) = frame_of.iter().position(|&f| f == usize::MAX) {
+            return Err(Status::invalid_argument(format!(
+                "node `{}` ({}) cannot be reached from any node without inputs: it is on a \
+                 cycle that no Merge of a while loop breaks",
+                plan_nodes[stray].def.name, plan_nodes[stray].def.op
+            )));
+        }
+
+        let mut local = vec![0; n];
+        let mut input_base = vec![0; n];
+        for (i, node) in plan_nodes.iter().enumerate() {
+            let frame = &mut frames[frame_of[i]];
+            local[i] = frame.pending.len();
+            input_base[i] = frame.slots;
+            frame.slots += node.inputs.len();
+            let produced = node
+                .inputs
+                .iter()
+                .filter(|s| matches!(s, Source::Output { .. }))
+                .count() as u32;
+            let controls = control_inputs[i].len() as u32;
+            frame.pending.push(if node.kind == Kind::Merge {
+                1 + 2 * controls
+            } else {
+                produced + controls
+            });
+        }
+        Ok(ControlPlan {
+            frames,
+            frame_of,
+            local,
+            input_base,
+            data_out,
+            control_out,
+            data_inputs,
+            enter,
+        })
+    }
+
+    fn frame_name(&self, f: usize) -> &str {
+        &self.frames[f].name
+    }
+
+    /// INVALID_ARGUMENT naming the fetch when `node`'s outputs are inside a while loop (only
+    /// values of the root frame can be fetched: they have one value per step).
+    pub(super) fn check_fetch(&self, name: &str, node: usize, kind: Kind) -> Result<()> {
+        let frame = match kind {
+            Kind::Exit => self.frames[self.frame_of[node]].parent,
+            _ => self.frame_of[node],
+        };
+        if frame == ROOT {
+            return Ok(());
+        }
+        Err(Status::invalid_argument(format!(
+            "fetch `{name}` is inside while loop `{}`, where it has a value per iteration; fetch \
+             a value the loop passes out through its Exit",
+            self.frames[frame].name
+        )))
+    }
+}
+
+/// One iteration of a frame instance.
+struct Iteration {
+    /// Per node of the frame: data and control inputs still to come (see [`FrameInfo`]).
+    pending: Vec<u32>,
+    /// Per node of the frame: dead inputs received.
+    dead: Vec<u32>,
+    /// Input values, at their destination's slots; `None` until set, or dead.
+    inputs: Vec<Option<Tensor>>,
+    /// Nodes of this iteration ready or running.
+    outstanding: usize,
+    /// Child frame instances of this iteration still alive.
+    children: usize,
+}
+
+impl Iteration {
+    fn new(info: &FrameInfo) -> Iteration {
+        Iteration {
+            pending: info.pending.clone(),
+            dead: vec![0; info.pending.len()],
+            inputs: vec![None; info.slots],
+            outstanding: 0,
+            children: 0,
+        }
+    }
+}
+
+/// A live instance of a frame.
+struct FrameInstance {
+    info: usize,
+    /// The instance and iteration that entered it; `None` for the root.
+    parent: Option<(usize, i64)>,
+    /// The id in rendezvous keys of transfers inside it (`frame_id` of `frame_id:iter`).
+    id: u64,
+    /// Iterations not yet done, from `first` on.
+    iterations: VecDeque<Iteration>,
+    first: i64,
+    /// The newest iteration started.
+    count: i64,
+    /// `Enter` nodes not yet arrived.
+    pending_enters: usize,
+    dead_exits: Vec<usize>,
+    /// `NextIteration` values waiting for a free iteration (`parallel_iterations`).
+    deferred: Vec<(usize, Option<Tensor>)>,
+    /// Loop invariants: the constant `Enter`s and their values, given to every iteration.
+    invariants: Vec<(usize, Option<Tensor>)>,
+}
+
+impl FrameInstance {
+    fn iteration(&mut self, iter: i64) -> &mut Iteration {
+        let index = (iter - self.first) as usize;
+        &mut self.iterations[index]
+    }
+
+    fn has_iteration(&self, iter: i64) -> bool {
+        iter >= self.first && iter <= self.count
+    }
+}
+
+/// A node ready to run: in which frame instance and iteration, and whether it is dead.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Tagged {
+    node: usize,
+    frame: usize,
+    iter: i64,
+    dead: bool,
+}
+
+/// The frames of one step.
+struct Frames {
+    instances: Vec<Option<FrameInstance>>,
+    free: Vec<usize>,
+    /// Live child instances by (parent instance, parent iteration, static frame).
+    children: HashMap<(usize, i64, usize), usize>,
+}
+
+/// The state of one step on the control-flow engine.
+pub(super) struct ControlStep {
+    pub(super) common: StepCommon,
+    frames: Mutex<Frames>,
+}
+
+impl ControlStep {
+    pub(super) fn new(common: StepCommon) -> Arc<ControlStep> {
+        let control = common.plan.control.as_ref().expect("a control-flow plan");
+        let mut root_iter = Iteration::new(&control.frames[ROOT]);
+        root_iter.outstanding = common.plan.roots.len();
+        let root = FrameInstance {
+            info: ROOT,
+            parent: None,
+            id: 0,
+            iterations: VecDeque::from([root_iter]),
+            first: 0,
+            count: 0,
+            pending_enters: 0,
+            dead_exits: Vec::new(),
+            deferred: Vec::new(),
+            invariants: Vec::new(),
+        };
+        Arc::new(ControlStep {
+            common,
+            frames: Mutex::new(Frames {
+                instances: vec![Some(root)],
+                free: Vec::new(),
+                children: HashMap::new(),
+            }),
+        })
+    }
+
+    /// The roots, tagged in the root frame.
+    pub(super) fn roots(&self) -> Vec<Tagged> {
+        self.common
+            .plan
+            .roots
+            .iter()
+            .map(|&node| Tagged {
+                node,
+                frame: 0,
+                iter: 0,
+                dead: false,
+            })
+            .collect()
+    }
+
+    fn control(&self) -> &ControlPlan {
+        self.common
+            .plan
+            .control
+            .as_ref()
+            .expect("a control-flow plan")
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Frames> {
+        self.frames.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `first`, then one node it made ready after another on this thread, handing the
+    /// others to the pool.
+    pub(super) fn process(self: &Arc<Self>, first: Tagged) {
+        let mut next = Some(first);
+        while let Some(tagged) = next.take() {
+            let ready = self.run(tagged);
+            let mut ready = ready.into_iter();
+            next = ready.next();
+            for other in ready {
+                let step = self.clone();
+                ThreadPool::global().spawn(move || step.process(other));
+            }
+            // This node is done; the step ends when nothing is ready or running.
+            if self.common.node_done() {
+                self.common.finish();
+            }
+        }
+    }
+
+    /// Runs one tagged node and propagates its outputs; returns the nodes it made ready (each
+    /// already counted as outstanding).
+    fn run(&self, tagged: Tagged) -> Vec<Tagged> {
+        let plan = &self.common.plan;
+        let control = self.control();
+        let node = &plan.nodes[tagged.node];
+        // Take the inputs.
+        let base = control.input_base[tagged.node];
+        let slots: Vec<Option<Tensor>> = {
+            let mut frames = self.lock();
+            let instance = frames.instances[tagged.frame]
+                .as_mut()
+                .expect("a tagged node's frame is alive");
+            let iteration = instance.iteration(tagged.iter);
+            (0..node.inputs.len())
+                .map(|i| iteration.inputs[base + i].take())
+                .collect()
+        };
+        let outputs = if self.common.stopped() {
+            None
+        } else {
+            self.compute(tagged, slots)
+        };
+        let mut frames = self.lock();
+        let mut ready = Vec::new();
+        match outputs {
+            Some(outputs) => self.propagate(&mut frames, tagged, outputs, &mut ready),
+            // Failed or stopped: nothing new starts; only account for this node.
+            None => self.node_finished(&mut frames, tagged.frame, tagged.iter, &mut ready),
+        }
+        if self.common.failed() {
+            // Nodes made ready after a failure are dropped, uncounted.
+            for t in ready.drain(..) {
+                self.common.drop_outstanding(t.node);
+            }
+        }
+        ready
+    }
+
+    /// Computes a node's outputs: `Ok(None)` for a dead node, `None` when the step failed.
+    fn compute(&self, tagged: Tagged, slots: Vec<Option<Tensor>>) -> Option<NodeOutputs> {
+        let plan = &self.common.plan;
+        let node = &plan.nodes[tagged.node];
+        let frame_iter = self.frame_iter(tagged);
+        if node.kind == Kind::Merge {
+            if tagged.dead {
+                return Some(NodeOutputs::Dead);
+            }
+            let live = node
+                .inputs
+                .iter()
+                .zip(slots)
+                .enumerate()
+                .find_map(|(i, (s, v))| match s {
+                    Source::Feed(k) => Some((i, self.common.feeds[*k].clone())),
+                    Source::Output { .. } => v.map(|v| (i, v)),
+                });
+            return Some(match live {
+                Some((i, value)) => {
+                    NodeOutputs::Live(vec![Some(value), Some(Tensor::scalar(i as i32))])
+                }
+                None => NodeOutputs::Dead,
+            });
+        }
+        let transfer = matches!(node.kind, Kind::Send | Kind::Recv);
+        if tagged.dead && !transfer {
+            return Some(NodeOutputs::Dead);
+        }
+        let mut inputs = Vec::with_capacity(slots.len());
+        for (source, value) in node.inputs.iter().zip(slots) {
+            match source {
+                Source::Feed(k) => inputs.push(self.common.feeds[*k].clone()),
+                Source::Output { .. } => match value {
+                    Some(v) => inputs.push(v),
+                    None if tagged.dead => inputs.push(Tensor::scalar(0f32)),
+                    None => {
+                        self.common.fail(Status::internal(format!(
+                            "node `{}` ({}) is ready without its inputs in frame {}",
+                            node.def.name, node.def.op, frame_iter.0
+                        )));
+                        return None;
+                    }
+                },
+            }
+        }
+        // The memory of outputs in loops is not held against the budget past the check.
+        let (values, _charge) =
+            self.common
+                .run_kernel(tagged.node, inputs, frame_iter, tagged.dead)?;
+        let may_leave_unset = matches!(node.kind, Kind::Switch | Kind::Recv);
+        if node.kind == Kind::Recv && values.iter().all(Option::is_none) {
+            return Some(NodeOutputs::Dead);
+        }
+        if !may_leave_unset {
+            if let Some(missing) = control_missing_output(&self.common.plan, tagged.node, &values) {
+                self.common.fail(missing);
+                return None;
+            }
+        }
+        Some(NodeOutputs::Live(values))
+    }
+
+    /// The `(frame_id, iteration)` of rendezvous keys for a node run under `tagged`.
+    fn frame_iter(&self, tagged: Tagged) -> (u64, i64) {
+        if tagged.frame == 0 {
+            return (0, 0);
+        }
+        let frames = self.lock();
+        let id = frames.instances[tagged.frame].as_ref().map_or(0, |f| f.id);
+        (id, tagged.iter)
+    }
+
+    fn propagate(
+        &self,
+        frames: &mut Frames,
+        tagged: Tagged,
+        outputs: NodeOutputs,
+        ready: &mut Vec<Tagged>,
+    ) {
+        let plan = &self.common.plan;
+        let control = self.control();
+        let node = &plan.nodes[tagged.node];
+        let dead = matches!(outputs, NodeOutputs::Dead);
+        match node.kind {
+            Kind::Enter => {
+                let (child_frame, constant) =
+                    control.enter[tagged.node].expect("Enter nodes have a frame");
+                let child = self.child_instance(frames, tagged, child_frame);
+                let value = outputs.first();
+                if constant {
+                    let instance = frames.instances[child].as_mut().expect("alive");
+                    instance.invariants.push((tagged.node, value.clone()));
+                    let (first, count) = (instance.first, instance.count);
+                    for iter in first..=count {
+                        self.activate(
+                            frames,
+                            tagged.node,
+                            dead,
+                            &[value.clone()],
+                            child,
+                            iter,
+                            ready,
+                        );
+                    }
+                } else {
+                    self.activate(frames, tagged.node, dead, &[value], child, 0, ready);
+                }
+                let instance = frames.instances[child].as_mut().expect("alive");
+                instance.pending_enters -= 1;
+                let first = instance.first;
+                // The last Enter may be what the child's first iteration waited for.
+                self.cleanup(frames, child, first, ready);
+                self.node_finished(frames, tagged.frame, tagged.iter, ready);
+            }
+            Kind::Exit => {
+                if dead {
+                    let instance = frames.instances[tagged.frame].as_mut().expect("alive");
+                    if tagged.iter == instance.count {
+                        instance.dead_exits.push(tagged.node);
+                    }
+                } else {
+                    let (parent, parent_iter) = frames.instances[tagged.frame]
+                        .as_ref()
+                        .and_then(|f| f.parent)
+                        .expect("an Exit runs in a child frame");
+                    let values = outputs.values();
+                    if node.fetched && parent == 0 {
+                        self.common.keep_fetched(tagged.node, values);
+                    }
+                    self.activate(
+                        frames,
+                        tagged.node,
+                        false,
+                        values,
+                        parent,
+                        parent_iter,
+                        ready,
+                    );
+                }
+                self.node_finished(frames, tagged.frame, tagged.iter, ready);
+            }
+            Kind::NextIteration => {
+                if !dead {
+                    let value = outputs.first();
+                    let info_parallel = {
+                        let instance = frames.instances[tagged.frame].as_ref().expect("alive");
+                        control.frames[instance.info].parallel_iterations
+                    };
+                    let instance = frames.instances[tagged.frame].as_mut().expect("alive");
+                    if tagged.iter == instance.count {
+                        if instance.iterations.len() >= info_parallel {
+                            instance.deferred.push((tagged.node, value));
+                        } else {
+                            self.start_iteration(frames, tagged.frame, ready);
+                            self.activate(
+                                frames,
+                                tagged.node,
+                                false,
+                                &[value],
+                                tagged.frame,
+                                tagged.iter + 1,
+                                ready,
+                            );
+                        }
+                    } else {
+                        self.activate(
+                            frames,
+                            tagged.node,
+                            false,
+                            &[value],
+                            tagged.frame,
+                            tagged.iter + 1,
+                            ready,
+                        );
+                    }
+                }
+                self.node_finished(frames, tagged.frame, tagged.iter, ready);
+            }
+            _ => {
+                if node.fetched && tagged.frame == 0 {
+                    self.common.keep_fetched(tagged.node, outputs.values());
+                }
+                let values = outputs.values();
+                self.activate(
+                    frames,
+                    tagged.node,
+                    dead,
+                    values,
+                    tagged.frame,
+                    tagged.iter,
+                    ready,
+                );
+                self.node_finished(frames, tagged.frame, tagged.iter, ready);
+            }
+        }
+    }
+
+    /// Finds or makes the instance of static frame `child` entered from `tagged`'s frame and
+    /// iteration.
+    fn child_instance(&self, frames: &mut Frames, tagged: Tagged, child: usize) -> usize {
+        let key = (tagged.frame, tagged.iter, child);
+        if let Some(&instance) = frames.children.get(&key) {
+            return instance;
+        }
+        let control = self.control();
+        let info = &control.frames[child];
+        let parent_id = frames.instances[tagged.frame].as_ref().map_or(0, |f| f.id);
+        let instance = FrameInstance {
+            info: child,
+            parent: Some((tagged.frame, tagged.iter)),
+            id: frame_id(parent_id, tagged.iter, &info.name),
+            iterations: VecDeque::from([Iteration::new(info)]),
+            first: 0,
+            count: 0,
+            pending_enters: info.enters,
+            dead_exits: Vec::new(),
+            deferred: Vec::new(),
+            invariants: Vec::new(),
+        };
+        let index = match frames.free.pop() {
+            Some(i) => {
+                frames.instances[i] = Some(instance);
+                i
+            }
+            None => {
+                frames.instances.push(Some(instance));
+                frames.instances.len() - 1
+            }
+        };
+        frames.children.insert(key, index);
+        frames.instances[tagged.frame]
+            .as_mut()
+            .expect("alive")
+            .iteration(tagged.iter)
+            .children += 1;
+        index
+    }
+
+    /// Starts the next iteration of `frame`: the deferred `NextIteration` values and the loop
+    /// invariants go into it.
+    fn start_iteration(&self, frames: &mut Frames, frame: usize, ready: &mut Vec<Tagged>) {
+        let control = self.control();
+        let instance = frames.instances[frame].as_mut().expect("alive");
+        instance.count += 1;
+        let iter = instance.count;
+        instance
+            .iterations
+            .push_back(Iteration::new(&control.frames[instance.info]));
+        instance.dead_exits.clear();
+        let deferred = std::mem::take(&mut instance.deferred);
+        let invariants = instance.invariants.clone();
+        for (node, value) in deferred {
+            self.activate(frames, node, false, &[value], frame, iter, ready);
+        }
+        for (node, value) in invariants {
+            let dead = value.is_none();
+            self.activate(frames, node, dead, &[value], frame, iter, ready);
+        }
+    }
+
+    /// Delivers `node`'s outputs (`values[slot]`, `None` dead; every output dead when `dead`)
+    /// to its successors in iteration `iter` of instance `frame`, collecting those made ready.
+    #[allow(clippy::too_many_arguments)]
+    fn activate(
+        &self,
+        frames: &mut Frames,
+        node: usize,
+        dead: bool,
+        values: &[Option<Tensor>],
+        frame: usize,
+        iter: i64,
+        ready: &mut Vec<Tagged>,
+    ) {
+        let plan = &self.common.plan;
+        let control = self.control();
+        let is_enter = plan.nodes[node].kind == Kind::Enter;
+        let instance = frames.instances[frame].as_mut().expect("alive");
+        let iteration = instance.iteration(iter);
+        let mut made_ready = |dst: usize, dst_dead: bool, iteration: &mut Iteration| {
+            let dst_dead = dst_dead && plan.nodes[dst].kind != Kind::ControlTrigger;
+            iteration.outstanding += 1;
+            self.common.add_outstanding();
+            ready.push(Tagged {
+                node: dst,
+                frame,
+                iter,
+                dead: dst_dead,
+            });
+        };
+        for edge in &control.data_out[node] {
+            let dst = edge.dst;
+            let local = control.local[dst];
+            let value = if dead {
+                None
+            } else {
+                values.get(edge.slot).cloned().flatten()
+            };
+            if plan.nodes[dst].kind == Kind::Merge {
+                match value {
+                    Some(value) => {
+                        if iteration.pending[local] & 1 == 1 {
+                            iteration.inputs[control.input_base[dst] + edge.input] = Some(value);
+                            iteration.pending[local] -= 1;
+                            if iteration.pending[local] == 0 {
+                                made_ready(dst, false, iteration);
+                            }
+                        }
+                    }
+                    None => {
+                        iteration.dead[local] += 1;
+                        let all_dead =
+                            iteration.dead[local] as usize == control.data_inputs[dst] || is_enter;
+                        if iteration.pending[local] == 1 && all_dead {
+                            iteration.pending[local] = 0;
+                            made_ready(dst, true, iteration);
+                        }
+                    }
+                }
+            } else {
+                if value.is_none() {
+                    iteration.dead[local] += 1;
+                }
+                iteration.inputs[control.input_base[dst] + edge.input] = value;
+                iteration.pending[local] -= 1;
+                if iteration.pending[local] == 0 {
+                    let dst_dead = iteration.dead[local] > 0;
+                    made_ready(dst, dst_dead, iteration);
+                }
+            }
+        }
+        for &dst in &control.control_out[node] {
+            let local = control.local[dst];
+            if plan.nodes[dst].kind == Kind::Merge {
+                iteration.pending[local] -= 2;
+                let all_dead = iteration.dead[local] as usize == control.data_inputs[dst];
+                if iteration.pending[local] == 0 {
+                    made_ready(dst, false, iteration);
+                } else if iteration.pending[local] == 1 && all_dead {
+                    iteration.pending[local] = 0;
+                    made_ready(dst, true, iteration);
+                }
+            } else {
+                if dead {
+                    iteration.dead[local] += 1;
+                }
+                iteration.pending[local] -= 1;
+                if iteration.pending[local] == 0 {
+                    let dst_dead = iteration.dead[local] > 0;
+                    made_ready(dst, dst_dead, iteration);
+                }
+            }
+        }
+    }
+
+    /// Counts a node of iteration `iter` of `frame` done and cleans up what that finishes.
+    fn node_finished(&self, frames: &mut Frames, frame: usize, iter: i64, ready: &mut Vec<Tagged>) {
+        let instance = frames.instances[frame].as_mut().expect("alive");
+        let iteration = instance.iteration(iter);
+        iteration.outstanding -= 1;
+        self.cleanup(frames, frame, iter, ready);
+    }
+
+    /// Retires the done iterations of `frame` from `iter` on, in order; when that finishes the
+    /// frame, passes its dead exits on and retires it, then looks at its parent's iteration.
+    fn cleanup(&self, frames: &mut Frames, frame: usize, iter: i64, ready: &mut Vec<Tagged>) {
+        if frame == 0 {
+            return;
+        }
+        let control = self.control();
+        let mut iter = iter;
+        loop {
+            let instance = frames.instances[frame].as_mut().expect("alive");
+            if !instance.has_iteration(iter) || iter != instance.first {
+                break;
+            }
+            let done = {
+                let pending_enters = instance.pending_enters;
+                let it = instance.iteration(iter);
+                it.outstanding == 0 && it.children == 0 && (iter != 0 || pending_enters == 0)
+            };
+            if !done {
+                break;
+            }
+            instance.iterations.pop_front();
+            instance.first += 1;
+            iter += 1;
+            if !instance.deferred.is_empty() {
+                self.start_iteration(frames, frame, ready);
+            }
+        }
+        let instance = frames.instances[frame].as_ref().expect("alive");
+        let frame_done = instance.pending_enters == 0 && instance.iterations.is_empty();
+        if !frame_done {
+            return;
+        }
+        let instance = frames.instances[frame].take().expect("alive");
+        frames.free.push(frame);
+        let (parent, parent_iter) = instance.parent.expect("a child frame has a parent");
+        frames
+            .children
+            .remove(&(parent, parent_iter, instance.info));
+        for exit in instance.dead_exits {
+            self.activate(frames, exit, true, &[], parent, parent_iter, ready);
+        }
+        let _ = control;
+        let parent_instance = frames.instances[parent].as_mut().expect("alive");
+        parent_instance.iteration(parent_iter).children -= 1;
+        self.cleanup(frames, parent, parent_iter, ready);
+    }
+
+    /// The frames and iterations still running, for a deadline's message.
+    pub(super) fn describe_running(&self) -> String {
+        let frames = self.lock();
+        let control = self.control();
+        let mut loops: Vec<String> = frames
+            .instances
+            .iter()
+            .flatten()
+            .filter(|f| f.info != ROOT)
+            .map(|f| {
+                format!(
+                    "while loop `{}` at iteration {}",
+                    control.frame_name(f.info),
+                    f.count
+                )
+            })
+            .collect();
+        loops.sort();
+        loops.dedup();
+        loops.join(", ")
+    }
+}
+
+/// A node's outputs: its values (`None` for a dead output), or dead as a whole.
+enum NodeOutputs {
+    Live(Vec<Option<Tensor>>),
+    Dead,
+}
+
+impl NodeOutputs {
+    fn values(&self) -> &[Option<Tensor>] {
+        match self {
+            NodeOutputs::Live(v) => v,
+            NodeOutputs::Dead => &[],
+        }
+    }
+
+    fn first(&self) -> Option<Tensor> {
+        self.values().first().cloned().flatten()
+    }
+}
+
+/// INTERNAL naming the node when its kernel left an output unset that a consumer reads.
+fn control_missing_output(plan: &Plan, node: usize, values: &[Option<Tensor>]) -> Option<Status> {
+    let control = plan.control.as_ref()?;
+    let missing = control.data_out[node]
+        .iter()
+        .find(|e| values.get(e.slot).is_none_or(Option::is_none))?;
+    let def = &plan.nodes[node].def;
+    Some(name_node(
+        Status::internal(format!(
+            "did not produce output {} ({} outputs set), which node `{}` needs",
+            missing.slot,
+            values.len(),
+            plan.nodes[missing.dst].def.name
+        )),
+        def,
+    ))
+}
+
+/// The id of a frame instance in rendezvous keys: the same on every task for the same parent
+/// instance, parent iteration and frame name (FNV-1a, stable across builds and processes).
+fn frame_id(parent: u64, iter: i64, name: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    feed(&parent.to_le_bytes());
+    feed(&iter.to_le_bytes());
+    feed(name.as_bytes());
+    hash
+}
+
+/// Starts a control-flow step's roots: the caller runs the first unless it must only wait.
+pub(super) fn start(step: &Arc<ControlStep>, run_first_here: bool) {
+    let roots = step.roots();
+    let mut roots = roots.into_iter();
+    let first = if run_first_here { roots.next() } else { None };
+    for root in roots {
+        let step = step.clone();
+        ThreadPool::global().spawn(move || step.process(root));
+    }
+    if let Some(first) = first {
+        step.process(first);
+    }
+}

@@ -1,0 +1,318 @@
+//! What both of the executor's engines keep per step: the feeds, the count of nodes ready or
+//! running, the first error, the wake-up of whoever waits for the step, and the one way a
+//! node's kernel is run (reference inputs read, panics caught, cost measured, memory charged).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::frames::ControlStep;
+use super::{name_node, Plan, StepOptions};
+use crate::device::memory::Charge;
+use crate::error::{Result, Status};
+use crate::kernels::OpContext;
+use crate::tensor::Tensor;
+
+/// The state both engines share for one step.
+pub(super) struct StepCommon {
+    pub(super) plan: Arc<Plan>,
+    pub(super) feeds: Vec<Tensor>,
+    pub(super) options: StepOptions,
+    /// Nodes ready or running; the step is over when it reaches zero.
+    outstanding: AtomicUsize,
+    failed: AtomicBool,
+    status: Mutex<Option<Status>>,
+    done: Mutex<bool>,
+    done_cv: Condvar,
+    /// Told when the step ends, for a step started by `Executor::spawn`.
+    notify: Mutex<Option<oneshot::Sender<()>>>,
+    /// The control-flow engine's fetched outputs, by plan node.
+    fetched: Mutex<HashMap<usize, Vec<Option<Tensor>>>>,
+    /// The control-flow step, to name its running loops when the deadline passes.
+    control: OnceLock<Weak<ControlStep>>,
+}
+
+impl StepCommon {
+    pub(super) fn new(
+        plan: Arc<Plan>,
+        feeds: Vec<Tensor>,
+        options: &StepOptions,
+        notify: Option<oneshot::Sender<()>>,
+    ) -> StepCommon {
+        let roots = plan.roots.len();
+        StepCommon {
+            plan,
+            feeds,
+            options: options.clone(),
+            outstanding: AtomicUsize::new(roots),
+            failed: AtomicBool::new(false),
+            status: Mutex::new(None),
+            done: Mutex::new(roots == 0),
+            done_cv: Condvar::new(),
+            notify: Mutex::new(notify),
+            fetched: Mutex::new(HashMap::new()),
+            control: OnceLock::new(),
+        }
+    }
+
+    /// Lets a deadline's message name the loops `step` is still running.
+    pub(super) fn set_control(&self, step: &Arc<ControlStep>) {
+        let _ = self.control.set(Arc::downgrade(step));
+    }
+
+    /// Counts one more node ready.
+    pub(super) fn add_outstanding(&self) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts a node done; true when it was the last one (the caller then calls `finish`).
+    pub(super) fn node_done(&self) -> bool {
+        self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Forgets a node made ready after the step failed (never the last one: its maker is
+    /// still counted).
+    pub(super) fn drop_outstanding(&self, _node: usize) {
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether the step has failed.
+    pub(super) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Records the step's first error; later ones are dropped. The first also aborts the
+    /// step's rendezvous, so that the step's other executors (other devices, other tasks)
+    /// blocked in a `_Recv` for a value this one will now never send fail at once with the
+    /// root cause, and so does this executor's own pending `_Recv`, which would otherwise hold
+    /// the step until its deadline.
+    pub(super) fn fail(&self, status: Status) {
+        let first = {
+            let mut slot = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            let first = slot.is_none();
+            if first {
+                *slot = Some(status.clone());
+            }
+            first
+        };
+        self.failed.store(true, Ordering::Release);
+        if first {
+            if let Some(rendezvous) = &self.options.rendezvous {
+                rendezvous.abort(status);
+            }
+        }
+    }
+
+    /// Whether no new node may start (failed, cancelled or past the deadline), recording why.
+    pub(super) fn stopped(&self) -> bool {
+        if self.failed() {
+            return true;
+        }
+        if let Some(token) = &self.options.cancellation {
+            if token.is_cancelled() {
+                let reason = token
+                    .reason()
+                    .unwrap_or_else(|| Status::cancelled("step cancelled"));
+                self.fail(reason);
+                return true;
+            }
+        }
+        if self.options.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.fail(self.deadline_exceeded());
+            return true;
+        }
+        false
+    }
+
+    /// DEADLINE_EXCEEDED for this step, naming the while loops still running, if any.
+    pub(super) fn deadline_exceeded(&self) -> Status {
+        let loops = self
+            .control
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|step| step.describe_running())
+            .filter(|loops| !loops.is_empty())
+            .map(|loops| format!(" ({loops} was still running; a loop that never ends?)"))
+            .unwrap_or_default();
+        Status::deadline_exceeded(format!(
+            "step {} did not finish before its deadline{loops}; raise the step timeout or find \
+             the node that waits",
+            self.options.step_id
+        ))
+    }
+
+    /// Marks the step over and wakes the caller.
+    pub(super) fn finish(&self) {
+        let notify = self.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match notify {
+            Some(notify) => {
+                let _ = notify.send(());
+            }
+            None => {
+                *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                self.done_cv.notify_all();
+            }
+        }
+    }
+
+    /// Waits until every scheduled node is done, or fails the step at its deadline.
+    pub(super) fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            match self.options.deadline {
+                None => done = self.done_cv.wait(done).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        // Stragglers finish on their own `Arc` of this state.
+                        drop(done);
+                        self.fail(self.deadline_exceeded());
+                        return;
+                    }
+                    done = self
+                        .done_cv
+                        .wait_timeout(done, left.max(Duration::from_micros(1)))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+
+    /// Takes the step's first error, if it failed.
+    pub(super) fn take_error(&self) -> Option<Status> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Keeps a fetched node's outputs (control-flow engine).
+    pub(super) fn keep_fetched(&self, node: usize, values: &[Option<Tensor>]) {
+        self.fetched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node, values.to_vec());
+    }
+
+    /// A fetched output kept by [`StepCommon::keep_fetched`]; INVALID_ARGUMENT naming the
+    /// fetch when it is dead (or was never produced).
+    pub(super) fn kept_fetch(&self, name: &str, node: usize, slot: usize) -> Result<Tensor> {
+        let fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+        fetched
+            .get(&node)
+            .and_then(|values| values.get(slot).cloned().flatten())
+            .ok_or_else(|| dead_fetch(name))
+    }
+
+    /// Runs node `n`'s kernel on `inputs` in iteration `frame_iter`: reference inputs the op
+    /// reads as values are read first; `dead` tells a transfer node its input is dead. Returns
+    /// the outputs and the memory they hold, or `None` after recording the error (naming the
+    /// node).
+    pub(super) fn run_kernel(
+        &self,
+        n: usize,
+        mut inputs: Vec<Tensor>,
+        frame_iter: (u64, i64),
+        dead: bool,
+    ) -> Option<(Vec<Option<Tensor>>, Option<Charge>)> {
+        let node = &self.plan.nodes[n];
+        if self.plan.has_refs {
+            for (i, input) in inputs.iter_mut().enumerate() {
+                if input.is_ref() && !node.ref_inputs.get(i).copied().unwrap_or(false) {
+                    match input.deref() {
+                        Ok(value) => *input = value,
+                        Err(e) => {
+                            self.fail(name_node(e, &node.def));
+                            return None;
+                        }
+                    }
+                }
+            }
+        }
+        let input_bytes = inputs.iter().map(|t| t.byte_size() as u64).sum();
+        let device = &self.plan.device;
+        let mut ctx = OpContext::new(
+            &node.def,
+            inputs,
+            device.resources(),
+            device.name(),
+            self.options.step_id,
+        )
+        .with_step(&self.options)
+        .with_memory(device.memory())
+        .with_frame_iter(frame_iter)
+        .with_dead_input(dead);
+        let started = Instant::now();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            node.kernel.compute(&mut ctx)
+        }));
+        match result {
+            Ok(Ok(())) => {
+                node.cost
+                    .nanos
+                    .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                node.cost.input_bytes.store(input_bytes, Ordering::Relaxed);
+                let values = ctx.take_outputs();
+                let charge = match device.memory() {
+                    Some(budget) => {
+                        let bytes = allocated_bytes(ctx.inputs(), &values);
+                        match budget.charge(&node.def.name, &node.def.op, bytes) {
+                            Ok(charge) => Some(charge),
+                            Err(e) => {
+                                self.fail(e);
+                                return None;
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                Some((values, charge))
+            }
+            Ok(Err(e)) => {
+                self.fail(name_node(e, &node.def));
+                None
+            }
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_string());
+                self.fail(Status::internal(format!(
+                    "node `{}` (op {}) panicked: {what}",
+                    node.def.name, node.def.op
+                )));
+                None
+            }
+        }
+    }
+}
+
+/// INVALID_ARGUMENT for a fetch whose value is dead (it comes from an untaken branch).
+pub(super) fn dead_fetch(name: &str) -> Status {
+    Status::invalid_argument(format!(
+        "fetch `{name}` has no value in this step: it is dead (it comes from the branch of a \
+         Switch that was not taken); fetch the Merge of both branches instead"
+    ))
+}
+
+/// The bytes of a kernel's outputs that are new allocations: outputs whose buffer lies inside
+/// one of the inputs' (Identity, Reshape, a forwarded input) are views and cost nothing.
+fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
+    let range = |t: &Tensor| {
+        t.bytes()
+            .filter(|b| !b.is_empty())
+            .map(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len()))
+    };
+    let held: Vec<(usize, usize)> = inputs.iter().filter_map(range).collect();
+    outputs
+        .iter()
+        .flatten()
+        .filter(|t| match range(t) {
+            Some((start, _)) => !held.iter().any(|&(lo, hi)| lo <= start && start < hi),
+            None => true,
+        })
+        .map(|t| t.byte_size() as u64)
+        .sum()
+}
