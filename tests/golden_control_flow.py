@@ -431,7 +431,11 @@ def write_case(c, out_dir):
         init, runs = c.build()
     runs = [
         {
-            "feeds": {name_of(k): tensor_json(v) for k, v in r.feeds.items()},
+            # A feed has its placeholder's dtype (TensorFlow converts Python numbers to it).
+            "feeds": {
+                name_of(k): tensor_json(np.asarray(v, dtype=k.dtype.as_numpy_dtype))
+                for k, v in r.feeds.items()
+            },
             "fetches": [name_of(t) for t in r.fetches],
             "targets": [name_of(t) for t in r.targets],
         }
