@@ -72,6 +72,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 try:
     import numpy as np
     import tensorflow as tf
+    from sklearn.datasets import load_digits
 except ImportError as e:  # pragma: no cover - depends on the host
     print(f"tensorflow_v1: {e}; pip install tensorflow-cpu tf-keras scikit-learn", file=sys.stderr)
     sys.exit(2)
@@ -118,8 +119,6 @@ def free_port():
 def digits():
     """scikit-learn's 1797 digits, pixels scaled to [0, 1]: (train_x, train_y, test_x, test_y)
     split 1437/360 by a fixed permutation."""
-    from sklearn.datasets import load_digits
-
     data = load_digits()
     xs = (data.data / 16.0).astype(np.float32)
     ys = data.target.astype(np.int64)
@@ -381,6 +380,13 @@ def main():
         return
     args.program = args.command
     args.cell = getattr(args, "cell", "lstm")
+    if args.program == "rnn":
+        try:
+            tf.compat.v1.nn.rnn_cell.LSTMCell
+        except (ImportError, AttributeError) as e:  # pragma: no cover - depends on the host
+            print(f"tensorflow_v1: tf.compat.v1.nn.rnn_cell: {e}; pip install tf-keras",
+                  file=sys.stderr)
+            sys.exit(2)
     if args.program == "sync" and args.v2_behavior != "off":
         parser.error("sync runs with --v2-behavior off (SyncReplicasOptimizer is TensorFlow 1's)")
     if args.master and not args.worker:
