@@ -99,6 +99,7 @@ mod variable;
 
 pub use items::Items;
 pub use numeric::{Float, Real};
+pub use ref_variable::step_container;
 
 /// Returns the CPU kernel factory for `op`.
 pub fn kernel_for(op: &str) -> Option<KernelFactory> {
