@@ -355,3 +355,43 @@ fn a_value_inside_a_loop_cannot_be_fetched_and_a_loop_value_must_enter_it() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("while/stray"), "{err}");
 }
+
+/// A reader of a reference variable runs after an update it depends on and sees its value
+/// (SyncReplicasOptimizer's tokens read the global step this way after the increment).
+#[test]
+fn a_ref_reader_after_an_update_sees_the_updated_value() {
+    let mut g = G {
+        on: Some(std::sync::Arc::new(tessera::runtime::Device::local_cpu())),
+        ..G::default()
+    };
+    g.op(
+        "v",
+        "VariableV2",
+        &[],
+        &[
+            ("dtype", value::dtype(DType::Float)),
+            (
+                "shape",
+                value::shape(&tessera::tensor::PartialShape::new(vec![])),
+            ),
+        ],
+    );
+    g.constant("zero", Tensor::scalar(0f32), &[]);
+    g.constant("one", Tensor::scalar(1f32), &[]);
+    g.f("init", "Assign", &["v", "zero"]);
+    g.f("inc", "AssignAdd", &["v", "one"]);
+    g.constant("dims", Tensor::from_vec([1], vec![2i32]).unwrap(), &[]);
+    // Read through the variable's `read` Identity, which runs before the increment.
+    g.f("v/read", "Identity", &["v"]);
+    g.op(
+        "tokens",
+        "Fill",
+        &["dims", "v/read", "^inc"],
+        &[("T", value::dtype(DType::Float))],
+    );
+    g.run(&[], &["init:0"]).unwrap();
+    for want in [1f32, 2.0, 3.0] {
+        let out = g.run(&[], &["tokens:0"]).unwrap();
+        assert_eq!(out[0].values::<f32>().unwrap().as_ref(), &[want, want]);
+    }
+}

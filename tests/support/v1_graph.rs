@@ -18,6 +18,9 @@ pub struct G {
     pub nodes: Vec<NodeDef>,
     /// The device of the nodes added next (empty: unplaced).
     pub device: String,
+    /// The device executors run on; a new CPU device per executor when unset (set it for
+    /// steps that share variables).
+    pub on: Option<Arc<Device>>,
 }
 
 impl G {
@@ -109,14 +112,11 @@ impl G {
             node: self.nodes.clone(),
             ..Default::default()
         };
-        Executor::new(
-            &graph,
-            feeds,
-            fetches,
-            targets,
-            Arc::new(Device::local_cpu()),
-            &create_kernel,
-        )
+        let device = self
+            .on
+            .clone()
+            .unwrap_or_else(|| Arc::new(Device::local_cpu()));
+        Executor::new(&graph, feeds, fetches, targets, device, &create_kernel)
     }
 
     pub fn run(&self, feeds: &[(&str, Tensor)], fetches: &[&str]) -> Result<Vec<Tensor>> {
