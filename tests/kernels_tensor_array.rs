@@ -642,3 +642,77 @@ fn the_registry_declares_the_ops_as_tensorflow_does() {
         "StackPush takes a Ref(string) handle"
     );
 }
+
+#[test]
+fn a_session_runs_an_array_graph_step_after_step() {
+    use tessera::client::Session;
+    use tessera::graph::builder::{Graph, NodeSpec};
+    // unstack x into an array, read row 1, gather rows [2, 0]: each run is a new step with
+    // its own array, so the writes of one run never meet those of the next.
+    let mut g = Graph::new();
+    let x = g
+        .placeholder("x", DType::Float, PartialShape::new(vec![Some(3), Some(2)]))
+        .unwrap();
+    let size = g.const_i32("size", &[], &[3]).unwrap();
+    let ta = g
+        .add_node(
+            NodeSpec::new("TensorArrayV3")
+                .name("ta")
+                .input(&size)
+                .attr("dtype", value::dtype(DType::Float))
+                .attr("clear_after_read", value::bool(false)),
+        )
+        .unwrap();
+    let indices = g.const_vec_i32("indices", &[0, 1, 2]).unwrap();
+    let flow = g
+        .add1(
+            NodeSpec::new("TensorArrayScatterV3")
+                .input(&ta[0])
+                .input(&indices)
+                .input(&x)
+                .input(&ta[1]),
+        )
+        .unwrap();
+    let one = g.const_i32("one", &[], &[1]).unwrap();
+    let row = g
+        .add1(
+            NodeSpec::new("TensorArrayReadV3")
+                .input(&ta[0])
+                .input(&one)
+                .input(&flow)
+                .attr("dtype", value::dtype(DType::Float)),
+        )
+        .unwrap();
+    let which = g.const_vec_i32("which", &[2, 0]).unwrap();
+    let picked = g
+        .add1(
+            NodeSpec::new("TensorArrayGatherV3")
+                .input(&ta[0])
+                .input(&which)
+                .input(&flow)
+                .attr("dtype", value::dtype(DType::Float))
+                .attr("element_shape", value::shape(&shape(&[2]))),
+        )
+        .unwrap();
+    assert_eq!(picked.shape.to_string(), "[2,2]");
+    let session = Session::local();
+    session.extend(&g.to_graph_def()).unwrap();
+    for k in 0..2 {
+        let base = 10. * k as f32;
+        let xv = f32s(
+            &[3, 2],
+            &[base, base + 1., base + 2., base + 3., base + 4., base + 5.],
+        );
+        let out = session
+            .run(&[("x:0", xv)], &[&row.name(), &picked.name()], &[])
+            .unwrap();
+        let base = base as f64;
+        assert_f32(&out[0], &[2], &[base + 2., base + 3.], 0.);
+        assert_f32(
+            &out[1],
+            &[2, 2],
+            &[base + 4., base + 5., base, base + 1.],
+            0.,
+        );
+    }
+}
