@@ -485,6 +485,20 @@ fn gradient_arrays_gather_what_was_scattered_into_them() {
 }
 
 #[test]
+fn a_gradient_with_shape_prepends_dimensions_to_every_element() {
+    // TensorFlow 2.21: forward array of 2 elements of [2], index 0 written;
+    // TensorArrayGradWithShape(shape_to_prepend=[3]) reads zeros of shape (3, 2) at both
+    // the written and the unwritten index.
+    let s = Step::new();
+    let (h, _) = s.array(2, &[("element_shape", value::shape(&shape(&[2])))]);
+    s.write(&h, 0, f32s(&[2], &[1., 2.])).unwrap();
+    let b = node("TensorArrayGradWithShape").attr("source", value::string("g"));
+    let g = s.ok(b, vec![h, Tensor::scalar(0f32), ivec(&[3])]).remove(0);
+    assert_f32(&s.read(&g, 0).unwrap(), &[3, 2], &[0.; 6], 0.);
+    assert_f32(&s.read(&g, 1).unwrap(), &[3, 2], &[0.; 6], 0.);
+}
+
+#[test]
 fn a_gradient_request_stops_the_forward_array_growing() {
     let s = Step::new();
     let (h, _) = s.array(1, &[("dynamic_size", value::bool(true))]);
