@@ -167,13 +167,6 @@ pub(super) fn register(r: &mut Registry) {
         .shape(transpose_shape)
         .grad(grad::transpose)
         .register(r);
-    OpDef::build("InvertPermutation")
-        .input("x: T")
-        .output("y: T")
-        .attr("T: {int32, int64} = DT_INT32")
-        .shape(sf::unchanged)
-        .no_grad()
-        .register(r);
     OpDef::build("ConcatV2")
         .input("values: N * T")
         .input("axis: Tidx")

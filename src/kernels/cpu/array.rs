@@ -29,7 +29,6 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
             |_| stateless(identity)
         }
         "IdentityN" => |_| stateless(identity_n),
-        "InvertPermutation" => |_| stateless(invert_permutation),
         "NoOp" => |_| stateless(|_| Ok(())),
         "Reshape" => |_| stateless(reshape),
         "Shape" => |n| ShapeOf::create(n, ShapeOp::Shape),
@@ -621,32 +620,4 @@ impl OpKernel for OneHot {
         ctx.set_output(0, out);
         Ok(())
     }
-}
-
-/// `InvertPermutation`: `y[x[i]] = i`; INVALID_ARGUMENT unless `x` is a permutation of
-/// `0..n`.
-fn invert_permutation(ctx: &mut OpContext<'_>) -> Result<()> {
-    let x = input(ctx, 0)?;
-    if x.rank() != 1 {
-        return Err(ctx.invalid(format!("x must be a vector, got shape {}", x.shape())));
-    }
-    let perm = super::int_values(ctx, &x, "x")?;
-    let n = perm.len();
-    let mut inverse = vec![-1i64; n];
-    for (i, &p) in perm.iter().enumerate() {
-        let slot = usize::try_from(p)
-            .ok()
-            .filter(|&p| p < n)
-            .ok_or_else(|| ctx.invalid(format!("{p} is not between 0 and {n}")))?;
-        if inverse[slot] != -1 {
-            return Err(ctx.invalid(format!("{p} is duplicated in the input")));
-        }
-        inverse[slot] = i as i64;
-    }
-    let out = match x.dtype() {
-        DType::Int64 => Tensor::from_vec([n], inverse)?,
-        _ => Tensor::from_vec([n], inverse.into_iter().map(|v| v as i32).collect())?,
-    };
-    ctx.set_output(0, out);
-    Ok(())
 }
