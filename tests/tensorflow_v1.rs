@@ -18,9 +18,15 @@ use std::process::{Command, Stdio};
 mod support;
 
 use support::cluster::{Bound, Cluster, TEST_TIMEOUTS};
-use support::tensorflow::{tensorflow_python, Client, TfServer, Trained};
+use support::tensorflow::{python_with, Client, TfServer, Trained};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorflow_v1.py");
+
+/// The Python with what the programs import: TensorFlow, tf-keras (TensorFlow 1's `rnn_cell`
+/// under Keras 3) and scikit-learn (the digits).
+fn tensorflow_python(test: &str) -> Option<String> {
+    python_with(test, &["tensorflow", "tf_keras", "sklearn"])
+}
 
 /// What TensorFlow 2.21 alone gives for a program with one worker (`tensorflow_v1.py PROGRAM
 /// --alone`): first loss, last loss, held-out accuracy, last global step.

@@ -18,12 +18,19 @@ pub const TRAIN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The Python that has TensorFlow, or `None` (said) when there is none.
 pub fn tensorflow_python(test: &str) -> Option<String> {
+    python_with(test, &["tensorflow"])
+}
+
+/// The Python that can import every one of `modules` (TensorFlow and what a script needs
+/// besides), or `None` (said) when there is none.
+pub fn python_with(test: &str, modules: &[&str]) -> Option<String> {
+    let imports = format!("import {}", modules.join(", "));
     let python = std::env::var("TESSERA_TF_PYTHON").unwrap_or_else(|_| "python3".into());
     let (tx, rx) = mpsc::channel();
     let probe = python.clone();
     thread::spawn(move || {
         let found = Command::new(&probe)
-            .args(["-c", "import tensorflow"])
+            .args(["-c", &imports])
             .env("TF_CPP_MIN_LOG_LEVEL", "3")
             .stdin(Stdio::null())
             .output();
@@ -33,8 +40,8 @@ pub fn tensorflow_python(test: &str) -> Option<String> {
         return Some(python);
     }
     eprintln!(
-        "{test}: skipped, `{python}` cannot import tensorflow (pip install tensorflow-cpu, or \
-         set TESSERA_TF_PYTHON to a python that can)"
+        "{test}: skipped, `{python}` cannot `{imports}` (pip install tensorflow-cpu tf-keras \
+         scikit-learn, or set TESSERA_TF_PYTHON to a python that can)"
     );
     None
 }
