@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tessera::graph::attr;
 use tessera::graph::lower::lower_functional_ops;
-use tessera::kernels::create_kernel;
+use tessera::kernels::{create_kernel, functional, DeviceType, OpContext};
 use tessera::proto::{attr_value, GraphDef};
-use tessera::runtime::{Device, Executor, StepOptions};
+use tessera::runtime::resource::ResourceMgr;
+use tessera::runtime::{CancellationToken, Device, Executor, StepOptions};
 use tessera::tensor::{DType, Tensor};
-use tessera::{Code, Result};
+use tessera::{Code, Result, Status};
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/functional")
@@ -276,6 +277,10 @@ fn lowering_leaves_v1_control_flow_with_the_loop_as_a_frame_named_after_it() {
         .collect();
     assert_eq!(constant_enters.len(), 1);
     assert_eq!(constant_enters[0].input[0], "v");
+    // This loop asked for one iteration at a time.
+    for enter in lowered.node.iter().filter(|n| n.op == "Enter") {
+        assert_eq!(attr::int(enter, "parallel_iterations").unwrap(), 1);
+    }
     let counts = ops(&lowered);
     assert!(!counts.contains_key("While"), "{counts:?}");
     assert!(
@@ -297,7 +302,7 @@ fn lowering_leaves_v1_control_flow_with_the_loop_as_a_frame_named_after_it() {
 }
 
 #[test]
-fn a_loop_that_never_ends_is_cut_at_the_step_deadline_naming_the_loop() {
+fn a_loop_that_never_ends_is_cut_at_the_step_deadline() {
     let g = graph("while_endless");
     for mode in MODES {
         let runner = Runner::new(&g, mode);
@@ -311,9 +316,10 @@ fn a_loop_that_never_ends_is_cut_at_the_step_deadline_naming_the_loop() {
             )
             .unwrap_err();
         assert_eq!(err.code(), Code::DeadlineExceeded, "{mode:?}: {err}");
-        assert!(err.message().contains("forever"), "{mode:?}: {err}");
-        if mode == Mode::Functional {
-            assert!(err.message().contains("iterations"), "{err}");
+        // Lowered, the executor names the frame still running. As a kernel, the loop names
+        // itself unless the executor's own deadline message came first.
+        if mode == Mode::Lowered {
+            assert!(err.message().contains("`forever`"), "{err}");
         }
         assert!(
             started.elapsed() < Duration::from_secs(5),
@@ -321,6 +327,64 @@ fn a_loop_that_never_ends_is_cut_at_the_step_deadline_naming_the_loop() {
             started.elapsed()
         );
     }
+}
+
+#[test]
+fn the_while_kernel_stops_at_the_deadline_naming_itself_and_its_iterations() {
+    let g = graph("while_endless");
+    let node = g.node.iter().find(|n| n.name == "forever").unwrap();
+    let kernel =
+        functional::create(node, g.library.as_ref(), DeviceType::Cpu, &create_kernel).unwrap();
+    let resources = ResourceMgr::new();
+    let started = Instant::now();
+    let options = StepOptions {
+        step_id: 1,
+        deadline: Some(started + Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let inputs = vec![
+        Tensor::scalar(0i32),
+        Tensor::scalar(-1i32),
+        Tensor::scalar(0f32),
+    ];
+    let mut ctx = OpContext::new(node, inputs, &resources, "/device:CPU:0", 1).with_step(&options);
+    let err = kernel.compute(&mut ctx).unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    for part in ["`forever`", "StatelessWhile", "iterations", "forever_body"] {
+        assert!(err.message().contains(part), "{part}: {err}");
+    }
+    let iterations: u64 = err
+        .message()
+        .split("after ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no iteration count in {err}"));
+    assert!(iterations > 0, "{err}");
+    // It gave up at the deadline, not long after.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A cancelled step stops the loop too, with the cancellation's reason.
+    let token = CancellationToken::new();
+    token.cancel(Status::cancelled("the session was closed"));
+    let options = StepOptions {
+        step_id: 2,
+        cancellation: Some(token),
+        ..Default::default()
+    };
+    let inputs = vec![
+        Tensor::scalar(0i32),
+        Tensor::scalar(-1i32),
+        Tensor::scalar(0f32),
+    ];
+    let mut ctx = OpContext::new(node, inputs, &resources, "/device:CPU:0", 2).with_step(&options);
+    let err = kernel.compute(&mut ctx).unwrap_err();
+    assert_eq!(err.code(), Code::Cancelled, "{err}");
+    assert!(err.message().contains("session was closed"), "{err}");
 }
 
 #[test]

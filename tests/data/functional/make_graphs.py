@@ -147,8 +147,12 @@ def while_variable():
             doubled = v.assign(v.read_value() * 2.0)
             return i + 1, seen + doubled
 
+        # One iteration at a time: nothing orders one iteration's assignment before the next
+        # one's read but the iterations themselves (TensorFlow writes no control edge
+        # between them; lowered, parallel iterations would race, in TensorFlow as well).
         _, seen = tf.while_loop(lambda i, seen: i < n, body,
-                                [tf.constant(0), tf.constant(0.0)], name="doubling")
+                                [tf.constant(0), tf.constant(0.0)], parallel_iterations=1,
+                                name="doubling")
         tf.identity(seen, name="seen")
 
         @tf.function
@@ -177,7 +181,7 @@ def endless():
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [], name="x")
-        r = tf.while_loop(lambda k: k > -1.0, lambda k: k + 1.0, [x], name="forever")
+        (r,) = tf.while_loop(lambda k: k > -1.0, lambda k: k + 1.0, [x], name="forever")
         tf.identity(r, name="never")
     with open(os.path.join(HERE, "while_endless.pb"), "wb") as f:
         f.write(g.as_graph_def().SerializeToString())

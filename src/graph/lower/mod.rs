@@ -36,13 +36,16 @@
 //! not a bool (v1 `Switch` and `LoopCond` take bools), a loop whose variables are all
 //! resources, or a function marked `_noinline`.
 
+mod inline;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
-use crate::cluster::DeviceName;
+use inline::Inline;
+
 use crate::error::{Result, Status};
 use crate::graph::attr::{self, value};
-use crate::graph::function::{body_for, Body, BodySource};
+use crate::graph::function::{body_for, Body};
 use crate::graph::registry;
 use crate::proto::{attr_value, AttrValue, FunctionDefLibrary, GraphDef, NodeDef};
 use crate::tensor::DType;
@@ -99,9 +102,9 @@ fn is_lowerable_op(op: &str) -> bool {
 }
 
 /// The functions inlined on the way to a node, outermost first.
-type Chain = Rc<Vec<String>>;
+pub(super) type Chain = Rc<Vec<String>>;
 
-struct Lowering<'g> {
+pub(super) struct Lowering<'g> {
     library: Option<&'g FunctionDefLibrary>,
     /// The graph being built.
     nodes: Vec<NodeDef>,
@@ -115,30 +118,9 @@ struct Lowering<'g> {
     queue: VecDeque<(NodeDef, Chain)>,
 }
 
-/// A function call to inline.
-struct Inline<'a> {
-    /// The call's name: the prefix of the inlined nodes.
-    name: &'a str,
-    /// The call's device.
-    device: &'a str,
-    body: Body,
-    /// The arguments (tensor names).
-    inputs: Vec<String>,
-    /// Nodes the call has control inputs on.
-    controls: Vec<String>,
-}
-
-/// What a function inlined as.
-struct Inlined {
-    /// Per result: the `Identity` node holding it.
-    outputs: Vec<String>,
-    /// The node standing for the call as a control input.
-    output_control: String,
-}
-
 impl Lowering<'_> {
     /// Adds `node` to the graph, or to the queue when it is to be lowered.
-    fn add(&mut self, node: NodeDef, chain: &Chain) {
+    pub(super) fn add(&mut self, node: NodeDef, chain: &Chain) {
         if is_lowerable_op(&node.op) {
             self.queue.push_back((node, chain.clone()));
         } else {
@@ -168,7 +150,7 @@ impl Lowering<'_> {
 
     /// Adds a new node named `base`, or `base_1`, `base_2`, ... when the name is taken, and
     /// returns its name.
-    fn push(
+    pub(super) fn push(
         &mut self,
         base: &str,
         op: &str,
@@ -182,7 +164,7 @@ impl Lowering<'_> {
         Ok(name)
     }
 
-    fn unique(&mut self, base: &str) -> String {
+    pub(super) fn unique(&mut self, base: &str) -> String {
         let mut name = base.to_string();
         let mut k = 0;
         while self.names.contains(&name) {
@@ -602,131 +584,6 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// Inlines `call` (see the module doc): adds its nodes, queues the functional ones.
-    fn inline(&mut self, call: Inline<'_>, chain: &Chain) -> Result<Inlined> {
-        let Inline {
-            name,
-            device,
-            body,
-            inputs,
-            controls,
-        } = call;
-        let t = |d: DType| ("T", value::dtype(d));
-        let gate = if controls.is_empty() {
-            None
-        } else {
-            Some(self.push(
-                &format!("{name}/input_control_node"),
-                "NoOp",
-                controls.iter().map(|c| format!("^{c}")).collect(),
-                vec![],
-                device,
-            )?)
-        };
-        let gated = |mut inputs: Vec<String>| {
-            inputs.extend(gate.iter().map(|g| format!("^{g}")));
-            inputs
-        };
-        let mut args = Vec::with_capacity(body.args.len());
-        for (i, (input, (_, dtype))) in inputs.iter().zip(&body.args).enumerate() {
-            args.push(self.push(
-                &format!("{name}/input/_{i}"),
-                "Identity",
-                gated(vec![input.clone()]),
-                vec![t(*dtype)],
-                device,
-            )?);
-        }
-        let names: Vec<String> = body
-            .nodes
-            .iter()
-            .map(|n| self.unique(&format!("{name}/{}", n.name)))
-            .collect();
-        let tensor = |s: &BodySource| match *s {
-            BodySource::Arg(i) => args[i].clone(),
-            BodySource::Node { node, slot: 0 } => names[node].clone(),
-            BodySource::Node { node, slot } => format!("{}:{slot}", names[node]),
-        };
-        let chain: Chain = Rc::new(chain.iter().cloned().chain([body.name.clone()]).collect());
-        for (i, def) in body.nodes.iter().enumerate() {
-            let mut node = def.clone();
-            node.name = names[i].clone();
-            node.input = body.inputs[i].iter().map(&tensor).collect();
-            node.input
-                .extend(body.controls[i].iter().map(|&c| format!("^{}", names[c])));
-            // Body constants, and calls that will inline them, run in the caller's frame.
-            let no_inputs = node.input.is_empty();
-            let call_without_controls = body.controls[i].is_empty()
-                && matches!(
-                    node.op.as_str(),
-                    "PartitionedCall" | "StatefulPartitionedCall"
-                );
-            if no_inputs || call_without_controls {
-                node.input = gated(node.input);
-            }
-            node.device = inlined_device(&def.device, device);
-            if matches!(node.op.as_str(), "Enter" | "RefEnter") {
-                let frame = attr::string_or(def, "frame_name", "")?;
-                node.attr.insert(
-                    "frame_name".into(),
-                    value::string(format!("{name}/{frame}")),
-                );
-            }
-            if let Some(attr_value::Value::List(l)) =
-                node.attr.get_mut("_class").and_then(|a| a.value.as_mut())
-            {
-                for entry in &mut l.s {
-                    let Some(target) = entry.strip_prefix(b"loc:@") else {
-                        continue;
-                    };
-                    let target = String::from_utf8_lossy(target).into_owned();
-                    let renamed = match body.nodes.iter().position(|n| n.name == target) {
-                        Some(k) => Some(names[k].clone()),
-                        None => body
-                            .args
-                            .iter()
-                            .position(|(a, _)| *a == target)
-                            .map(|k| args[k].clone()),
-                    };
-                    if let Some(renamed) = renamed {
-                        *entry = format!("loc:@{renamed}").into_bytes().into();
-                    }
-                }
-            }
-            self.add(node, &chain);
-        }
-        let mut outputs = Vec::with_capacity(body.outputs.len());
-        for (i, (source, dtype)) in body.outputs.iter().zip(&body.output_types).enumerate() {
-            outputs.push(self.push(
-                &format!("{name}/output/_{i}"),
-                "Identity",
-                vec![tensor(source)],
-                vec![t(*dtype)],
-                device,
-            )?);
-        }
-        let mut waits: Vec<String> = body
-            .control_outputs
-            .iter()
-            .map(|&c| format!("^{}", names[c]))
-            .collect();
-        if waits.is_empty() {
-            // Without side effects to wait for, it still carries the caller's frame.
-            waits.extend(gate.iter().map(|g| format!("^{g}")));
-        }
-        let output_control = self.push(
-            &format!("{name}/output_control_node"),
-            "NoOp",
-            waits,
-            vec![],
-            device,
-        )?;
-        Ok(Inlined {
-            outputs,
-            output_control,
-        })
-    }
-
     /// `input` of node `reader` with lowered nodes replaced: a data input by the tensor that
     /// now holds it, a control input by the node that now stands for the lowered one.
     fn resolve(&self, input: &str, reader: &str) -> Result<String> {
@@ -781,54 +638,9 @@ fn list(types: &[DType]) -> String {
         .join(", ")
 }
 
-/// The device of an inlined body node: its own, with the fields it leaves unset taken from
-/// the caller's device (TensorFlow's `MergeUnsetDevNames`); the caller's when it has none.
-fn inlined_device(own: &str, caller: &str) -> String {
-    if own.is_empty() {
-        return caller.to_string();
-    }
-    if caller.is_empty() {
-        return own.to_string();
-    }
-    let (Ok(mut mine), Ok(theirs)) = (DeviceName::parse(own), DeviceName::parse(caller)) else {
-        return own.to_string();
-    };
-    if mine.job.is_none() {
-        mine.job = theirs.job.clone();
-    }
-    if mine.replica.is_none() {
-        mine.replica = theirs.replica;
-    }
-    if mine.task.is_none() {
-        mine.task = theirs.task;
-    }
-    if mine.device_type.is_none() {
-        mine.device_type = theirs.device_type.clone();
-    }
-    if mine.id.is_none() {
-        mine.id = theirs.id;
-    }
-    mine.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn inlined_nodes_keep_their_device_and_fill_its_gaps_from_the_caller() {
-        let caller = "/job:worker/replica:0/task:1/device:CPU:0";
-        assert_eq!(inlined_device("", caller), caller);
-        assert_eq!(
-            inlined_device("/device:GPU:0", caller),
-            "/job:worker/replica:0/task:1/device:GPU:0"
-        );
-        assert_eq!(
-            inlined_device("/job:ps/task:0", caller),
-            "/job:ps/replica:0/task:0/device:CPU:0"
-        );
-        assert_eq!(inlined_device("/job:ps/task:0", ""), "/job:ps/task:0");
-    }
 
     #[test]
     fn a_graph_without_functional_ops_comes_back_unchanged() {
