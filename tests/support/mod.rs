@@ -8,4 +8,5 @@ pub mod fake_master;
 pub mod kernel_check;
 pub mod mlp;
 pub mod training;
+pub mod v1_graph;
 pub mod worker_service;

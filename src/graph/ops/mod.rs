@@ -7,10 +7,12 @@ mod control_flow;
 mod data_flow;
 mod functional;
 mod io;
+mod list;
 mod math;
 mod nn;
 mod slicing;
 mod state;
+mod tensor_array;
 mod training;
 
 use crate::error::Result;
@@ -32,6 +34,8 @@ pub(crate) fn register_all(r: &mut Registry) {
     io::register(r);
     data_flow::register(r);
     functional::register(r);
+    tensor_array::register(r);
+    list::register(r);
     training::register(r);
 }
 

@@ -1,5 +1,5 @@
-//! Ops that move elements around: Transpose, ConcatV2, Pack, Unpack, Slice, StridedSlice
-//! (begin / end / ellipsis / new_axis / shrink_axis masks), GatherV2 and Tile.
+//! Ops that move elements around: Transpose, ConcatV2, Pack, Unpack, Split, SplitV, Slice,
+//! StridedSlice (begin / end / ellipsis / new_axis / shrink_axis masks), GatherV2 and Tile.
 //!
 //! Slice, StridedSlice and Tile reduce to one primitive, [`gather_dims`]: the cartesian product
 //! of per-dimension source indices. Every op works for the numeric dtypes, bool and strings.
@@ -22,8 +22,11 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "ConcatV2" => |_| stateless(concat),
         "Pack" => Pack::create,
         "Unpack" => Unpack::create,
+        "Split" => |_| stateless(split),
+        "SplitV" => |_| stateless(split_v),
         "Slice" => |_| stateless(slice),
         "StridedSlice" => StridedSlice::create,
+        "StridedSliceGrad" => StridedSliceGrad::create,
         "GatherV2" => Gather::create,
         "Tile" => |_| stateless(tile),
         _ => return None,
@@ -231,6 +234,120 @@ impl OpKernel for Unpack {
         }
         Ok(())
     }
+}
+
+/// Cuts `x` along `axis` into pieces of `sizes` (which add up to the dimension).
+fn split_along<T: Items>(x: &Tensor, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+    let values = T::items(x)?;
+    let n = x.dims()[axis];
+    let outer: usize = x.dims()[..axis].iter().product();
+    let inner: usize = x.dims()[axis + 1..].iter().product();
+    let mut start = 0;
+    let mut outs = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        let mut piece = Vec::with_capacity(outer * size * inner);
+        for o in 0..outer {
+            let from = (o * n + start) * inner;
+            piece.extend_from_slice(&values[from..from + size * inner]);
+        }
+        let mut dims = x.dims().to_vec();
+        dims[axis] = size;
+        outs.push(T::tensor(dims, piece)?);
+        start += size;
+    }
+    Ok(outs)
+}
+
+/// Reads a split's `split_dim` input and maps it onto `[0, rank)`, as TensorFlow words it.
+fn split_axis(ctx: &OpContext<'_>, t: &Tensor, x: &Tensor) -> Result<usize> {
+    if t.num_elements() != 1 {
+        return Err(ctx.invalid(format!(
+            "split_dim must be a scalar but has rank {}",
+            t.rank()
+        )));
+    }
+    let dim = int_values(ctx, t, "split_dim")?[0];
+    let rank = x.rank() as i64;
+    let axis = if dim < 0 { dim + rank } else { dim };
+    if !(0..rank).contains(&axis) {
+        return Err(ctx.invalid(format!(
+            "-input rank(-{rank}) <= split_dim < input rank ({rank}), but got {dim}"
+        )));
+    }
+    Ok(axis as usize)
+}
+
+/// Sets the pieces as the outputs.
+fn set_pieces(ctx: &mut OpContext<'_>, x: &Tensor, axis: usize, sizes: &[usize]) -> Result<()> {
+    let pieces: Vec<Tensor> =
+        dispatch_items!(ctx, x.dtype(), T => split_along::<T>(x, axis, sizes)?);
+    for (i, t) in pieces.into_iter().enumerate() {
+        ctx.set_output(i, t);
+    }
+    Ok(())
+}
+
+/// Split(split_dim, value): `num_split` equal pieces along `split_dim`.
+fn split(ctx: &mut OpContext<'_>) -> Result<()> {
+    let x = input(ctx, 1)?;
+    let axis = split_axis(ctx, ctx.input(0)?, &x)?;
+    let num_split = attr::int(ctx.node(), "num_split")?;
+    if num_split <= 0 {
+        return Err(ctx.invalid(format!(
+            "Number of ways to split should be > 0, but got {num_split}"
+        )));
+    }
+    let (n, k) = (x.dims()[axis], num_split as usize);
+    if n % k != 0 {
+        return Err(ctx.invalid(format!(
+            "Number of ways to split should evenly divide the split dimension, but got \
+             split_dim {axis} (size = {n}) and num_split {k}"
+        )));
+    }
+    set_pieces(ctx, &x, axis, &vec![n / k; k])
+}
+
+/// SplitV(value, size_splits, split_dim): pieces of `size_splits` along `split_dim`; one
+/// size may be -1, standing for what the others leave.
+fn split_v(ctx: &mut OpContext<'_>) -> Result<()> {
+    let x = input(ctx, 0)?;
+    let axis = split_axis(ctx, ctx.input(2)?, &x)?;
+    let num_split = attr::int(ctx.node(), "num_split")?;
+    let sizes_t = ctx.input(1)?;
+    if sizes_t.rank() != 1 || sizes_t.num_elements() as i64 != num_split {
+        return Err(ctx.invalid(format!(
+            "size of the split_tensor must be 1-D and have the same elements as outputs got {} \
+             -D and {} elements",
+            sizes_t.rank(),
+            sizes_t.num_elements()
+        )));
+    }
+    let mut sizes = int_values(ctx, sizes_t, "size_splits")?;
+    let n = x.dims()[axis] as i64;
+    let unknown: Vec<usize> = (0..sizes.len()).filter(|&i| sizes[i] == -1).collect();
+    if unknown.len() > 1 {
+        return Err(ctx.invalid("There can only be one -1 in the input."));
+    }
+    let known: i64 = sizes.iter().filter(|&&s| s != -1).sum();
+    if (unknown.is_empty() && known != n) || (!unknown.is_empty() && known > n) {
+        return Err(ctx.invalid(format!(
+            "Determined shape must either match input shape along split_dim exactly if fully \
+             specified, or be less than the size of the input along split_dim if not fully \
+             specified.  Got: {known}"
+        )));
+    }
+    if let Some(&i) = unknown.first() {
+        sizes[i] = n - known;
+    }
+    let sizes = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            usize::try_from(s)
+                .map_err(|_| ctx.invalid(format!("Split size at index {i} must be >= 0. Got: {s}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    set_pieces(ctx, &x, axis, &sizes)
 }
 
 /// Copies the elements of `x` at the cartesian product of `indices`, shaped as `dims`.
@@ -580,6 +697,72 @@ impl OpKernel for StridedSlice {
         let (indices, shape) = self.plan(ctx, x.dims(), &begin, &end, &strides)?;
         let gathered = gather_tensor(ctx, &x, &indices, indices.iter().map(Vec::len).collect())?;
         let out = gathered.reshape(Shape::new(shape))?;
+        ctx.set_output(0, out);
+        Ok(())
+    }
+}
+
+/// StridedSliceGrad(shape, begin, end, strides, dy): a tensor of `shape`, zero but where the
+/// same StridedSlice of it picks elements, which hold `dy` (the gradient of StridedSlice, as
+/// TensorFlow 1 graphs write it).
+struct StridedSliceGrad(StridedSlice);
+
+impl StridedSliceGrad {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Ok(Arc::new(StridedSliceGrad(StridedSlice {
+            begin_mask: attr::int_or(node, "begin_mask", 0)?,
+            end_mask: attr::int_or(node, "end_mask", 0)?,
+            ellipsis_mask: attr::int_or(node, "ellipsis_mask", 0)?,
+            new_axis_mask: attr::int_or(node, "new_axis_mask", 0)?,
+            shrink_axis_mask: attr::int_or(node, "shrink_axis_mask", 0)?,
+        })))
+    }
+}
+
+impl OpKernel for StridedSliceGrad {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let shape = int_values(ctx, &input(ctx, 0)?, "shape")?;
+        let begin = int_values(ctx, &input(ctx, 1)?, "begin")?;
+        let end = int_values(ctx, &input(ctx, 2)?, "end")?;
+        let strides = int_values(ctx, &input(ctx, 3)?, "strides")?;
+        let dy = input(ctx, 4)?;
+        let dims = shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| ctx.invalid(format!("shape has {d}"))))
+            .collect::<Result<Vec<usize>>>()?;
+        let (indices, _) = self.0.plan(ctx, &dims, &begin, &end, &strides)?;
+        let picked: usize = indices.iter().map(Vec::len).product();
+        if picked != dy.num_elements() {
+            return Err(ctx.invalid(format!(
+                "dy has {} elements but the slice of shape {dims:?} picks {picked}",
+                dy.num_elements()
+            )));
+        }
+        let out = dispatch_real!(ctx, dy.dtype(), T => {
+            let values = dy.values::<T>()?;
+            let mut out = vec![T::default(); dims.iter().product()];
+            let mut strides_out = vec![1usize; dims.len()];
+            for d in (0..dims.len().saturating_sub(1)).rev() {
+                strides_out[d] = strides_out[d + 1] * dims[d + 1];
+            }
+            let mut position = vec![0usize; dims.len()];
+            for &v in values.iter() {
+                let at: usize = position
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &p)| indices[d][p] * strides_out[d])
+                    .sum();
+                out[at] = v;
+                for d in (0..dims.len()).rev() {
+                    position[d] += 1;
+                    if position[d] < indices[d].len() {
+                        break;
+                    }
+                    position[d] = 0;
+                }
+            }
+            Tensor::from_vec(Shape::new(dims.clone()), out)?
+        });
         ctx.set_output(0, out);
         Ok(())
     }
