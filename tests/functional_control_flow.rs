@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::cluster::InProcessCluster;
+use tessera::client::Session;
 use tessera::graph::attr;
 use tessera::graph::lower::lower_functional_ops;
 use tessera::kernels::{create_kernel, functional, DeviceType, OpContext};
@@ -20,6 +22,8 @@ use tessera::runtime::resource::ResourceMgr;
 use tessera::runtime::{CancellationToken, Device, Executor, StepOptions};
 use tessera::tensor::{DType, Tensor};
 use tessera::{Code, Result, Status};
+
+mod support;
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/functional")
@@ -427,4 +431,50 @@ fn a_loop_not_marked_for_lowering_stays_functional_and_runs() {
         .run(&[("n:0".into(), Tensor::scalar(10i32))], &["fib_n:0"], &[])
         .unwrap();
     assert_eq!(out[0].scalar_value::<i32>().unwrap(), 55);
+}
+
+/// TensorFlow's variable loop with the variable on a ps task and everything else on a worker,
+/// run through a master over gRPC: as it is (the `While` runs where its variable lives), and
+/// lowered before the client sends it (the loop's frame spans both tasks; the reads and
+/// assignments inside it run on the ps).
+#[test]
+fn a_lowered_loop_updating_a_ps_variable_runs_across_tasks() {
+    let cluster = InProcessCluster::start(&[("ps", 1), ("worker", 1)]);
+    let mut g = graph("while_variable");
+    for n in &mut g.node {
+        n.device = if n.name == "v" || n.name.starts_with("v/") {
+            "/job:ps/task:0".into()
+        } else {
+            "/job:worker/task:0".into()
+        };
+    }
+    for mode in MODES {
+        let g = match mode {
+            Mode::Functional => g.clone(),
+            Mode::Lowered => lower_functional_ops(&g).unwrap(),
+        };
+        let session = Session::connect(&cluster.target("worker", 0)).unwrap();
+        session.extend(&g).unwrap();
+        session.run(&[], &[], &["v/Assign"]).unwrap();
+        let scalar = |fetches: &[&str], feeds: &[(&str, Tensor)]| -> Vec<f32> {
+            session
+                .run(feeds, fetches, &[])
+                .unwrap_or_else(|e| panic!("{mode:?}: {e}"))
+                .iter()
+                .map(|t| t.scalar_value::<f32>().unwrap())
+                .collect()
+        };
+        // TensorFlow's values (while_variable.json): 2 + 4 + 8, then the variable.
+        assert_eq!(
+            scalar(&["seen:0"], &[("n:0", Tensor::scalar(3i32))]),
+            [14.0]
+        );
+        assert_eq!(scalar(&["read_v:0"], &[]), [8.0], "{mode:?}");
+        assert_eq!(
+            scalar(&["after_add:0", "tens:0"], &[]),
+            [8.5, 5.0],
+            "{mode:?}"
+        );
+        session.close().unwrap();
+    }
 }
