@@ -604,3 +604,66 @@ fn a_function_that_calls_itself_is_refused_naming_it() {
     assert_eq!(err.code(), Code::Unimplemented, "{err}");
     assert!(err.message().contains("`call`"), "{err}");
 }
+
+#[test]
+fn a_function_body_passes_a_reference_variable_to_ref_inputs_and_values_elsewhere() {
+    // f(x): var = VariableV2; Assign(var, x); AssignAdd(that ref, x); y = Identity(that ref):
+    // the assignments take the reference, the Identity its value, 2x.
+    let float = DType::Float;
+    let scalar = tessera::tensor::PartialShape::new(vec![]);
+    let f = typed_function(
+        "set_and_double",
+        &[("x", float)],
+        &[("y", float)],
+        vec![
+            node(
+                "var",
+                "VariableV2",
+                &[],
+                &[
+                    ("dtype", value::dtype(float)),
+                    ("shape", value::shape(&scalar)),
+                    ("shared_name", value::string("in_function")),
+                ],
+            ),
+            node("set", "Assign", &["var:ref:0", "x"], &[float_t()]),
+            node(
+                "bump",
+                "AssignAdd",
+                &["set:output_ref:0", "x"],
+                &[float_t()],
+            ),
+            node("y", "Identity", &["bump:output_ref:0"], &[float_t()]),
+        ],
+        &[("y", "y:output:0")],
+        &[],
+    );
+    let g = GraphDef {
+        node: vec![
+            node("x", "Placeholder", &[], &[("dtype", value::dtype(float))]),
+            node(
+                "call",
+                "StatefulPartitionedCall",
+                &["x"],
+                &[
+                    ("Tin", value::dtype_list(&[float])),
+                    ("Tout", value::dtype_list(&[float])),
+                    ("f", func("set_and_double")),
+                ],
+            ),
+        ],
+        library: Some(FunctionDefLibrary {
+            function: vec![f],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for (mode, session) in sessions(&g) {
+        for x in [3f32, -1.5] {
+            let out = session
+                .run(&[("x:0", Tensor::scalar(x))], &["call:0"], &[])
+                .unwrap_or_else(|e| panic!("{mode}: {e}"));
+            assert_eq!(out[0].scalar_value::<f32>().unwrap(), 2.0 * x, "{mode}");
+        }
+    }
+}
