@@ -9,15 +9,19 @@
 //! - [`builder`] and [`scope`]: [`Graph`], name / device / control / colocation scopes, typed
 //!   [`Output`]s checked at build time.
 //! - [`import`]: [`validate`] and [`Graph::from_graph_def`] for graphs TensorFlow wrote.
+//! - [`function`] and [`lower`]: the functions of a graph's library, and lowering the
+//!   functional ops that call them (`If`, `While`, `PartitionedCall`) to v1 control flow.
 //! - [`partitioned`]: variables stored as parts spread over ps tasks.
 //! - [`gradients()`]: the backward graph, with per-op functions in `grads/`.
 
 pub mod attr;
 pub mod builder;
 pub mod const_value;
+pub mod function;
 pub mod gradients;
 pub mod grads;
 pub mod import;
+pub mod lower;
 mod ops;
 pub mod partitioned;
 pub mod registry;
