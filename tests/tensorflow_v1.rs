@@ -5,7 +5,9 @@
 //! `disable_v2_behavior()` their graphs hold reference variables (`VariableV2`, `Assign`,
 //! `Apply*`) and v1 control flow (the global step's `Switch`/`Merge`, `dynamic_rnn`'s while
 //! loop with its TensorArrays and, in its gradient, stacks); with only
-//! `disable_eager_execution()`, resource variables.
+//! `disable_eager_execution()`, resource variables and TensorFlow 2's control flow (a
+//! functional `StatelessWhile` over TensorLists, which TensorFlow's master and tessera's lower
+//! to v1 loops before partitioning).
 //!
 //! Two layouts each: stock TensorFlow workers (their masters partition the graph) with a
 //! tessera ps, and tessera ps and worker tasks driven by TensorFlow clients through tessera's
@@ -40,6 +42,13 @@ struct Reference {
 const CLASSIC: Reference = Reference {
     first_loss: 2.37646508,
     last_loss: 0.10137538,
+    accuracy: 0.97777778,
+    steps: 200,
+};
+
+const SYNC_ONE_WORKER: Reference = Reference {
+    first_loss: 2.37646508,
+    last_loss: 0.07422117,
     accuracy: 0.97777778,
     steps: 200,
 };
@@ -218,6 +227,7 @@ fn sync_replicas_under_disable_v2_behavior_run_on_tessera() {
         "--operation-timeout-ms",
         "15000",
     ];
+    on_tessera_ps(&python, &program).assert_matches(&SYNC_ONE_WORKER);
     let runs = two_workers_on_tessera(&python, &program);
     for run in &runs {
         assert_eq!(run.json["global_step"].as_i64(), Some(200), "{}", run.json);
@@ -240,6 +250,21 @@ fn dynamic_rnn_with_v1_loops_tensor_arrays_and_stacks_runs_on_tessera() {
     on_tessera.assert_matches(&RNN_LSTM);
     let ops = on_tessera.strings("control_flow_ops");
     for op in ["Enter", "NextIteration", "TensorArrayV3", "StackPushV2"] {
+        assert!(ops.iter().any(|o| o == op), "{op} not in {ops:?}");
+    }
+    on_tessera_ps(&python, &program).assert_matches(&RNN_LSTM);
+}
+
+#[test]
+fn dynamic_rnn_with_functional_while_over_tensor_lists_runs_on_tessera() {
+    let Some(python) = tensorflow_python("dynamic_rnn v2 control flow") else {
+        return;
+    };
+    let program = ["rnn", "--v2-behavior", "eager-only"];
+    let on_tessera = on_tessera(&python, &program);
+    on_tessera.assert_matches(&RNN_LSTM);
+    let ops = on_tessera.strings("control_flow_ops");
+    for op in ["StatelessWhile", "TensorListReserve", "TensorListPopBack"] {
         assert!(ops.iter().any(|o| o == op), "{op} not in {ops:?}");
     }
     on_tessera_ps(&python, &program).assert_matches(&RNN_LSTM);
