@@ -379,6 +379,7 @@ pub fn dtype_named(name: &str) -> Option<DType> {
             "bool" => DType::Bool,
             "string" => DType::String,
             "resource" => DType::Resource,
+            "variant" => DType::Variant,
             _ => return None,
         },
     )
@@ -436,7 +437,10 @@ fn parse_attr(op: &str, spec: &str) -> AttrDef {
                 d.trim_matches('\'').as_bytes(),
             )),
             "type" => Value::Type(dtype_named(d).unwrap_or_else(|| bad()).to_proto() as i32),
-            "shape" if d == "unknown" => Value::Shape(PartialShape::unknown().to_proto()),
+            // TensorFlow writes an unknown shape `{ unknown_rank: true }`.
+            "shape" if d == "unknown" || d.replace(' ', "") == "{unknown_rank:true}" => {
+                Value::Shape(PartialShape::unknown().to_proto())
+            }
             t if t.starts_with("list(") && d == "[]" => Value::List(ListValue::default()),
             _ => bad(),
         };

@@ -26,6 +26,12 @@ impl Resource for Var {
 
 type Key = (String, String);
 
+/// The container holding the resources that live for step `step_id` only (TensorArrays,
+/// stacks): TensorFlow's per-step container, named as TensorFlow names it.
+pub fn step_container(step_id: i64) -> String {
+    format!("__per_step_{step_id}")
+}
+
 /// The resources of one device, keyed by (container, name).
 #[derive(Default)]
 pub struct ResourceMgr {
@@ -104,6 +110,13 @@ impl ResourceMgr {
     pub fn clear(&self, containers: &[String]) {
         let mut entries = self.entries.lock().expect("resource map poisoned");
         entries.retain(|(c, _), _| !containers.is_empty() && !containers.contains(c));
+    }
+
+    /// Drops the resources of step `step_id`'s container (see [`step_container`]); whoever
+    /// runs a step on this device calls it once the step is over, as TensorFlow drops a step's
+    /// container, so a step's TensorArrays and stacks never outlive it.
+    pub fn cleanup_step(&self, step_id: i64) {
+        self.clear(&[step_container(step_id)]);
     }
 
     /// Returns the number of resources held.

@@ -171,6 +171,46 @@ impl PartialShape {
         }
     }
 
+    /// The shape that is both `self` and `other`: the known dimension wherever one of them
+    /// knows it (TensorFlow's `PartialTensorShape::MergeWith`). INVALID_ARGUMENT when the
+    /// ranks or two known dimensions differ.
+    pub fn merge_with(&self, other: &PartialShape) -> Result<PartialShape> {
+        let (Some(a), Some(b)) = (&self.0, &other.0) else {
+            return Ok(if self.0.is_some() {
+                self.clone()
+            } else {
+                other.clone()
+            });
+        };
+        if a.len() != b.len() {
+            return Err(Status::invalid_argument(format!(
+                "Incompatible ranks during merge: {} vs. {}",
+                a.len(),
+                b.len()
+            )));
+        }
+        let dims = a
+            .iter()
+            .zip(b)
+            .map(|(&x, &y)| match (x, y) {
+                (Some(x), Some(y)) if x != y => None,
+                (Some(x), _) | (_, Some(x)) => Some(Some(x)),
+                (None, None) => Some(None),
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "Incompatible shapes during merge: {self} vs. {other}"
+                ))
+            })?;
+        Ok(PartialShape(Some(dims)))
+    }
+
+    /// Whether some tensor shape fits both `self` and `other`.
+    pub fn is_compatible_with_partial(&self, other: &PartialShape) -> bool {
+        self.merge_with(other).is_ok()
+    }
+
     /// Returns TensorFlow's `TensorShapeProto` (-1 for unknown dimensions).
     pub fn to_proto(&self) -> TensorShapeProto {
         match &self.0 {
@@ -260,5 +300,18 @@ mod tests {
         assert_eq!(Shape::new([2, 3]).num_elements(), 6);
         assert_eq!(Shape::scalar().num_elements(), 1);
         assert!(Shape::from_proto(&p.to_proto()).is_err());
+    }
+
+    #[test]
+    fn merging_partial_shapes_keeps_what_either_knows() {
+        let a = PartialShape::new(vec![None, Some(3)]);
+        let b = PartialShape::new(vec![Some(2), None]);
+        assert_eq!(a.merge_with(&b).unwrap().to_string(), "[2,3]");
+        assert_eq!(PartialShape::unknown().merge_with(&a).unwrap(), a);
+        let err = a
+            .merge_with(&PartialShape::new(vec![Some(2), Some(4)]))
+            .unwrap_err();
+        assert!(err.message().contains("[?,3] vs. [2,4]"), "{err}");
+        assert!(!a.is_compatible_with_partial(&PartialShape::new(vec![None])));
     }
 }

@@ -127,6 +127,33 @@ pub fn unpack(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(g.pack(&grads, axis)?)])
 }
 
+/// The gradients of a split's pieces, zeros for a piece no gradient reached, joined along
+/// the split dimension `axis`.
+fn join_pieces(g: &mut Graph, c: &GradCtx, axis: &Output) -> Result<Output> {
+    let grads = c
+        .grads
+        .iter()
+        .enumerate()
+        .map(|(i, grad)| match grad {
+            Some(grad) => Ok(grad.clone()),
+            None => g.add1(NodeSpec::new("ZerosLike").input(c.output(i)?)),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    g.add1(NodeSpec::new("ConcatV2").input_list(&grads).input(axis))
+}
+
+/// `Split(split_dim, value)`: the pieces' gradients, concatenated.
+pub fn split(g: &mut Graph, c: &GradCtx) -> Grads {
+    let axis = c.input(0)?.clone();
+    Ok(vec![None, Some(join_pieces(g, c, &axis)?)])
+}
+
+/// `SplitV(value, size_splits, split_dim)`: the pieces' gradients, concatenated.
+pub fn split_v(g: &mut Graph, c: &GradCtx) -> Grads {
+    let axis = c.input(2)?.clone();
+    Ok(vec![Some(join_pieces(g, c, &axis)?), None, None])
+}
+
 /// Pads `grad` with zeros to `x`'s shape, `grad` sitting at `begin` (an int32 vector).
 fn pad_into(
     g: &mut Graph,

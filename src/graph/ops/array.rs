@@ -1,6 +1,7 @@
 //! Array ops (`tensorflow/core/ops/array_ops.cc`): constants and placeholders, identities,
-//! shape queries and reshaping, concatenation and stacking, filling, broadcasting. Slicing,
-//! gathering and tiling are in [`super::slicing`].
+//! shape queries and reshaping, concatenation (with `ConcatOffset`, which its gradient uses)
+//! and stacking, filling, broadcasting. Slicing, splitting, gathering and tiling are in
+//! [`super::slicing`].
 
 use crate::error::Result;
 use crate::graph::attr::{self, value};
@@ -100,6 +101,32 @@ pub(super) fn register(r: &mut Registry) {
             .no_grad()
             .register(r);
     }
+    OpDef::build("ShapeN")
+        .input("input: N * T")
+        .output("output: N * out_type")
+        .attr("N: int >= 1")
+        .attr("T: type")
+        .attr(leak(format!("out_type: {INDEX}")))
+        .shape(|c| {
+            Ok(c.inputs
+                .iter()
+                .map(|s| PartialShape::new(vec![s.rank()]))
+                .collect())
+        })
+        .no_grad()
+        .register(r);
+    OpDef::build("ConcatOffset")
+        .input("concat_dim: int32")
+        .input("shape: N * shape_type")
+        .output("offset: N * shape_type")
+        .attr("N: int >= 2")
+        .attr(leak(format!("shape_type: {INDEX}")))
+        .shape(|c| {
+            c.with_rank(0, 0)?;
+            (1..c.inputs.len()).map(|i| c.with_rank(i, 1)).collect()
+        })
+        .no_grad()
+        .register(r);
     OpDef::build("Rank")
         .input("input: T")
         .output("output: int32")

@@ -79,11 +79,12 @@ pub(super) fn register(r: &mut Registry) {
             .shape(sf::merge_all)
             .register(r);
     }
+    // TensorFlow's `{numbertype, variant}`: the variant sum adds TensorList gradients.
     OpDef::build("AddN")
         .input("inputs: N * T")
         .output("sum: T")
         .attr("N: int >= 1")
-        .attr(REAL)
+        .attr("T: {float, double, int32, int64, variant}")
         .shape(sf::merge_all)
         .grad(grad::add_n)
         .register(r);

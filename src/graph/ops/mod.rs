@@ -6,10 +6,12 @@ mod array;
 mod control_flow;
 mod data_flow;
 mod io;
+mod list;
 mod math;
 mod nn;
 mod slicing;
 mod state;
+mod tensor_array;
 mod training;
 
 use crate::error::Result;
@@ -30,6 +32,8 @@ pub(crate) fn register_all(r: &mut Registry) {
     state::register(r);
     io::register(r);
     data_flow::register(r);
+    tensor_array::register(r);
+    list::register(r);
     training::register(r);
 }
 

@@ -1,5 +1,5 @@
-//! Slicing, gathering and tiling ops (`tensorflow/core/ops/array_ops.cc`): `Slice`,
-//! `StridedSlice`, `GatherV2`, `Tile`.
+//! Slicing, splitting, gathering and tiling ops (`tensorflow/core/ops/array_ops.cc`): `Slice`,
+//! `StridedSlice`, `Split`, `SplitV`, `GatherV2`, `Tile`.
 
 use crate::error::Result;
 use crate::graph::attr;
@@ -36,6 +36,26 @@ pub(super) fn register(r: &mut Registry) {
         .shape(strided_slice_shape)
         .grad(grad::strided_slice)
         .register(r);
+    OpDef::build("Split")
+        .input("split_dim: int32")
+        .input("value: T")
+        .output("output: num_split * T")
+        .attr("num_split: int >= 1")
+        .attr("T: type")
+        .shape(split_shape)
+        .grad(grad::split)
+        .register(r);
+    OpDef::build("SplitV")
+        .input("value: T")
+        .input("size_splits: Tlen")
+        .input("split_dim: int32")
+        .output("output: num_split * T")
+        .attr("num_split: int >= 1")
+        .attr("T: type")
+        .attr("Tlen: {int8, int32, int64} = DT_INT64")
+        .shape(split_v_shape)
+        .grad(grad::split_v)
+        .register(r);
     OpDef::build("GatherV2")
         .input("params: Tparams")
         .input("indices: Tindices")
@@ -57,6 +77,56 @@ pub(super) fn register(r: &mut Registry) {
         .shape(tile_shape)
         .grad(grad::tile)
         .register(r);
+}
+
+/// Each piece of a Split: the input with `num_split` times fewer entries along `split_dim`.
+fn split_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+    let input = ctx.input(1);
+    let n = ctx.num_outputs;
+    let (Some(dims), Some(axis)) = (input.dims(), ctx.scalar_value(0)) else {
+        let piece = input
+            .rank()
+            .map_or_else(PartialShape::unknown, PartialShape::unknown_dims);
+        return Ok(vec![piece; n]);
+    };
+    let axis = ctx.axis(axis, dims.len())?;
+    let mut out = dims.to_vec();
+    if let Some(d) = dims[axis] {
+        if d % n != 0 {
+            return Err(ctx.error(format!(
+                "Number of ways to split should evenly divide the split dimension, but got \
+                 split_dim {axis} (size = {d}) and num_split {n}"
+            )));
+        }
+        out[axis] = Some(d / n);
+    }
+    Ok(vec![PartialShape::new(out); n])
+}
+
+/// The pieces of a SplitV: the input with `size_splits[i]` entries along `split_dim`.
+fn split_v_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+    let input = ctx.input(0);
+    let n = ctx.num_outputs;
+    let (Some(dims), Some(axis)) = (input.dims(), ctx.scalar_value(2)) else {
+        let piece = input
+            .rank()
+            .map_or_else(PartialShape::unknown, PartialShape::unknown_dims);
+        return Ok(vec![piece; n]);
+    };
+    let axis = ctx.axis(axis, dims.len())?;
+    let sizes = ctx.value(1).map(<[i64]>::to_vec);
+    let known: i64 = sizes.iter().flatten().filter(|&&s| s != -1).sum();
+    Ok((0..n)
+        .map(|i| {
+            let mut out = dims.to_vec();
+            out[axis] = match sizes.as_ref().and_then(|s| s.get(i)) {
+                Some(&-1) => dims[axis].and_then(|d| usize::try_from(d as i64 - known).ok()),
+                Some(&s) => usize::try_from(s).ok(),
+                None => None,
+            };
+            PartialShape::new(out)
+        })
+        .collect())
 }
 
 fn slice_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {

@@ -1,5 +1,6 @@
 //! Graph plumbing and shape ops: Const, Placeholder, PlaceholderWithDefault, Identity,
-//! IdentityN, StopGradient, NoOp; Reshape, Shape, Size, Rank, ExpandDims, Squeeze; and the ops
+//! IdentityN, StopGradient, NoOp; Reshape, Shape, ShapeN, Size, Rank, ConcatOffset,
+//! ExpandDims, Squeeze; and the ops
 //! that make tensors from shapes: Fill, ZerosLike, OnesLike, BroadcastTo, BroadcastGradientArgs,
 //! Range, OneHot.
 //!
@@ -31,6 +32,8 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "NoOp" => |_| stateless(|_| Ok(())),
         "Reshape" => |_| stateless(reshape),
         "Shape" => |n| ShapeOf::create(n, ShapeOp::Shape),
+        "ShapeN" => |n| ShapeOf::create(n, ShapeOp::ShapeN),
+        "ConcatOffset" => |_| stateless(concat_offset),
         "Size" => |n| ShapeOf::create(n, ShapeOp::Size),
         "Rank" => |n| ShapeOf::create(n, ShapeOp::Rank),
         "ExpandDims" => |_| stateless(expand_dims),
@@ -48,7 +51,7 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
 }
 
 /// TensorFlow's own name of a dtype in messages (`float`, not `float32`).
-fn tf_dtype_name(dtype: DType) -> &'static str {
+pub(super) fn tf_dtype_name(dtype: DType) -> &'static str {
     match dtype {
         DType::Float => "float",
         DType::Double => "double",
@@ -203,11 +206,13 @@ fn reshape(ctx: &mut OpContext<'_>) -> Result<()> {
 #[derive(Clone, Copy)]
 enum ShapeOp {
     Shape,
+    ShapeN,
     Size,
     Rank,
 }
 
-/// Shape, Size and Rank, as int32 or int64 (`out_type`; Rank is always int32).
+/// Shape, ShapeN (the shape of each input), Size and Rank, as int32 or int64 (`out_type`;
+/// Rank is always int32).
 struct ShapeOf {
     op: ShapeOp,
     out_type: DType,
@@ -242,9 +247,17 @@ fn int_tensor(dtype: DType, shape: impl Into<Shape>, values: Vec<i64>) -> Result
 
 impl OpKernel for ShapeOf {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        if let ShapeOp::ShapeN = self.op {
+            let inputs = ctx.inputs().to_vec();
+            for (i, x) in inputs.iter().enumerate() {
+                let dims: Vec<i64> = x.dims().iter().map(|&d| d as i64).collect();
+                ctx.set_output(i, int_tensor(self.out_type, [dims.len()], dims)?);
+            }
+            return Ok(());
+        }
         let x = input(ctx, 0)?;
         let out = match self.op {
-            ShapeOp::Shape => {
+            ShapeOp::Shape | ShapeOp::ShapeN => {
                 let dims: Vec<i64> = x.dims().iter().map(|&d| d as i64).collect();
                 int_tensor(self.out_type, [dims.len()], dims)?
             }
@@ -258,6 +271,65 @@ impl OpKernel for ShapeOf {
         ctx.set_output(0, out);
         Ok(())
     }
+}
+
+/// ConcatOffset(concat_dim, shape...) -> offset...: where each input of a concat along
+/// `concat_dim` starts in its output (the gradient of ConcatV2 slices with these).
+fn concat_offset(ctx: &mut OpContext<'_>) -> Result<()> {
+    let concat_dim = input(ctx, 0)?;
+    if concat_dim.rank() != 0 {
+        return Err(ctx.invalid(format!(
+            "Concat dim tensor should be a scalar integer, but got shape {}",
+            concat_dim.shape()
+        )));
+    }
+    let shapes = ctx.inputs()[1..].to_vec();
+    for (i, t) in shapes.iter().enumerate() {
+        if t.rank() != 1 {
+            return Err(ctx.invalid(format!(
+                "input {} should be a vector, but got shape {}",
+                i + 1,
+                t.shape()
+            )));
+        }
+    }
+    let Some(first) = shapes.first() else {
+        return Err(ctx.invalid("ConcatOffset needs at least one shape"));
+    };
+    let first_dims = int_values(ctx, first, "shape")?;
+    let cdim = int_scalar(ctx, &concat_dim, "concat_dim")?;
+    let rank = first_dims.len() as i64;
+    let axis = if cdim < 0 { cdim + rank } else { cdim };
+    if !(0..rank).contains(&axis) {
+        return Err(ctx.invalid(format!("Concat dim is out of range: {cdim} vs. {rank}")));
+    }
+    let summary = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(" ");
+    let mut offset = 0i64;
+    for (i, t) in shapes.iter().enumerate() {
+        let dims = int_values(ctx, t, "shape")?;
+        if dims.len() != first_dims.len() {
+            return Err(ctx.invalid(format!(
+                "input {i} should contain {rank} elements, but got {}",
+                dims.len()
+            )));
+        }
+        let mut out = vec![0i64; dims.len()];
+        for (j, (&d, &d0)) in dims.iter().zip(&first_dims).enumerate() {
+            if j as i64 == axis {
+                out[j] = offset;
+                offset += d;
+            } else if d != d0 {
+                return Err(ctx.invalid(format!(
+                    "All dimensions except {axis} must match. Input {i} has shape [{}] and \
+                     doesn't match input 0 with shape [{}].",
+                    summary(&dims),
+                    summary(&first_dims)
+                )));
+            }
+        }
+        ctx.set_output(i, int_tensor(t.dtype(), [out.len()], out)?);
+    }
+    Ok(())
 }
 
 /// ExpandDims(input, axis): inserts a dimension of 1 at `axis` in `[-rank-1, rank]`.
@@ -348,7 +420,12 @@ fn fill(ctx: &mut OpContext<'_>) -> Result<()> {
 
 fn zeros_like(ctx: &mut OpContext<'_>) -> Result<()> {
     let x = input(ctx, 0)?;
-    let out = Tensor::zeros(x.dtype(), x.shape().clone()).map_err(|e| ctx.invalid(e.message()))?;
+    let out = match x.dtype() {
+        // Lists of zeros, for the gradients of loops over TensorLists.
+        DType::Variant => super::list::zeros_like(&x),
+        dtype => Tensor::zeros(dtype, x.shape().clone()),
+    }
+    .map_err(|e| ctx.invalid(e.message()))?;
     ctx.set_output(0, out);
     Ok(())
 }

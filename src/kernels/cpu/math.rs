@@ -186,6 +186,15 @@ fn add_n(ctx: &mut OpContext<'_>) -> Result<()> {
             )));
         }
     }
+    if first.dtype() == DType::Variant {
+        // The sum of TensorList gradients, list element by list element.
+        let mut sum = first;
+        for t in &ctx.inputs()[1..] {
+            sum = super::list::add(&sum, t).map_err(|e| ctx.invalid(e.message()))?;
+        }
+        ctx.set_output(0, sum);
+        return Ok(());
+    }
     let out = dispatch_real!(ctx, first.dtype(), T => {
         let mut sum = first.values::<T>()?.into_owned();
         for t in &ctx.inputs()[1..] {

@@ -1,13 +1,14 @@
 //! CPU kernels, one file per op family; math through ndarray.
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
-//! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `variable`,
-//! `training`, `io`, `queue`, `accumulator`) exposes its own `kernel_for`; this module asks
-//! them in turn. Shared pieces:
-//! `broadcast` (numpy broadcasting), `numeric` (element arithmetic traits) and `items`
-//! (element types that can be moved around, strings included). Kernels that need no attrs are
-//! [`Stateless`] wrappers around a plain function; the others parse their attrs once in the
-//! factory and keep them in a struct.
+//! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
+//! `list_tensor`, `variable`, `training`, `io`, `queue`, `accumulator`, `tensor_array_ops`
+//! (the array itself in `tensor_array`), `stack`) exposes its own `kernel_for`; this module
+//! asks them in turn. Shared pieces: `broadcast` (numpy broadcasting), `numeric` (element
+//! arithmetic traits), `items` (element types that can be moved around, strings included)
+//! and `rows` (cutting and joining tensors along dimension 0, for the TensorArray and
+//! TensorList kernels). Kernels that need no attrs are [`Stateless`] wrappers around a plain
+//! function; the others parse their attrs once in the factory and keep them in a struct.
 //!
 //! Dtypes are dispatched with the macros below: a kernel names the dtypes TensorFlow registers
 //! it for, and any other dtype fails with INVALID_ARGUMENT naming the node and the dtypes it
@@ -85,6 +86,8 @@ mod compare;
 mod control_flow;
 mod io;
 mod items;
+mod list;
+mod list_tensor;
 mod math;
 mod matmul;
 pub(crate) mod nn;
@@ -92,13 +95,20 @@ mod numeric;
 mod queue;
 mod random;
 pub(crate) mod reduce;
+mod rows;
 mod sendrecv;
 mod slicing;
+mod stack;
+mod tensor_array;
+mod tensor_array_ops;
 pub mod training;
 mod variable;
 
 pub use items::Items;
+pub use list::TensorList;
 pub use numeric::{Float, Real};
+pub use stack::Stack;
+pub use tensor_array::TensorArray;
 
 /// Returns the CPU kernel factory for `op`.
 pub fn kernel_for(op: &str) -> Option<KernelFactory> {
@@ -111,8 +121,9 @@ pub fn kernel_for(op: &str) -> Option<KernelFactory> {
 /// A family's lookup of its ops' kernel factories.
 type Family = fn(&str) -> Option<KernelFactory>;
 
-/// The families whose kernels compute on their inputs and nothing else.
-const COMPUTING: [Family; 8] = [
+/// The families whose kernels compute on their inputs and nothing else (a TensorList is a
+/// value, so its ops are among them).
+const COMPUTING: [Family; 9] = [
     math::kernel_for,
     nn::kernel_for,
     reduce::kernel_for,
@@ -121,11 +132,13 @@ const COMPUTING: [Family; 8] = [
     slicing::kernel_for,
     random::kernel_for,
     control_flow::kernel_for,
+    list::kernel_for,
 ];
 
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of
-/// an all-reduce, a queue or accumulator, a file.
-const MAY_WAIT: [Family; 7] = [
+/// an all-reduce, a queue or accumulator, a file; and those that keep a step's state
+/// (TensorArrays, stacks), which only take a short lock but change what later nodes see.
+const MAY_WAIT: [Family; 9] = [
     variable::kernel_for,
     collective::kernel_for,
     training::kernel_for,
@@ -133,6 +146,8 @@ const MAY_WAIT: [Family; 7] = [
     io::kernel_for,
     queue::kernel_for,
     accumulator::kernel_for,
+    tensor_array_ops::kernel_for,
+    stack::kernel_for,
 ];
 
 /// Whether a node may run inline on the thread that starts its step (see [`Inline`]). Only

@@ -1,5 +1,5 @@
-//! Ops that move elements around: Transpose, ConcatV2, Pack, Unpack, Slice, StridedSlice
-//! (begin / end / ellipsis / new_axis / shrink_axis masks), GatherV2 and Tile.
+//! Ops that move elements around: Transpose, ConcatV2, Pack, Unpack, Split, SplitV, Slice,
+//! StridedSlice (begin / end / ellipsis / new_axis / shrink_axis masks), GatherV2 and Tile.
 //!
 //! Slice, StridedSlice and Tile reduce to one primitive, [`gather_dims`]: the cartesian product
 //! of per-dimension source indices. Every op works for the numeric dtypes, bool and strings.
@@ -22,6 +22,8 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "ConcatV2" => |_| stateless(concat),
         "Pack" => Pack::create,
         "Unpack" => Unpack::create,
+        "Split" => |_| stateless(split),
+        "SplitV" => |_| stateless(split_v),
         "Slice" => |_| stateless(slice),
         "StridedSlice" => StridedSlice::create,
         "GatherV2" => Gather::create,
@@ -231,6 +233,120 @@ impl OpKernel for Unpack {
         }
         Ok(())
     }
+}
+
+/// Cuts `x` along `axis` into pieces of `sizes` (which add up to the dimension).
+fn split_along<T: Items>(x: &Tensor, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+    let values = T::items(x)?;
+    let n = x.dims()[axis];
+    let outer: usize = x.dims()[..axis].iter().product();
+    let inner: usize = x.dims()[axis + 1..].iter().product();
+    let mut start = 0;
+    let mut outs = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        let mut piece = Vec::with_capacity(outer * size * inner);
+        for o in 0..outer {
+            let from = (o * n + start) * inner;
+            piece.extend_from_slice(&values[from..from + size * inner]);
+        }
+        let mut dims = x.dims().to_vec();
+        dims[axis] = size;
+        outs.push(T::tensor(dims, piece)?);
+        start += size;
+    }
+    Ok(outs)
+}
+
+/// Reads a split's `split_dim` input and maps it onto `[0, rank)`, as TensorFlow words it.
+fn split_axis(ctx: &OpContext<'_>, t: &Tensor, x: &Tensor) -> Result<usize> {
+    if t.num_elements() != 1 {
+        return Err(ctx.invalid(format!(
+            "split_dim must be a scalar but has rank {}",
+            t.rank()
+        )));
+    }
+    let dim = int_values(ctx, t, "split_dim")?[0];
+    let rank = x.rank() as i64;
+    let axis = if dim < 0 { dim + rank } else { dim };
+    if !(0..rank).contains(&axis) {
+        return Err(ctx.invalid(format!(
+            "-input rank(-{rank}) <= split_dim < input rank ({rank}), but got {dim}"
+        )));
+    }
+    Ok(axis as usize)
+}
+
+/// Sets the pieces as the outputs.
+fn set_pieces(ctx: &mut OpContext<'_>, x: &Tensor, axis: usize, sizes: &[usize]) -> Result<()> {
+    let pieces: Vec<Tensor> =
+        dispatch_items!(ctx, x.dtype(), T => split_along::<T>(x, axis, sizes)?);
+    for (i, t) in pieces.into_iter().enumerate() {
+        ctx.set_output(i, t);
+    }
+    Ok(())
+}
+
+/// Split(split_dim, value): `num_split` equal pieces along `split_dim`.
+fn split(ctx: &mut OpContext<'_>) -> Result<()> {
+    let x = input(ctx, 1)?;
+    let axis = split_axis(ctx, ctx.input(0)?, &x)?;
+    let num_split = attr::int(ctx.node(), "num_split")?;
+    if num_split <= 0 {
+        return Err(ctx.invalid(format!(
+            "Number of ways to split should be > 0, but got {num_split}"
+        )));
+    }
+    let (n, k) = (x.dims()[axis], num_split as usize);
+    if n % k != 0 {
+        return Err(ctx.invalid(format!(
+            "Number of ways to split should evenly divide the split dimension, but got \
+             split_dim {axis} (size = {n}) and num_split {k}"
+        )));
+    }
+    set_pieces(ctx, &x, axis, &vec![n / k; k])
+}
+
+/// SplitV(value, size_splits, split_dim): pieces of `size_splits` along `split_dim`; one
+/// size may be -1, standing for what the others leave.
+fn split_v(ctx: &mut OpContext<'_>) -> Result<()> {
+    let x = input(ctx, 0)?;
+    let axis = split_axis(ctx, ctx.input(2)?, &x)?;
+    let num_split = attr::int(ctx.node(), "num_split")?;
+    let sizes_t = ctx.input(1)?;
+    if sizes_t.rank() != 1 || sizes_t.num_elements() as i64 != num_split {
+        return Err(ctx.invalid(format!(
+            "size of the split_tensor must be 1-D and have the same elements as outputs got {} \
+             -D and {} elements",
+            sizes_t.rank(),
+            sizes_t.num_elements()
+        )));
+    }
+    let mut sizes = int_values(ctx, sizes_t, "size_splits")?;
+    let n = x.dims()[axis] as i64;
+    let unknown: Vec<usize> = (0..sizes.len()).filter(|&i| sizes[i] == -1).collect();
+    if unknown.len() > 1 {
+        return Err(ctx.invalid("There can only be one -1 in the input."));
+    }
+    let known: i64 = sizes.iter().filter(|&&s| s != -1).sum();
+    if (unknown.is_empty() && known != n) || (!unknown.is_empty() && known > n) {
+        return Err(ctx.invalid(format!(
+            "Determined shape must either match input shape along split_dim exactly if fully \
+             specified, or be less than the size of the input along split_dim if not fully \
+             specified.  Got: {known}"
+        )));
+    }
+    if let Some(&i) = unknown.first() {
+        sizes[i] = n - known;
+    }
+    let sizes = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            usize::try_from(s)
+                .map_err(|_| ctx.invalid(format!("Split size at index {i} must be >= 0. Got: {s}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    set_pieces(ctx, &x, axis, &sizes)
 }
 
 /// Copies the elements of `x` at the cartesian product of `indices`, shaped as `dims`.
