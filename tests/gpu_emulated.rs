@@ -451,7 +451,10 @@ fn every_optimizer_update_matches_the_cpu() {
         let want = case.run(DeviceType::Cpu, CPU);
         // The codes and hyper-parameters the GPU kernel passes.
         let update = Update::new(&node).unwrap();
-        let (rule, flags) = apply_codes(&update);
+        // The rules apply_f32 lacks run the CPU computation on the GPU's node.
+        let Some((rule, flags)) = apply_codes(&update) else {
+            continue;
+        };
         let resources = ResourceMgr::new();
         let ctx = OpContext::new(&node, case.inputs(CPU), &resources, CPU, 1);
         let mut p = update.params::<f32>(&ctx).unwrap();

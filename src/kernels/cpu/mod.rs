@@ -2,13 +2,14 @@
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
 //! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
-//! `list_tensor`, `variable`, `training`, `io`, `queue`, `accumulator`, `tensor_array_ops`
-//! (the array itself in `tensor_array`), `stack`) exposes its own `kernel_for`; this module
-//! asks them in turn. Shared pieces: `broadcast` (numpy broadcasting), `numeric` (element
-//! arithmetic traits), `items` (element types that can be moved around, strings included)
-//! and `rows` (cutting and joining tensors along dimension 0, for the TensorArray and
-//! TensorList kernels). Kernels that need no attrs are [`Stateless`] wrappers around a plain
-//! function; the others parse their attrs once in the factory and keep them in a struct.
+//! `list_tensor`, `variable`, `ref_variable`, `training`, `io`, `queue`, `accumulator`,
+//! `tensor_array_ops` (the array itself in `tensor_array`), `stack`) exposes its own
+//! `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
+//! broadcasting), `numeric` (element arithmetic traits), `items` (element types that can be
+//! moved around, strings included) and `rows` (cutting and joining tensors along dimension 0,
+//! for the TensorArray and TensorList kernels). Kernels that need no attrs are [`Stateless`]
+//! wrappers around a plain function; the others parse their attrs once in the factory and keep
+//! them in a struct.
 //!
 //! Dtypes are dispatched with the macros below: a kernel names the dtypes TensorFlow registers
 //! it for, and any other dtype fails with INVALID_ARGUMENT naming the node and the dtypes it
@@ -95,6 +96,7 @@ mod numeric;
 mod queue;
 mod random;
 pub(crate) mod reduce;
+mod ref_variable;
 mod rows;
 mod sendrecv;
 mod slicing;
@@ -138,8 +140,9 @@ const COMPUTING: [Family; 9] = [
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of
 /// an all-reduce, a queue or accumulator, a file; and those that keep a step's state
 /// (TensorArrays, stacks), which only take a short lock but change what later nodes see.
-const MAY_WAIT: [Family; 9] = [
+const MAY_WAIT: [Family; 10] = [
     variable::kernel_for,
+    ref_variable::kernel_for,
     collective::kernel_for,
     training::kernel_for,
     sendrecv::kernel_for,

@@ -1,33 +1,53 @@
-//! Optimizer updates of resource variables, each replacing the variables' values with
-//! TensorFlow's update rules (`training_ops.cc`):
+//! Optimizer updates (`training_ops.cc`), each in both of TensorFlow's forms: `ApplyX` on
+//! reference variables (the variable and its slots are `Ref(T)` inputs; output 0 is the
+//! variable's reference) and `ResourceApplyX` on resource variables (handles looked up in the
+//! device's resources; no outputs). Both forms of a rule share one implementation,
+//! [`Update::apply`], and differ only in where the variables come from. The rules, as
+//! TensorFlow's CPU functors compute them (`lr` etc. are the scalar inputs, `g` the gradient):
 //!
-//! - ResourceApplyGradientDescent: `var -= alpha * delta`.
-//! - ResourceApplyAdagrad: `accum += grad^2` (when `update_slots`), `var -= lr * grad /
-//!   sqrt(accum)`; ResourceApplyAdagradV2 adds `epsilon` to the denominator.
-//! - ResourceApplyMomentum: `accum = accum * momentum + grad`, then `var -= lr * accum`, or
-//!   with `use_nesterov` `var -= lr * grad + lr * momentum * accum`.
-//! - ResourceApplyAdam: `lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power)`,
-//!   `m += (grad - m) * (1 - beta1)`, `v += (grad^2 - v) * (1 - beta2)`, `var -= lr_t * m /
-//!   (sqrt(v) + epsilon)` (with `use_nesterov`, `m * beta1 + (1 - beta1) * grad` replaces `m`).
-//! - ResourceApplyRMSProp: `ms += (grad^2 - ms) * (1 - rho)`, `mom = mom * momentum + lr *
-//!   grad / sqrt(ms + epsilon)`, `var -= mom`; ResourceApplyCenteredRMSProp also keeps `mg +=
-//!   (grad - mg) * (1 - rho)` and divides by `sqrt(ms - mg^2 + epsilon)`.
+//! - GradientDescent: `var -= alpha * delta`.
+//! - ProximalGradientDescent: `prox = var - alpha * delta`, then `var = sign(prox) *
+//!   max(|prox| - alpha * l1, 0) / (1 + alpha * l2)` (just `prox / (1 + alpha * l2)` when
+//!   `l1 <= 0`).
+//! - Adadelta: `accum = rho * accum + (1 - rho) * g^2`, `update = sqrt(accum_update + epsilon)
+//!   / sqrt(accum + epsilon) * g`, `var -= lr * update`, `accum_update = rho * accum_update +
+//!   (1 - rho) * update^2`.
+//! - Adagrad: `accum += g^2` (when `update_slots`), `var -= lr * g / sqrt(accum)`; AdagradV2
+//!   adds `epsilon` to the denominator.
+//! - ProximalAdagrad: `accum += g^2`, `lr_t = lr / sqrt(accum)`, then ProximalGradientDescent's
+//!   step with `lr_t` for `alpha`.
+//! - Ftrl: `new_accum = accum + g^2`, `linear += g - (new_accum^-p - accum^-p) / lr * var` (`p`
+//!   is `lr_power`, `^-p` is `sqrt` when `p = -0.5`), `var = (sign(linear) * l1 - linear) /
+//!   (new_accum^-p / lr + 2 * l2)` where `|linear| > l1`, else 0; `accum = new_accum`. With
+//!   `multiply_linear_by_lr`, `linear` accumulates `lr` times as much and `l1`, `l2` scale by
+//!   `lr` to match. FtrlV2 adds `2 * l2_shrinkage * var` to `g` in the `linear` step.
+//! - Momentum: `accum = accum * momentum + g`, then `var -= lr * accum`, or with
+//!   `use_nesterov` `var -= lr * g + lr * momentum * accum`.
+//! - Adam: `lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power)`, `m += (g - m) * (1 -
+//!   beta1)`, `v += (g^2 - v) * (1 - beta2)`, `var -= lr_t * m / (sqrt(v) + epsilon)` (with
+//!   `use_nesterov`, `m * beta1 + (1 - beta1) * g` replaces `m`).
+//! - AdaMax: `m += (g - m) * (1 - beta1)`, `v = max(beta2 * v, |g|)`, `var -= lr / (1 -
+//!   beta1_power) * m / (v + epsilon)`.
+//! - RMSProp: `ms += (g^2 - ms) * (1 - rho)`, `mom = mom * momentum + lr * g / sqrt(ms +
+//!   epsilon)`, `var -= mom`; CenteredRMSProp also keeps `mg += (g - mg) * (1 - rho)` and
+//!   divides by `sqrt(ms - mg^2 + epsilon)`.
+//! - AddSign: `m = beta * m + (1 - beta) * g`, `var -= lr * (alpha + sign_decay * sign(g) *
+//!   sign(m)) * g`; PowerSign scales `g` by `exp(logbase * sign_decay * sign(g) * sign(m))`.
 //!
-//! Each update holds the write locks of the variables it changes (var first, then its slots
-//! in input order) for the whole computation, so concurrent steps apply their updates one
-//! after the other. That is what `use_locking = true` asks for; tessera gives it always, since
-//! an unlocked read-modify-write of a shared `Tensor` could lose a whole update rather than
-//! the few elements TensorFlow's racy Hogwild updates lose.
+//! `use_locking` is honoured as [`read_modify_write`] describes: `true` holds the variables'
+//! write locks across the update and writes into their buffers in place; `false` (the default,
+//! as in TensorFlow) updates a snapshot and stores it, never blocking readers.
 
 use std::sync::Arc;
 
-use super::numeric::Float;
-use super::variable::{handle_input, lookup_var, uninitialized, write_lock};
+use super::numeric::{Float, Real};
+use super::ref_variable::{read_modify_write, uninitialized_ref};
+use super::variable::{handle_input, lookup_var, uninitialized};
 use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
-use crate::tensor::{ResourceHandle, Tensor};
+use crate::tensor::{ResourceHandle, Tensor, Var};
 
 /// Returns the factory for an optimizer-update op.
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
@@ -44,122 +64,285 @@ fn scalar_param<T: Float>(ctx: &OpContext<'_>, t: &Tensor, name: &str) -> Result
         .map_err(|_| ctx.invalid(format!("{name} must be {}, got {}", T::DTYPE, t.dtype())))
 }
 
-/// Checks that the variable's value and an update tensor agree in dtype and shape.
-fn check_like(
-    ctx: &OpContext<'_>,
-    h: &ResourceHandle,
-    value: &Tensor,
-    t: &Tensor,
-    what: &str,
-) -> Result<()> {
-    if value.dtype() != t.dtype() {
-        return Err(ctx.invalid(format!(
-            "variable `{}` is {} but {what} is {}",
-            h.name,
-            value.dtype(),
-            t.dtype()
-        )));
-    }
-    if value.shape() != t.shape() {
-        return Err(ctx.invalid(format!(
-            "var and {what} do not have the same shape{} {}",
-            value.shape(),
-            t.shape()
-        )));
-    }
-    Ok(())
+/// Where an update op finds its variable and slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `ResourceApplyX`: resource handles, looked up in the device's resources.
+    Resource,
+    /// `ApplyX`: reference inputs (`Ref(T)`, from `VariableV2`); outputs the variable's ref.
+    Ref,
 }
 
-/// The update rule of an optimizer op, which fixes its inputs: the variable and its slots
-/// (resource inputs `0..=slots`), scalar hyper-parameters, and the gradient.
+impl Form {
+    /// The form of update op `op`.
+    pub fn of(op: &str) -> Form {
+        if op.starts_with("Resource") {
+            Form::Resource
+        } else {
+            Form::Ref
+        }
+    }
+}
+
+/// One input of an update op, in TensorFlow's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Input {
+    /// The variable (input 0).
+    Var,
+    /// A slot variable the rule keeps beside it.
+    Slot(&'static str),
+    /// A scalar hyper-parameter.
+    Param(&'static str),
+    /// The gradient (`delta` for the gradient-descent rules).
+    Grad(&'static str),
+}
+
+/// The update rule of an optimizer op, which fixes its inputs ([`Rule::inputs`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
-    /// ResourceApplyGradientDescent: inputs var, alpha, delta.
+    /// (Resource)ApplyGradientDescent.
     GradientDescent,
-    /// ResourceApplyAdagrad: inputs var, accum, lr, grad.
+    /// (Resource)ApplyProximalGradientDescent.
+    ProximalGradientDescent,
+    /// (Resource)ApplyAdadelta.
+    Adadelta,
+    /// (Resource)ApplyAdagrad.
     Adagrad,
-    /// ResourceApplyAdagradV2: inputs var, accum, lr, epsilon, grad.
+    /// (Resource)ApplyAdagradV2.
     AdagradV2,
-    /// ResourceApplyMomentum: inputs var, accum, lr, grad, momentum (the gradient is input 3,
-    /// not last).
+    /// (Resource)ApplyProximalAdagrad.
+    ProximalAdagrad,
+    /// (Resource)ApplyFtrl.
+    Ftrl,
+    /// (Resource)ApplyFtrlV2.
+    FtrlV2,
+    /// (Resource)ApplyMomentum.
     Momentum,
-    /// ResourceApplyAdam: inputs var, m, v, beta1_power, beta2_power, lr, beta1, beta2,
-    /// epsilon, grad.
+    /// (Resource)ApplyAdam.
     Adam,
-    /// ResourceApplyRMSProp: inputs var, ms, mom, lr, rho, momentum, epsilon, grad.
+    /// (Resource)ApplyAdaMax.
+    AdaMax,
+    /// (Resource)ApplyRMSProp.
     RmsProp,
-    /// ResourceApplyCenteredRMSProp: inputs var, mg, ms, mom, lr, rho, momentum, epsilon, grad.
+    /// (Resource)ApplyCenteredRMSProp.
     CenteredRmsProp,
+    /// (Resource)ApplyAddSign.
+    AddSign,
+    /// (Resource)ApplyPowerSign.
+    PowerSign,
 }
 
 impl Rule {
-    /// The rule of optimizer op `op`, if it is one.
+    /// The rule of optimizer op `op` (`ApplyX` or `ResourceApplyX`), if it is one.
     pub fn of(op: &str) -> Option<Rule> {
-        Some(match op {
-            "ResourceApplyGradientDescent" => Rule::GradientDescent,
-            "ResourceApplyAdagrad" => Rule::Adagrad,
-            "ResourceApplyAdagradV2" => Rule::AdagradV2,
-            "ResourceApplyMomentum" => Rule::Momentum,
-            "ResourceApplyAdam" => Rule::Adam,
-            "ResourceApplyRMSProp" => Rule::RmsProp,
-            "ResourceApplyCenteredRMSProp" => Rule::CenteredRmsProp,
+        let name = op.strip_prefix("Resource").unwrap_or(op);
+        Some(match name.strip_prefix("Apply")? {
+            "GradientDescent" => Rule::GradientDescent,
+            "ProximalGradientDescent" => Rule::ProximalGradientDescent,
+            "Adadelta" => Rule::Adadelta,
+            "Adagrad" => Rule::Adagrad,
+            "AdagradV2" => Rule::AdagradV2,
+            "ProximalAdagrad" => Rule::ProximalAdagrad,
+            "Ftrl" => Rule::Ftrl,
+            "FtrlV2" => Rule::FtrlV2,
+            "Momentum" => Rule::Momentum,
+            "Adam" => Rule::Adam,
+            "AdaMax" => Rule::AdaMax,
+            "RMSProp" => Rule::RmsProp,
+            "CenteredRMSProp" => Rule::CenteredRmsProp,
+            "AddSign" => Rule::AddSign,
+            "PowerSign" => Rule::PowerSign,
             _ => return None,
         })
     }
 
-    /// The number of slot variables after `var`.
-    pub fn slots(self) -> usize {
+    /// The op's inputs, in TensorFlow's order (`training_ops.cc`).
+    fn inputs(self) -> &'static [Input] {
+        use Input::{Grad, Param, Slot, Var};
         match self {
-            Rule::GradientDescent => 0,
-            Rule::Adagrad | Rule::AdagradV2 | Rule::Momentum => 1,
-            Rule::Adam | Rule::RmsProp => 2,
-            Rule::CenteredRmsProp => 3,
-        }
-    }
-
-    /// The input index of the gradient.
-    fn grad_input(self) -> usize {
-        match self {
-            Rule::GradientDescent => 2,
-            Rule::Adagrad | Rule::Momentum => 3,
-            Rule::AdagradV2 => 4,
-            Rule::Adam => 9,
-            Rule::RmsProp => 7,
-            Rule::CenteredRmsProp => 8,
-        }
-    }
-
-    /// The scalar hyper-parameters: (input index, name), in the order [`Rule::step`] takes
-    /// them.
-    pub fn params(self) -> &'static [(usize, &'static str)] {
-        match self {
-            Rule::GradientDescent => &[(1, "alpha")],
-            Rule::Adagrad => &[(2, "lr")],
-            Rule::AdagradV2 => &[(2, "lr"), (3, "epsilon")],
-            Rule::Momentum => &[(2, "lr"), (4, "momentum")],
-            Rule::Adam => &[
-                (3, "beta1_power"),
-                (4, "beta2_power"),
-                (5, "lr"),
-                (6, "beta1"),
-                (7, "beta2"),
-                (8, "epsilon"),
+            Rule::GradientDescent => &[Var, Param("alpha"), Grad("delta")],
+            Rule::ProximalGradientDescent => {
+                &[Var, Param("alpha"), Param("l1"), Param("l2"), Grad("delta")]
+            }
+            Rule::Adadelta => &[
+                Var,
+                Slot("accum"),
+                Slot("accum_update"),
+                Param("lr"),
+                Param("rho"),
+                Param("epsilon"),
+                Grad("grad"),
             ],
-            Rule::RmsProp => &[(3, "lr"), (4, "rho"), (5, "momentum"), (6, "epsilon")],
-            Rule::CenteredRmsProp => &[(4, "lr"), (5, "rho"), (6, "momentum"), (7, "epsilon")],
+            Rule::Adagrad => &[Var, Slot("accum"), Param("lr"), Grad("grad")],
+            Rule::AdagradV2 => &[
+                Var,
+                Slot("accum"),
+                Param("lr"),
+                Param("epsilon"),
+                Grad("grad"),
+            ],
+            Rule::ProximalAdagrad => &[
+                Var,
+                Slot("accum"),
+                Param("lr"),
+                Param("l1"),
+                Param("l2"),
+                Grad("grad"),
+            ],
+            Rule::Ftrl => &[
+                Var,
+                Slot("accum"),
+                Slot("linear"),
+                Grad("grad"),
+                Param("lr"),
+                Param("l1"),
+                Param("l2"),
+                Param("lr_power"),
+            ],
+            Rule::FtrlV2 => &[
+                Var,
+                Slot("accum"),
+                Slot("linear"),
+                Grad("grad"),
+                Param("lr"),
+                Param("l1"),
+                Param("l2"),
+                Param("l2_shrinkage"),
+                Param("lr_power"),
+            ],
+            Rule::Momentum => &[
+                Var,
+                Slot("accum"),
+                Param("lr"),
+                Grad("grad"),
+                Param("momentum"),
+            ],
+            Rule::Adam => &[
+                Var,
+                Slot("m"),
+                Slot("v"),
+                Param("beta1_power"),
+                Param("beta2_power"),
+                Param("lr"),
+                Param("beta1"),
+                Param("beta2"),
+                Param("epsilon"),
+                Grad("grad"),
+            ],
+            Rule::AdaMax => &[
+                Var,
+                Slot("m"),
+                Slot("v"),
+                Param("beta1_power"),
+                Param("lr"),
+                Param("beta1"),
+                Param("beta2"),
+                Param("epsilon"),
+                Grad("grad"),
+            ],
+            Rule::RmsProp => &[
+                Var,
+                Slot("ms"),
+                Slot("mom"),
+                Param("lr"),
+                Param("rho"),
+                Param("momentum"),
+                Param("epsilon"),
+                Grad("grad"),
+            ],
+            Rule::CenteredRmsProp => &[
+                Var,
+                Slot("mg"),
+                Slot("ms"),
+                Slot("mom"),
+                Param("lr"),
+                Param("rho"),
+                Param("momentum"),
+                Param("epsilon"),
+                Grad("grad"),
+            ],
+            Rule::AddSign => &[
+                Var,
+                Slot("m"),
+                Param("lr"),
+                Param("alpha"),
+                Param("sign_decay"),
+                Param("beta"),
+                Grad("grad"),
+            ],
+            Rule::PowerSign => &[
+                Var,
+                Slot("m"),
+                Param("lr"),
+                Param("logbase"),
+                Param("sign_decay"),
+                Param("beta"),
+                Grad("grad"),
+            ],
         }
+    }
+
+    /// The names of the slot variables after `var`, in input order (inputs `1..=slots`).
+    pub fn slots(self) -> Vec<&'static str> {
+        self.inputs()
+            .iter()
+            .filter_map(|i| match i {
+                Input::Slot(name) => Some(*name),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The input index and name of the gradient.
+    fn grad(self) -> (usize, &'static str) {
+        self.inputs()
+            .iter()
+            .enumerate()
+            .find_map(|(i, input)| match input {
+                Input::Grad(name) => Some((i, *name)),
+                _ => None,
+            })
+            .expect("every rule takes a gradient")
+    }
+
+    /// The scalar hyper-parameters: (input index, name), in the order [`Update::params`]
+    /// returns them (input order).
+    pub fn params(self) -> Vec<(usize, &'static str)> {
+        self.inputs()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, input)| match input {
+                Input::Param(name) => Some((i, *name)),
+                _ => None,
+            })
+            .collect()
     }
 }
 
-/// One optimizer update op: its rule and the attrs that change it.
+/// One optimizer update op: its rule, its form and the attrs that change it.
 #[derive(Clone, Copy, Debug)]
 pub struct Update {
     /// The update rule.
     pub rule: Rule,
+    /// Reference or resource variables.
+    pub form: Form,
+    /// `use_locking`: hold the write locks across the update (see [`read_modify_write`]).
+    pub use_locking: bool,
     /// Momentum's and Adam's `use_nesterov`.
     pub use_nesterov: bool,
     /// Adagrad's `update_slots` (false leaves `accum` as it is).
     pub update_slots: bool,
+    /// Ftrl's `multiply_linear_by_lr`.
+    pub multiply_linear_by_lr: bool,
+}
+
+/// The variables an update changes: the variable first, then its slots.
+struct Targets {
+    vars: Vec<Arc<Var>>,
+    /// Each variable's name, for messages.
+    names: Vec<String>,
+    /// Each variable's handle (resource form only).
+    handles: Vec<Option<ResourceHandle>>,
 }
 
 impl Update {
@@ -173,186 +356,362 @@ impl Update {
         })?;
         Ok(Update {
             rule,
+            form: Form::of(&node.op),
+            use_locking: attr::bool_or(node, "use_locking", false)?,
             use_nesterov: attr::bool_or(node, "use_nesterov", false)?,
             update_slots: attr::bool_or(node, "update_slots", true)?,
+            multiply_linear_by_lr: attr::bool_or(node, "multiply_linear_by_lr", false)?,
         })
     }
 
-    /// The scalar hyper-parameters of this step, in [`Rule::params`] order.
+    /// The scalar hyper-parameters of this step, in [`Rule::params`] order, checked as
+    /// TensorFlow's CPU kernels check them.
     pub fn params<T: Float>(&self, ctx: &OpContext<'_>) -> Result<Vec<T>> {
-        self.rule
+        let p = self
+            .rule
             .params()
-            .iter()
-            .map(|&(i, name)| scalar_param::<T>(ctx, ctx.input(i)?, name))
-            .collect()
+            .into_iter()
+            .map(|(i, name)| scalar_param::<T>(ctx, ctx.input(i)?, name))
+            .collect::<Result<Vec<T>>>()?;
+        if self.rule == Rule::ProximalAdagrad {
+            let zero = T::zero();
+            if p[0] <= zero {
+                return Err(ctx.invalid(format!("lr is not a positive scalar: {:?}", p[0])));
+            }
+            for (v, name) in [(p[1], "l1"), (p[2], "l2")] {
+                if v < zero {
+                    return Err(ctx.invalid(format!(
+                        "{name} regularization strength is not a non-negative scalar: {v:?}"
+                    )));
+                }
+            }
+        }
+        Ok(p)
     }
 
-    /// Runs one update under the variables' write locks: looks up the variable and its slots,
-    /// checks they are initialized and agree with the gradient in dtype and shape, and
-    /// replaces their values with what `compute(values, grad)` returns (var first, then the
-    /// slots in input order). The CPU and GPU kernels differ only in `compute`.
-    pub fn locked(
-        &self,
-        ctx: &OpContext<'_>,
-        compute: impl FnOnce(&[&Tensor], &Tensor) -> Result<Vec<Tensor>>,
-    ) -> Result<()> {
-        let n = 1 + self.rule.slots();
-        let handles: Vec<ResourceHandle> = (0..n)
-            .map(|i| handle_input(ctx, i))
-            .collect::<Result<_>>()?;
-        for (i, a) in handles.iter().enumerate() {
-            if let Some(b) = handles[i + 1..].iter().find(|b| *b == a) {
+    /// Finds the variable and its slots: resource handles looked up in the device's
+    /// resources, or the variables behind the reference inputs.
+    fn targets(&self, ctx: &OpContext<'_>) -> Result<Targets> {
+        let n = 1 + self.rule.slots().len();
+        let mut t = Targets {
+            vars: Vec::with_capacity(n),
+            names: Vec::with_capacity(n),
+            handles: Vec::with_capacity(n),
+        };
+        for i in 0..n {
+            match self.form {
+                Form::Resource => {
+                    let h = handle_input(ctx, i)?;
+                    t.vars.push(lookup_var(ctx, &h)?);
+                    t.names.push(h.name.clone());
+                    t.handles.push(Some(h));
+                }
+                Form::Ref => {
+                    let (var, name) = ctx.ref_input(i)?;
+                    t.vars.push(var);
+                    t.names.push(name);
+                    t.handles.push(None);
+                }
+            }
+        }
+        for (i, a) in t.vars.iter().enumerate() {
+            if let Some(j) = (i + 1..n).find(|&j| Arc::ptr_eq(a, &t.vars[j])) {
                 return Err(ctx.invalid(format!(
                     "the variable and its slots must be distinct, but `{}` is passed twice",
-                    b.name
+                    t.names[j]
                 )));
             }
         }
-        let grad = ctx.input(self.rule.grad_input())?;
-        let vars = handles
-            .iter()
-            .map(|h| lookup_var(ctx, h))
-            .collect::<Result<Vec<_>>>()?;
-        // Locks in input order: var first, then the slots, the same order in every update.
-        let mut guards = Vec::with_capacity(n);
-        for var in &vars {
-            guards.push(write_lock(ctx, var)?);
+        Ok(t)
+    }
+
+    /// Runs one update: finds the variable and its slots, checks that they are initialized and
+    /// agree with the gradient in dtype and shape, and lets `compute(ctx, values, grad)` change
+    /// their values (var first, then the slots in input order), under the locking `use_locking`
+    /// asks for. The ref form then outputs the variable's reference. The CPU and GPU kernels
+    /// differ only in `compute`.
+    pub fn apply(
+        &self,
+        ctx: &mut OpContext<'_>,
+        compute: impl FnOnce(&OpContext<'_>, &mut [&mut Tensor], &Tensor) -> Result<()>,
+    ) -> Result<()> {
+        {
+            let ctx: &OpContext<'_> = ctx;
+            let targets = self.targets(ctx)?;
+            let (grad_input, grad_name) = self.rule.grad();
+            let grad = ctx.input(grad_input)?;
+            let slots = self.rule.slots();
+            let vars: Vec<&Var> = targets.vars.iter().map(|v| &**v).collect();
+            let uninitialized = |i: usize| match &targets.handles[i] {
+                Some(h) => uninitialized(ctx, h),
+                None => uninitialized_ref(ctx, &targets.names[i]),
+            };
+            read_modify_write(&vars, self.use_locking, uninitialized, |values| {
+                let var = &*values[0];
+                for (value, slot) in values[1..].iter().zip(&slots) {
+                    check_like(ctx, &targets.names[0], var, value, slot)?;
+                }
+                check_like(ctx, &targets.names[0], var, grad, grad_name)?;
+                compute(ctx, values, grad)
+            })?;
         }
-        let mut values = Vec::with_capacity(n);
-        for (guard, h) in guards.iter().zip(&handles) {
-            values.push(guard.as_ref().ok_or_else(|| uninitialized(ctx, h))?);
-        }
-        let var_value = values[0];
-        for (v, h) in values.iter().zip(&handles).skip(1) {
-            check_like(
-                ctx,
-                &handles[0],
-                var_value,
-                v,
-                &format!("slot `{}`", h.name),
-            )?;
-        }
-        let what = if self.rule == Rule::GradientDescent {
-            "delta"
-        } else {
-            "grad"
-        };
-        check_like(ctx, &handles[0], var_value, grad, what)?;
-        let new = compute(&values, grad)?;
-        debug_assert_eq!(
-            new.len(),
-            n,
-            "an update returns the variable and every slot"
-        );
-        for (guard, t) in guards.iter_mut().zip(new) {
-            **guard = Some(t);
+        if self.form == Form::Ref {
+            let reference = ctx.input(0)?.clone();
+            ctx.set_output(0, reference);
         }
         Ok(())
     }
 
-    /// Updates `vals` (var, then the slots) in place element by element with hyper-parameters
-    /// `p` ([`Update::params`]).
-    fn step<T: Float>(&self, p: &[T], vals: &mut [Vec<T>], g: &[T]) {
-        let one = T::one();
+    /// The CPU computation of [`Update::apply`]: updates `values` (var, then the slots) in
+    /// place, for float32 and float64.
+    pub fn compute_cpu(
+        &self,
+        ctx: &OpContext<'_>,
+        values: &mut [&mut Tensor],
+        grad: &Tensor,
+    ) -> Result<()> {
+        dispatch_float!(ctx, values[0].dtype(), T => self.run::<T>(ctx, values, grad))
+    }
+
+    fn run<T: Float + bytemuck::Pod>(
+        &self,
+        ctx: &OpContext<'_>,
+        values: &mut [&mut Tensor],
+        grad: &Tensor,
+    ) -> Result<()> {
+        let p = self.params::<T>(ctx)?;
+        let g = grad.values::<T>()?;
+        with_elements::<T, _>(values, |vals| self.step(&p, vals, &g))
+    }
+
+    /// Updates `vals` (var, then the slots) element by element with hyper-parameters `p`
+    /// ([`Update::params`]) and gradient `grad`; every slice has the gradient's length.
+    fn step<T: Float>(&self, p: &[T], vals: &mut [&mut [T]], grad: &[T]) {
+        let (zero, one) = (T::zero(), T::one());
+        let two = one + one;
         let (var, slots) = vals.split_first_mut().expect("the variable comes first");
         match (self.rule, slots) {
-            (Rule::GradientDescent, _) => {
+            (Rule::GradientDescent, []) => {
                 let alpha = p[0];
-                for (v, &d) in var.iter_mut().zip(g) {
-                    *v = *v - alpha * d;
+                for (v, &g) in var.iter_mut().zip(grad) {
+                    *v = *v - alpha * g;
+                }
+            }
+            (Rule::ProximalGradientDescent, []) => {
+                let (alpha, l1, l2) = (p[0], p[1], p[2]);
+                for (v, &g) in var.iter_mut().zip(grad) {
+                    *v = proximal(*v - g * alpha, alpha, l1, l2);
+                }
+            }
+            (Rule::Adadelta, [accum, accum_update]) => {
+                let (lr, rho, eps) = (p[0], p[1], p[2]);
+                for (i, &g) in grad.iter().enumerate() {
+                    accum[i] = accum[i] * rho + g * g * (one - rho);
+                    let update = (accum_update[i] + eps).sqrt() / (accum[i] + eps).sqrt() * g;
+                    var[i] = var[i] - update * lr;
+                    accum_update[i] = accum_update[i] * rho + update * update * (one - rho);
                 }
             }
             (Rule::Adagrad | Rule::AdagradV2, [accum]) => {
                 let lr = p[0];
-                let epsilon = p.get(1).copied().unwrap_or_else(T::zero);
-                for ((v, a), &g) in var.iter_mut().zip(accum.iter_mut()).zip(g) {
+                let epsilon = p.get(1).copied().unwrap_or(zero);
+                for (i, &g) in grad.iter().enumerate() {
                     if self.update_slots {
-                        *a = *a + g * g;
+                        accum[i] = accum[i] + g * g;
                     }
-                    *v = *v - lr * g / (a.sqrt() + epsilon);
+                    var[i] = var[i] - lr * g / (accum[i].sqrt() + epsilon);
+                }
+            }
+            (Rule::ProximalAdagrad, [accum]) => {
+                let (lr, l1, l2) = (p[0], p[1], p[2]);
+                for (i, &g) in grad.iter().enumerate() {
+                    accum[i] = accum[i] + g * g;
+                    let lr_t = lr / accum[i].sqrt();
+                    var[i] = proximal(var[i] - g * lr_t, lr_t, l1, l2);
+                }
+            }
+            (Rule::Ftrl | Rule::FtrlV2, [accum, linear]) => {
+                let (lr, l1, l2) = (p[0], p[1], p[2]);
+                let (shrinkage, lr_power) = match self.rule {
+                    Rule::FtrlV2 => (p[3], p[4]),
+                    _ => (zero, p[3]),
+                };
+                // accum^-lr_power, with TensorFlow's exact square root for lr_power = -0.5.
+                let minus_half = -(one / two);
+                let power = |a: T| {
+                    if lr_power == minus_half {
+                        a.sqrt()
+                    } else {
+                        a.powf(-lr_power)
+                    }
+                };
+                // With multiply_linear_by_lr, linear holds lr times the plain rule's linear.
+                let l1_t = if self.multiply_linear_by_lr {
+                    l1 * lr
+                } else {
+                    l1
+                };
+                for (i, &g) in grad.iter().enumerate() {
+                    let shrunk = if self.rule == Rule::FtrlV2 {
+                        g + two * shrinkage * var[i]
+                    } else {
+                        g
+                    };
+                    let new_accum = accum[i] + g * g;
+                    let sigma = power(new_accum) - power(accum[i]);
+                    let (step, quadratic) = if self.multiply_linear_by_lr {
+                        (
+                            shrunk * lr - sigma * var[i],
+                            power(new_accum) + two * l2 * lr,
+                        )
+                    } else {
+                        (
+                            shrunk - sigma / lr * var[i],
+                            power(new_accum) / lr + two * l2,
+                        )
+                    };
+                    linear[i] = linear[i] + step;
+                    var[i] = if linear[i].abs() > l1_t {
+                        (<T as Real>::sign(linear[i]) * l1_t - linear[i]) / quadratic
+                    } else {
+                        zero
+                    };
+                    accum[i] = new_accum;
                 }
             }
             (Rule::Momentum, [accum]) => {
                 let (lr, momentum) = (p[0], p[1]);
-                for ((v, a), &g) in var.iter_mut().zip(accum.iter_mut()).zip(g) {
-                    *a = *a * momentum + g;
-                    *v = if self.use_nesterov {
-                        *v - (g * lr + *a * momentum * lr)
+                for (i, &g) in grad.iter().enumerate() {
+                    accum[i] = accum[i] * momentum + g;
+                    var[i] = if self.use_nesterov {
+                        var[i] - (g * lr + accum[i] * momentum * lr)
                     } else {
-                        *v - *a * lr
+                        var[i] - accum[i] * lr
                     };
                 }
             }
-            (Rule::Adam, [m, v2]) => {
+            (Rule::Adam, [m, v]) => {
                 let (b1p, b2p, lr, b1, b2, eps) = (p[0], p[1], p[2], p[3], p[4], p[5]);
                 let alpha = lr * (one - b2p).sqrt() / (one - b1p);
-                for (((v, m), s), &g) in var.iter_mut().zip(m.iter_mut()).zip(v2.iter_mut()).zip(g)
-                {
-                    *m = *m + (g - *m) * (one - b1);
-                    *s = *s + (g * g - *s) * (one - b2);
+                for (i, &g) in grad.iter().enumerate() {
+                    m[i] = m[i] + (g - m[i]) * (one - b1);
+                    v[i] = v[i] + (g * g - v[i]) * (one - b2);
                     let num = if self.use_nesterov {
-                        *m * b1 + (one - b1) * g
+                        m[i] * b1 + (one - b1) * g
                     } else {
-                        *m
+                        m[i]
                     };
-                    *v = *v - num * alpha / (s.sqrt() + eps);
+                    var[i] = var[i] - num * alpha / (v[i].sqrt() + eps);
+                }
+            }
+            (Rule::AdaMax, [m, v]) => {
+                let (b1p, lr, b1, b2, eps) = (p[0], p[1], p[2], p[3], p[4]);
+                for (i, &g) in grad.iter().enumerate() {
+                    m[i] = m[i] + (g - m[i]) * (one - b1);
+                    v[i] = <T as Real>::max(b2 * v[i], g.abs());
+                    var[i] = var[i] - lr / (one - b1p) * (m[i] / (v[i] + eps));
                 }
             }
             (Rule::RmsProp, [ms, mom]) => {
                 let (lr, rho, momentum, eps) = (p[0], p[1], p[2], p[3]);
-                for (((v, ms), mom), &g) in
-                    var.iter_mut().zip(ms.iter_mut()).zip(mom.iter_mut()).zip(g)
-                {
-                    *ms = *ms + (g * g - *ms) * (one - rho);
-                    *mom = *mom * momentum + lr * g / (*ms + eps).sqrt();
-                    *v = *v - *mom;
+                for (i, &g) in grad.iter().enumerate() {
+                    ms[i] = ms[i] + (g * g - ms[i]) * (one - rho);
+                    mom[i] = mom[i] * momentum + lr * g / (ms[i] + eps).sqrt();
+                    var[i] = var[i] - mom[i];
                 }
             }
             (Rule::CenteredRmsProp, [mg, ms, mom]) => {
                 let (lr, rho, momentum, eps) = (p[0], p[1], p[2], p[3]);
-                for ((((v, mg), ms), mom), &g) in var
-                    .iter_mut()
-                    .zip(mg.iter_mut())
-                    .zip(ms.iter_mut())
-                    .zip(mom.iter_mut())
-                    .zip(g)
-                {
-                    *ms = *ms + (g * g - *ms) * (one - rho);
-                    *mg = *mg + (g - *mg) * (one - rho);
-                    let denom = *ms - *mg * *mg + eps;
-                    *mom = *mom * momentum + lr * g / denom.sqrt();
-                    *v = *v - *mom;
+                for (i, &g) in grad.iter().enumerate() {
+                    ms[i] = ms[i] + (g * g - ms[i]) * (one - rho);
+                    mg[i] = mg[i] + (g - mg[i]) * (one - rho);
+                    let denom = ms[i] - mg[i] * mg[i] + eps;
+                    mom[i] = mom[i] * momentum + lr * g / denom.sqrt();
+                    var[i] = var[i] - mom[i];
+                }
+            }
+            (Rule::AddSign | Rule::PowerSign, [m]) => {
+                let (lr, base, sign_decay, beta) = (p[0], p[1], p[2], p[3]);
+                for (i, &g) in grad.iter().enumerate() {
+                    m[i] = m[i] * beta + g * (one - beta);
+                    let agree = <T as Real>::sign(g) * <T as Real>::sign(m[i]);
+                    // AddSign's base is alpha, PowerSign's logbase.
+                    let scale = if self.rule == Rule::AddSign {
+                        base + sign_decay * agree
+                    } else {
+                        (base * sign_decay * agree).exp()
+                    };
+                    var[i] = var[i] - lr * scale * g;
                 }
             }
             (rule, slots) => unreachable!("{rule:?} with {} slots", slots.len()),
         }
     }
+}
 
-    /// The CPU computation of [`Update::locked`]: new values of var and its slots.
-    fn run<T: Float>(
-        &self,
-        ctx: &OpContext<'_>,
-        values: &[&Tensor],
-        grad: &Tensor,
-    ) -> Result<Vec<Tensor>> {
-        let p = self.params::<T>(ctx)?;
-        let mut vals: Vec<Vec<T>> = values
-            .iter()
-            .map(|t| t.values::<T>().map(|v| v.into_owned()))
-            .collect::<Result<_>>()?;
-        let g = grad.values::<T>()?;
-        self.step::<T>(&p, &mut vals, &g);
-        vals.into_iter()
-            .zip(values)
-            .map(|(v, t)| Tensor::from_vec(t.shape().clone(), v))
-            .collect()
+/// The proximal step of the Fobos rules: `prox` shrunk toward 0 by `lr * l1` (when `l1 > 0`)
+/// and scaled by `1 / (1 + lr * l2)`.
+fn proximal<T: Float>(prox: T, lr: T, l1: T, l2: T) -> T {
+    let (zero, one) = (T::zero(), T::one());
+    let scale = one + l2 * lr;
+    if l1 > zero {
+        <T as Real>::sign(prox) * <T as Real>::max(prox.abs() - lr * l1, zero) / scale
+    } else {
+        prox / scale
+    }
+}
+
+/// Checks that the variable's value and another input of the update (a slot's value, the
+/// gradient) agree in dtype and shape, in TensorFlow's words.
+fn check_like(ctx: &OpContext<'_>, name: &str, var: &Tensor, t: &Tensor, what: &str) -> Result<()> {
+    if var.dtype() != t.dtype() {
+        return Err(ctx.invalid(format!(
+            "variable `{name}` is {} but {what} is {}",
+            var.dtype(),
+            t.dtype()
+        )));
+    }
+    if var.shape() != t.shape() {
+        return Err(ctx.invalid(format!(
+            "var and {what} do not have the same shape{} {}",
+            var.shape(),
+            t.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `f` on the elements of every tensor at once, each written in its own buffer when nothing
+/// else shares it and in a copy otherwise ([`Tensor::update_in_place`]).
+fn with_elements<T: Float + bytemuck::Pod, R>(
+    tensors: &mut [&mut Tensor],
+    f: impl FnOnce(&mut [&mut [T]]) -> R,
+) -> Result<R> {
+    nest(tensors, Vec::new(), f)
+}
+
+/// [`with_elements`], one tensor per level: `done` holds the elements of the tensors before
+/// `rest`.
+fn nest<T: Float + bytemuck::Pod, R>(
+    rest: &mut [&mut Tensor],
+    done: Vec<&mut [T]>,
+    f: impl FnOnce(&mut [&mut [T]]) -> R,
+) -> Result<R> {
+    match rest.split_first_mut() {
+        None => {
+            let mut done = done;
+            Ok(f(&mut done))
+        }
+        Some((first, tail)) => first.update_in_place::<T, _>(move |elements| {
+            let mut done: Vec<&mut [T]> = done;
+            done.push(elements);
+            nest(tail, done, f)
+        })?,
     }
 }
 
 impl OpKernel for Update {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        self.locked(ctx, |values, grad| {
-            dispatch_float!(ctx, values[0].dtype(), T => self.run::<T>(ctx, values, grad))
-        })
+        self.apply(ctx, |ctx, values, grad| self.compute_cpu(ctx, values, grad))
     }
 }

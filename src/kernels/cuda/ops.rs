@@ -546,8 +546,9 @@ impl OpKernel for SparseXent {
     }
 }
 
-/// `apply_f32`'s rule code and flags for `update`.
-pub fn apply_codes(update: &Update) -> (i32, i32) {
+/// `apply_f32`'s rule code and flags for `update`; `None` for the rules `apply_f32` does not
+/// compute (they run the CPU computation on the host values).
+pub fn apply_codes(update: &Update) -> Option<(i32, i32)> {
     let rule = match update.rule {
         Rule::GradientDescent => 0,
         Rule::Adagrad => 1,
@@ -556,18 +557,34 @@ pub fn apply_codes(update: &Update) -> (i32, i32) {
         Rule::Adam => 4,
         Rule::RmsProp => 5,
         Rule::CenteredRmsProp => 6,
+        Rule::ProximalGradientDescent
+        | Rule::Adadelta
+        | Rule::ProximalAdagrad
+        | Rule::Ftrl
+        | Rule::FtrlV2
+        | Rule::AdaMax
+        | Rule::AddSign
+        | Rule::PowerSign => return None,
     };
     let flags = i32::from(update.use_nesterov) | i32::from(update.update_slots) << 1;
-    (rule, flags)
+    Some((rule, flags))
 }
 
-/// An optimizer update on the GPU: the CPU kernel's locked read-check-replace of the variable
-/// and its slots ([`Update::locked`]), with `apply_f32` computing the new values.
+/// An optimizer update on the GPU, in either form (ref or resource): the CPU kernel's
+/// read-check-write of the variable and its slots ([`Update::apply`], which honours
+/// `use_locking`), with `apply_f32` computing the new values; the rules `apply_f32` lacks
+/// compute on the host ([`Update::compute_cpu`]).
 struct Apply(Update);
 
 impl Apply {
     /// The new values of the variable and its slots (`values`) after the update by `grad`.
-    fn run(&self, ctx: &OpContext<'_>, values: &[&Tensor], grad: &Tensor) -> Result<Vec<Tensor>> {
+    fn run(
+        &self,
+        ctx: &OpContext<'_>,
+        values: &[&Tensor],
+        grad: &Tensor,
+        (rule, flags): (i32, i32),
+    ) -> Result<Vec<Tensor>> {
         if values[0].dtype() != DType::Float {
             return Err(ctx.invalid(format!(
                 "variable is {}; this node's GPU kernel takes float32",
@@ -580,7 +597,7 @@ impl Apply {
         if len == 0 {
             return Ok(values.iter().map(|&t| t.clone()).collect());
         }
-        let ((rule, flags), n) = (apply_codes(&self.0), i64s(len));
+        let n = i64s(len);
         // The variable, its slots and the gradient (the spare slots are a float each).
         let bytes = (values.len() + 1) * len * F32;
         let updated = with_gpu(ctx, bytes, |gpu, node| {
@@ -597,7 +614,7 @@ impl Apply {
                 unreachable!("four buffers")
             };
             // SAFETY: apply_f32(rule, flags, var, s0, s1, s2, grad, p0..p5, n); var, grad and
-            // the rule's slots hold n floats (checked like the variable by `locked`), and the
+            // the rule's slots hold n floats (checked like the variable by `Update::apply`), and the
             // kernel touches no slot past the rule's count.
             unsafe {
                 gpu.launch("apply_f32", len, |l| {
@@ -629,8 +646,17 @@ impl Apply {
 
 impl OpKernel for Apply {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        self.0
-            .locked(ctx, |values, grad| self.run(ctx, values, grad))
+        self.0.apply(ctx, |ctx, values, grad| {
+            let Some(codes) = apply_codes(&self.0) else {
+                return self.0.compute_cpu(ctx, values, grad);
+            };
+            let current: Vec<&Tensor> = values.iter().map(|t| &**t).collect();
+            let updated = self.run(ctx, &current, grad, codes)?;
+            for (value, new) in values.iter_mut().zip(updated) {
+                **value = new;
+            }
+            Ok(())
+        })
     }
 }
 
@@ -1098,7 +1124,7 @@ mod tests {
             for &(k, v) in attrs {
                 node.attr.insert(k.into(), attr::value::bool(v));
             }
-            apply_codes(&Update::new(&node).unwrap())
+            apply_codes(&Update::new(&node).unwrap()).unwrap()
         };
         assert_eq!(code("ResourceApplyGradientDescent", &[]), (0, 2));
         assert_eq!(
