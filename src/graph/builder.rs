@@ -15,6 +15,7 @@ use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::const_value;
+use crate::graph::control_flow::ControlFlow;
 use crate::graph::registry::{self, ArgType, OpDef};
 use crate::graph::scope::{self, DeviceFn, DeviceScope};
 use crate::graph::shape_fn::ShapeCtx;
@@ -79,7 +80,7 @@ pub struct NodeSpec {
     name: Option<String>,
     args: Vec<Arg>,
     attrs: Vec<(String, AttrValue)>,
-    control: Vec<String>,
+    pub(crate) control: Vec<String>,
 }
 
 impl NodeSpec {
@@ -145,9 +146,10 @@ pub struct Graph {
     names_in_use: HashMap<String, usize>,
     name_scope: String,
     devices: Vec<DeviceScope>,
-    control: Vec<String>,
+    pub(crate) control: Vec<String>,
     colocation: Option<String>,
     variables: Vec<String>,
+    pub(crate) cf: ControlFlow,
     pub(crate) versions: Option<VersionDef>,
     pub(crate) library: Option<FunctionDefLibrary>,
 }
@@ -413,9 +415,23 @@ impl Graph {
                 )));
             }
         }
-        node.input = inputs.iter().map(Output::input_name).collect();
+        let mut inputs = inputs;
         let mut control: Vec<String> = self.control.clone();
         control.extend(spec.control);
+        // Inside a cond branch or a loop body, external inputs go through a Switch or an
+        // Enter first, and the op may get a control input from the context's pivot (see
+        // `control_flow.rs`). As in TensorFlow, the nodes this adds are named under the op's
+        // own name (`cond/MatMul/Switch`, `while/MatMul/Enter`).
+        let context = match self.cf.current {
+            Some(c) => {
+                let scope = format!("{name}/");
+                Some(self.with_name_scope(&scope, |g| {
+                    g.cf_add_op(c, &spec.op, &mut inputs, &mut control)
+                })?)
+            }
+            None => None,
+        };
+        node.input = inputs.iter().map(Output::input_name).collect();
         for c in control {
             let dup = inputs.iter().any(|o| o.node == c)
                 || node.input.iter().any(|i| i == &format!("^{c}"));
@@ -439,7 +455,7 @@ impl Graph {
         }
         node.device = scope::apply_device_scopes(&node, &self.devices)?;
         let meta = self.infer(def, &mut node)?;
-        let outputs = meta
+        let outputs: Vec<Output> = meta
             .iter()
             .enumerate()
             .map(|(index, m)| Output {
@@ -450,7 +466,56 @@ impl Graph {
             })
             .collect();
         self.insert(node, meta);
+        if let Some(c) = context {
+            self.cf_op_added(c, &name, &outputs);
+        }
         Ok(outputs)
+    }
+
+    /// Replaces data input `index` of node `node` by `new` (TensorFlow's `_update_input`): how
+    /// a loop's `Merge` gets its back edge from the `NextIteration` built after it.
+    pub(crate) fn update_input(&mut self, node: &str, index: usize, new: &Output) -> Result<()> {
+        let &i = self
+            .by_name
+            .get(node)
+            .ok_or_else(|| Status::internal(format!("no node `{node}` to update")))?;
+        let slot = self.nodes[i]
+            .input
+            .iter_mut()
+            .filter(|s| !s.starts_with('^'))
+            .nth(index)
+            .ok_or_else(|| Status::internal(format!("node `{node}` has no input {index}")))?;
+        *slot = new.input_name();
+        Ok(())
+    }
+
+    /// Adds control input `^from` to node `node` (TensorFlow's `_add_control_input`).
+    pub(crate) fn add_control_input(&mut self, node: &str, from: &str) -> Result<()> {
+        let &i = self
+            .by_name
+            .get(node)
+            .ok_or_else(|| Status::internal(format!("no node `{node}` to add a control input to")))?;
+        let dep = format!("^{from}");
+        if !self.nodes[i].input.contains(&dep) {
+            self.nodes[i].input.push(dep);
+        }
+        Ok(())
+    }
+
+    /// Records that output `o` has shape `shape` (TensorFlow's `set_shape`), returning it.
+    pub(crate) fn set_output_shape(&mut self, o: &Output, shape: PartialShape) -> Output {
+        if let Some(m) = self
+            .by_name
+            .get(&o.node)
+            .copied()
+            .and_then(|i| self.meta[i].get_mut(o.index))
+        {
+            m.shape = shape.clone();
+        }
+        Output {
+            shape,
+            ..o.clone()
+        }
     }
 
     pub(crate) fn insert(&mut self, node: NodeDef, meta: Vec<OutputMeta>) {
@@ -703,11 +768,17 @@ fn propagate_values(node: &NodeDef, inputs: &[OutputMeta], out: &mut [OutputMeta
         "VarHandleOp" => {
             out[0].handle_shape = crate::graph::attr::shape(node, "shape").ok();
         }
-        "Identity" | "StopGradient" => {
-            if let (Some(i), Some(o)) = (inputs.first(), out.first_mut()) {
-                o.value = i.value.clone();
-                o.shape_value = i.shape_value.clone();
-                o.handle_shape = i.handle_shape.clone();
+        // Control-flow ops forward their input unchanged (a Switch on both outputs); a loop
+        // variable's Merge changes every iteration, so it keeps nothing.
+        "Identity" | "StopGradient" | "Enter" | "RefEnter" | "Exit" | "RefExit" | "Switch"
+        | "RefSwitch" => {
+            if let Some(i) = inputs.first() {
+                let outputs = if node.op.contains("Switch") { 2 } else { 1 };
+                for o in out.iter_mut().take(outputs) {
+                    o.value = i.value.clone();
+                    o.shape_value = i.shape_value.clone();
+                    o.handle_shape = i.handle_shape.clone();
+                }
             }
         }
         _ => {}

@@ -15,6 +15,8 @@
 pub mod attr;
 pub mod builder;
 pub mod const_value;
+mod control_flow;
+mod grad_state;
 pub mod gradients;
 pub mod grads;
 pub mod import;
