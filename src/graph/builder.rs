@@ -126,15 +126,42 @@ impl NodeSpec {
     }
 }
 
-/// A resource variable: its handle, the op that initializes it, and its value type.
+/// A variable: its handle, the op that initializes it, and its value.
 #[derive(Clone, Debug)]
 pub struct Variable {
-    /// The `VarHandleOp` output (a resource); gradients can be taken with respect to it.
+    /// The `VarHandleOp` output (a resource) of a resource variable, the `VariableV2` output
+    /// (a reference) of a reference variable; gradients can be taken with respect to it.
     pub handle: Output,
-    /// The name of the `AssignVariableOp` that writes the initial value.
+    /// The name of the `AssignVariableOp` (resource) or `Assign` (reference) that writes the
+    /// initial value.
     pub initializer: String,
-    /// The `ReadVariableOp` output created with the variable (`w/Read/ReadVariableOp`).
+    /// The value read when the variable was created: `w/Read/ReadVariableOp` for a resource
+    /// variable, the `Identity` `w/read` for a reference variable.
     pub value: Output,
+}
+
+impl Variable {
+    /// Whether the variable is a resource or a reference variable (from its handle's dtype).
+    pub fn kind(&self) -> VariableKind {
+        if self.handle.dtype == DType::Resource {
+            VariableKind::Resource
+        } else {
+            VariableKind::Reference
+        }
+    }
+}
+
+/// How [`Graph::variable`] stores a variable, and so which ops read and update it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VariableKind {
+    /// A resource variable, as TensorFlow 2 (and `use_resource=True`) makes them:
+    /// `VarHandleOp` + `AssignVariableOp` + `ReadVariableOp`; optimizers update it with
+    /// `ResourceApply*`.
+    #[default]
+    Resource,
+    /// A reference variable, as TensorFlow 1 makes them: `VariableV2` + `Assign` + an
+    /// `Identity` named `read`; optimizers update it with `Apply*` on its reference.
+    Reference,
 }
 
 /// A dataflow graph being built (or imported) as a TensorFlow `GraphDef`.
@@ -149,6 +176,7 @@ pub struct Graph {
     pub(crate) control: Vec<String>,
     colocation: Option<String>,
     variables: Vec<String>,
+    variable_kind: VariableKind,
     pub(crate) cf: ControlFlow,
     pub(crate) versions: Option<VersionDef>,
     pub(crate) library: Option<FunctionDefLibrary>,
@@ -620,10 +648,91 @@ impl Graph {
         self.add_op(spec)
     }
 
-    /// Creates a resource variable as TensorFlow's `get_variable` does: `VarHandleOp` `name`,
-    /// `name/IsInitialized/VarIsInitializedOp`, `name/Assign` writing `initial`, and
-    /// `name/Read/ReadVariableOp`, all colocated with the handle.
+    /// Returns the kind of variable [`Graph::variable`] creates (resource by default).
+    pub fn variable_kind(&self) -> VariableKind {
+        self.variable_kind
+    }
+
+    /// Sets the kind of variable [`Graph::variable`] creates from now on; slots and the
+    /// global step follow it (slots always take their variable's kind).
+    pub fn set_variable_kind(&mut self, kind: VariableKind) {
+        self.variable_kind = kind;
+    }
+
+    /// Runs `f` with [`Graph::variable`] creating variables of `kind`.
+    pub fn with_variable_kind<R>(&mut self, kind: VariableKind, f: impl FnOnce(&mut Self) -> R) -> R {
+        let saved = std::mem::replace(&mut self.variable_kind, kind);
+        let r = f(self);
+        self.variable_kind = saved;
+        r
+    }
+
+    /// Creates a variable named `name` (made unique) starting at `initial`, of the graph's
+    /// current [`VariableKind`] (see [`Graph::variable_with_kind`]).
     pub fn variable(&mut self, name: &str, initial: &Output) -> Result<Variable> {
+        self.variable_with_kind(name, initial, self.variable_kind)
+    }
+
+    /// Creates a variable of `kind`: a resource variable as TensorFlow's `get_variable` does
+    /// (`VarHandleOp` `name`, `name/IsInitialized/VarIsInitializedOp`, `name/Assign` writing
+    /// `initial`, and `name/Read/ReadVariableOp`, all colocated with the handle), or a
+    /// reference variable as `tf.compat.v1.Variable` does (`VariableV2` `name`, `name/Assign`
+    /// and the `Identity` `name/read`, colocated with it).
+    pub fn variable_with_kind(
+        &mut self,
+        name: &str,
+        initial: &Output,
+        kind: VariableKind,
+    ) -> Result<Variable> {
+        match kind {
+            VariableKind::Resource => self.resource_variable(name, initial),
+            VariableKind::Reference => self.reference_variable(name, initial),
+        }
+    }
+
+    fn reference_variable(&mut self, name: &str, initial: &Output) -> Result<Variable> {
+        let shape = initial.shape.clone();
+        let dtype = initial.dtype;
+        if !shape.is_fully_defined() {
+            return Err(Status::invalid_argument(format!(
+                "reference variable `{name}`: its initial value `{}` has a partly unknown shape \
+                 {shape}; give it a static shape",
+                initial.name()
+            )));
+        }
+        let scope = self.with_name_scope(name, |g| g.name_scope().to_string());
+        let var = self.add1(
+            NodeSpec::new("VariableV2")
+                .name(&format!("{scope}/"))
+                .attr("dtype", value::dtype(dtype))
+                .attr("shape", value::shape(&shape))
+                .attr("container", value::string(""))
+                .attr("shared_name", value::string("")),
+        )?;
+        let at = format!("{scope}/");
+        let (initializer, value) = self.with_name_scope(&at, |g| {
+            g.with_colocation(&var.node.clone(), |g| -> Result<(String, Output)> {
+                let assign = g.add_op(
+                    NodeSpec::new("Assign")
+                        .name("Assign")
+                        .input(&var)
+                        .input(initial)
+                        .attr("validate_shape", value::bool(true))
+                        .attr("use_locking", value::bool(true)),
+                )?;
+                let read = g.add1(NodeSpec::new("Identity").name("read").input(&var))?;
+                Ok((assign, read))
+            })
+        })?;
+        self.variables.push(initializer.clone());
+        Ok(Variable {
+            handle: var,
+            initializer,
+            value,
+        })
+    }
+
+    fn resource_variable(&mut self, name: &str, initial: &Output) -> Result<Variable> {
         let shape = initial.shape.clone();
         let dtype = initial.dtype;
         let scope = self.with_name_scope(name, |g| g.name_scope().to_string());
@@ -659,6 +768,15 @@ impl Graph {
             initializer,
             value,
         })
+    }
+
+    /// Reads `var`: a new `ReadVariableOp` of a resource variable, the `Identity` `read` of a
+    /// reference variable (TensorFlow 1 reads through that one snapshot).
+    pub fn read(&mut self, var: &Variable) -> Result<Output> {
+        match var.kind() {
+            VariableKind::Resource => self.read_variable(&var.handle),
+            VariableKind::Reference => Ok(var.value.clone()),
+        }
     }
 
     /// Adds a `ReadVariableOp` of `handle` (a new read per use, as TensorFlow 2 does).

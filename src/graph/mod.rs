@@ -26,7 +26,7 @@ pub mod registry;
 pub mod scope;
 pub mod shape_fn;
 
-pub use builder::{Graph, NodeSpec, Output, Variable};
+pub use builder::{Graph, NodeSpec, Output, Variable, VariableKind};
 pub use gradients::{gradients, gradients_with, GradientOptions};
 pub use import::validate;
 pub use partitioned::{fixed_size_partitioner, PartitionedVariable, Partitioner, SaveSlice};

@@ -18,6 +18,10 @@
 //! only the gradients travel. Adam adds `beta1_power` / `beta2_power` colocated with the first
 //! variable by name, multiplied by `beta1` / `beta2` after every step, as TensorFlow 1 does.
 //!
+//! Reference variables ([`VariableKind::Reference`], TensorFlow 1's `VariableV2`) get
+//! reference slots and `Apply*` updates (`Adagrad/update_w1/ApplyAdagrad`), Adam's powers are
+//! advanced with `Assign` and the global step with `AssignAdd`, as TensorFlow 1 builds them.
+//!
 //! An optimizer holds no graph state: each `apply_gradients` creates fresh slots.
 
 pub mod slots;
@@ -26,7 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
-use crate::graph::{gradients, Graph, NodeSpec, Output, Variable};
+use crate::graph::{gradients, Graph, NodeSpec, Output, Variable, VariableKind};
 use crate::tensor::DType;
 
 pub use slots::{
@@ -329,9 +333,7 @@ impl Optimizer {
         g.with_name_scope(&format!("{scope}/"), |g| {
             let mut params = Params::default();
             let power_reads = match &powers {
-                Some((b1, b2)) => {
-                    Some((g.read_variable(&b1.handle)?, g.read_variable(&b2.handle)?))
-                }
+                Some((b1, b2)) => Some((g.read(b1)?, g.read(b2)?)),
                 None => None,
             };
             let mut updates = Vec::with_capacity(plans.len());
@@ -365,8 +367,12 @@ impl Optimizer {
                                         ),
                                     ),
                             )?;
+                            let op = match step.kind() {
+                                VariableKind::Resource => "AssignAddVariableOp",
+                                VariableKind::Reference => "AssignAdd",
+                            };
                             g.add_op(
-                                NodeSpec::new("AssignAddVariableOp")
+                                NodeSpec::new(op)
                                     .name(&format!("{scope}/"))
                                     .input(&step.handle)
                                     .input(&one),
@@ -495,17 +501,23 @@ impl Optimizer {
         inputs: &[Output],
         grad: &Output,
     ) -> Result<String> {
-        let op = match &self.algorithm {
-            Algorithm::GradientDescent => "ResourceApplyGradientDescent",
-            Algorithm::Momentum { .. } => "ResourceApplyMomentum",
-            Algorithm::Adagrad { .. } => "ResourceApplyAdagrad",
-            Algorithm::Adam { .. } => "ResourceApplyAdam",
+        let rule = match &self.algorithm {
+            Algorithm::GradientDescent => "GradientDescent",
+            Algorithm::Momentum { .. } => "Momentum",
+            Algorithm::Adagrad { .. } => "Adagrad",
+            Algorithm::Adam { .. } => "Adam",
             Algorithm::RmsProp {
                 centered: false, ..
-            } => "ResourceApplyRMSProp",
-            Algorithm::RmsProp { centered: true, .. } => "ResourceApplyCenteredRMSProp",
+            } => "RMSProp",
+            Algorithm::RmsProp { centered: true, .. } => "CenteredRMSProp",
         };
-        let mut spec = NodeSpec::new(op).input(&var.handle);
+        // A reference variable is updated through its reference (`ApplyAdam`), a resource
+        // variable through its handle (`ResourceApplyAdam`).
+        let op = match var.kind() {
+            VariableKind::Resource => format!("ResourceApply{rule}"),
+            VariableKind::Reference => format!("Apply{rule}"),
+        };
+        let mut spec = NodeSpec::new(&op).input(&var.handle);
         for s in slot_vars {
             spec = spec.input(&s.handle);
         }
@@ -547,9 +559,17 @@ impl Optimizer {
             g.with_colocation(&b1.handle.node, |g| {
                 let mut out = Vec::with_capacity(2);
                 for (var, beta) in [(b1, &beta1), (b2, &beta2)] {
-                    let now = g.read_variable(&var.handle)?;
+                    let now = g.read(var)?;
                     let next = g.mul(&now, beta)?;
-                    out.push(g.assign_variable(&var.handle, &next)?);
+                    out.push(match var.kind() {
+                        VariableKind::Resource => g.assign_variable(&var.handle, &next)?,
+                        VariableKind::Reference => g.add_op(
+                            NodeSpec::new("Assign")
+                                .input(&var.handle)
+                                .input(&next)
+                                .attr("use_locking", value::bool(self.use_locking)),
+                        )?,
+                    });
                 }
                 Ok(out)
             })
