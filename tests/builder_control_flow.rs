@@ -234,7 +234,10 @@ fn a_branch_returning_an_outside_tensor_returns_it_through_a_switch() {
         )
         .unwrap();
     assert_eq!(node(&g, "cond/Switch_1").input, ["x", "cond/pred_id"]);
-    assert_eq!(node(&g, "cond/Merge").input, ["cond/Const", "cond/Switch_1:1"]);
+    assert_eq!(
+        node(&g, "cond/Merge").input,
+        ["cond/Const", "cond/Switch_1:1"]
+    );
     assert_eq!(node(&g, "cond/Const").input, ["^cond/switch_f"]);
     let session = Session::local();
     session.extend(&g.to_graph_def()).unwrap();
@@ -262,7 +265,10 @@ fn rnn_loop(
     steps: i32,
 ) -> Result<Vec<Output>> {
     let i0 = g.const_i32("Const", &[], &[0])?;
-    let zero = g.constant(&Tensor::zeros(h0.dtype, h0.shape.to_shape().unwrap().dims().to_vec())?)?;
+    let zero = g.constant(&Tensor::zeros(
+        h0.dtype,
+        h0.shape.to_shape().unwrap().dims().to_vec(),
+    )?)?;
     let n = g.const_i32("steps", &[], &[steps])?;
     g.while_loop(
         |g, v| g.binary("Less", &v[0], &n),
@@ -426,7 +432,10 @@ fn conds_in_loops_and_loops_in_conds_compute_their_values() {
         )
         .unwrap();
     // The cond's pivot and predicate live in the loop: the Switch of `h` is in the frame.
-    assert_eq!(node(&g, "while/cond/Switch").input, ["while/Equal", "while/Equal"]);
+    assert_eq!(
+        node(&g, "while/cond/Switch").input,
+        ["while/Equal", "while/Equal"]
+    );
     assert_eq!(
         node(&g, "while/cond/mul/Switch").input,
         ["while/Identity_1", "while/cond/pred_id"]
@@ -457,7 +466,10 @@ fn conds_in_loops_and_loops_in_conds_compute_their_values() {
         )
         .unwrap();
     // The loop's invariant from outside the cond is switched into the branch, then entered.
-    assert_eq!(node(&g, "cond/while/mul/Enter").input, ["cond/while/Switch:1"]);
+    assert_eq!(
+        node(&g, "cond/while/mul/Enter").input,
+        ["cond/while/Switch:1"]
+    );
     assert_eq!(node(&g, "cond/while/Switch").input, ["x", "cond/pred_id"]);
     assert_eq!(node(&g, "cond/while/Enter").input, ["cond/i0"]);
     assert_eq!(node(&g, "cond/i0").input, ["^cond/switch_t"]);
@@ -489,10 +501,19 @@ fn loops_and_conds_that_do_not_fit_are_refused_with_the_reason() {
         g.binary("Less", &v[0], &n)
     };
     let err = g
-        .while_loop(less, |_, v| Ok(vec![v[0].clone()]), &[i0.clone(), x.clone()], 10, "")
+        .while_loop(
+            less,
+            |_, v| Ok(vec![v[0].clone()]),
+            &[i0.clone(), x.clone()],
+            10,
+            "",
+        )
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("1 tensors for 2 loop variables"), "{err}");
+    assert!(
+        err.message().contains("1 tensors for 2 loop variables"),
+        "{err}"
+    );
 
     let err = g
         .while_loop(
@@ -524,19 +545,21 @@ fn loops_and_conds_that_do_not_fit_are_refused_with_the_reason() {
     assert!(err.message().contains("after one iteration"), "{err}");
 
     let err = g
-        .while_loop(|_, v| Ok(v[0].clone()), |_, v| Ok(v.to_vec()), &[x.clone()], 10, "")
+        .while_loop(
+            |_, v| Ok(v[0].clone()),
+            |_, v| Ok(v.to_vec()),
+            &[x.clone()],
+            10,
+            "",
+        )
         .unwrap_err();
     assert!(err.message().contains("bool scalar"), "{err}");
 
-    let err = g
-        .cond(&x, |_| Ok(vec![]), |_| Ok(vec![]))
-        .unwrap_err();
+    let err = g.cond(&x, |_| Ok(vec![]), |_| Ok(vec![])).unwrap_err();
     assert!(err.message().contains("pass a bool scalar"), "{err}");
     let p = ph(&mut g, "p", DType::Bool, &[]);
     let (a, b) = (x.clone(), i0.clone());
-    let err = g
-        .cond(&p, |_| Ok(vec![a]), |_| Ok(vec![b]))
-        .unwrap_err();
+    let err = g.cond(&p, |_| Ok(vec![a]), |_| Ok(vec![b])).unwrap_err();
     assert!(err.message().contains("same dtype"), "{err}");
 }
 
@@ -559,7 +582,11 @@ fn cond_gradients_match_tensorflow_and_finite_differences() {
             -0.11058601134215501,
             [
                 [0.37712665406427226, 0.11909262759924386, 0.2807183364839319],
-                [0.20841209829867677, 0.04631379962192817, 0.17155009451795844],
+                [
+                    0.20841209829867677,
+                    0.04631379962192817,
+                    0.17155009451795844,
+                ],
             ],
         ),
     ];
@@ -696,7 +723,10 @@ fn a_while_loop_gradient_is_the_loop_tensorflow_builds() {
         "gradients/while/while_context"
     );
     assert!(!attr_bool(b_exit, "is_constant"));
-    assert_eq!(node(&g, "gradients/while/Switch_1_grad/b_switch").op, "Merge");
+    assert_eq!(
+        node(&g, "gradients/while/Switch_1_grad/b_switch").op,
+        "Merge"
+    );
     let acc = node(&g, "gradients/while/MatMul/Enter_grad/b_acc_2");
     assert_eq!(acc.op, "Merge");
     assert_eq!(
@@ -951,7 +981,9 @@ fn reference_variables_train_a_recurrent_model_to_the_losses_of_resource_variabl
         let apply = format!("Apply{name}");
         assert!(ref_ops.contains(&"VariableV2".to_string()), "{name}");
         assert!(ref_ops.contains(&apply), "{name}: {ref_ops:?}");
-        assert!(!ref_ops.iter().any(|o| o.starts_with("Resource") || o == "VarHandleOp"));
+        assert!(!ref_ops
+            .iter()
+            .any(|o| o.starts_with("Resource") || o == "VarHandleOp"));
         assert!(res_ops.contains(&format!("ResourceApply{name}")), "{name}");
         assert!(!res_ops.contains(&"VariableV2".to_string()), "{name}");
         // The reads are TensorFlow 1's: `w/read` entered into the loop.
@@ -964,7 +996,10 @@ fn reference_variables_train_a_recurrent_model_to_the_losses_of_resource_variabl
                 "{name} step {i}: reference {a}, resource {b}"
             );
         }
-        let (first, last) = (by_resource[..5].iter().sum::<f32>(), by_resource[25..].iter().sum::<f32>());
+        let (first, last) = (
+            by_resource[..5].iter().sum::<f32>(),
+            by_resource[25..].iter().sum::<f32>(),
+        );
         assert!(last < 0.5 * first, "{name}: losses {by_resource:?}");
     }
 }
@@ -1017,9 +1052,7 @@ fn a_constant_built_in_a_branch_depends_on_the_pivot_even_with_outer_control_dep
     let mut g = Graph::new();
     let p = ph(&mut g, "p", DType::Bool, &[]);
     let x = ph(&mut g, "x", DType::Float, &[]);
-    let guard = g
-        .add_op(NodeSpec::new("NoOp").name("guard"))
-        .unwrap();
+    let guard = g.add_op(NodeSpec::new("NoOp").name("guard")).unwrap();
     let out = g
         .with_control_dependencies(&[guard.as_str()], |g| {
             g.cond(
@@ -1033,12 +1066,19 @@ fn a_constant_built_in_a_branch_depends_on_the_pivot_even_with_outer_control_dep
     // constant still waits for the pivot.
     let c = node(&g, "cond/Const");
     assert!(c.input.contains(&"^guard".to_string()), "{:?}", c.input);
-    assert!(c.input.contains(&"^cond/switch_t".to_string()), "{:?}", c.input);
+    assert!(
+        c.input.contains(&"^cond/switch_t".to_string()),
+        "{:?}",
+        c.input
+    );
     let session = Session::local();
     session.extend(&g.to_graph_def()).unwrap();
     let r = session
         .run(
-            &[("p:0", Tensor::scalar(false)), ("x:0", Tensor::scalar(7f32))],
+            &[
+                ("p:0", Tensor::scalar(false)),
+                ("x:0", Tensor::scalar(7f32)),
+            ],
             &[&out[0].name()],
             &[],
         )

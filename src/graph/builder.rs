@@ -519,10 +519,9 @@ impl Graph {
 
     /// Adds control input `^from` to node `node` (TensorFlow's `_add_control_input`).
     pub(crate) fn add_control_input(&mut self, node: &str, from: &str) -> Result<()> {
-        let &i = self
-            .by_name
-            .get(node)
-            .ok_or_else(|| Status::internal(format!("no node `{node}` to add a control input to")))?;
+        let &i = self.by_name.get(node).ok_or_else(|| {
+            Status::internal(format!("no node `{node}` to add a control input to"))
+        })?;
         let dep = format!("^{from}");
         if !self.nodes[i].input.contains(&dep) {
             self.nodes[i].input.push(dep);
@@ -540,10 +539,7 @@ impl Graph {
         {
             m.shape = shape.clone();
         }
-        Output {
-            shape,
-            ..o.clone()
-        }
+        Output { shape, ..o.clone() }
     }
 
     pub(crate) fn insert(&mut self, node: NodeDef, meta: Vec<OutputMeta>) {
@@ -660,7 +656,11 @@ impl Graph {
     }
 
     /// Runs `f` with [`Graph::variable`] creating variables of `kind`.
-    pub fn with_variable_kind<R>(&mut self, kind: VariableKind, f: impl FnOnce(&mut Self) -> R) -> R {
+    pub fn with_variable_kind<R>(
+        &mut self,
+        kind: VariableKind,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
         let saved = std::mem::replace(&mut self.variable_kind, kind);
         let r = f(self);
         self.variable_kind = saved;

@@ -602,16 +602,15 @@ impl Graph {
     pub(crate) fn control_pivot(&self, c: CtxId) -> Option<Output> {
         match &self.ctx(c).kind {
             Kind::Cond(cc) => Some(cc.pivot.clone()),
-            Kind::While(w) => w.pivot_for_body.clone().or_else(|| w.pivot_for_pred.clone()),
+            Kind::While(w) => w
+                .pivot_for_body
+                .clone()
+                .or_else(|| w.pivot_for_pred.clone()),
         }
     }
 
     /// Runs `f` with `ctx` as the current context (TensorFlow's `ctxt.Enter()` ... `Exit()`).
-    pub(crate) fn cf_enter<R>(
-        &mut self,
-        ctx: Option<CtxId>,
-        f: impl FnOnce(&mut Graph) -> R,
-    ) -> R {
+    pub(crate) fn cf_enter<R>(&mut self, ctx: Option<CtxId>, f: impl FnOnce(&mut Graph) -> R) -> R {
         let saved = std::mem::replace(&mut self.cf.current, ctx);
         let r = f(self);
         self.cf.current = saved;
@@ -710,7 +709,9 @@ impl Graph {
             ctx.external_values.insert(result.name(), result.clone());
         }
         let (pred, branch) = self.cond_parts(c)?;
-        let sw = self.cf_raw(Some(c), |g| g.switch_ref_or_tensor(&result, &pred, "Switch"))?;
+        let sw = self.cf_raw(Some(c), |g| {
+            g.switch_ref_or_tensor(&result, &pred, "Switch")
+        })?;
         let result = sw[branch].clone();
         let mut k = Some(c);
         while let Some(x) = k {
@@ -723,8 +724,7 @@ impl Graph {
 
     fn while_add_value(&mut self, c: CtxId, val: &Output) -> Result<Output> {
         let key = val.name();
-        let new_value =
-            !self.ctx(c).values.contains(&key) && self.op_context(&val.node) != Some(c);
+        let new_value = !self.ctx(c).values.contains(&key) && self.op_context(&val.node) != Some(c);
         if !new_value {
             return Ok(self
                 .ctx(c)
@@ -815,7 +815,10 @@ impl Graph {
                 } else {
                     for x in inputs.iter_mut() {
                         let back_edge = matches!(op, "Merge" | "RefMerge")
-                            && matches!(self.op_type(&x.node), "NextIteration" | "RefNextIteration");
+                            && matches!(
+                                self.op_type(&x.node),
+                                "NextIteration" | "RefNextIteration"
+                            );
                         if !back_edge {
                             *x = self.cf_add_value(c, x)?;
                         }
@@ -904,9 +907,9 @@ impl Graph {
         dtype: DType,
         shape: &PartialShape,
     ) -> Result<Output> {
-        let shape = shape.to_shape().ok_or_else(|| {
-            Status::internal(format!("zeros of a partly unknown shape {shape}"))
-        })?;
+        let shape = shape
+            .to_shape()
+            .ok_or_else(|| Status::internal(format!("zeros of a partly unknown shape {shape}")))?;
         let t = crate::tensor::Tensor::zeros(dtype, shape.dims().to_vec())?;
         self.constant_proto(name, t.to_proto())
     }

@@ -134,8 +134,7 @@ impl Graph {
             forward_loop_exits: exits.clone(),
             pending_exits_count: exits.len(),
         });
-        let grad_index =
-            self.cf_enter(outer, |g| g.add_backprop_loop_counter(grad_ctx, &count))?;
+        let grad_index = self.cf_enter(outer, |g| g.add_backprop_loop_counter(grad_ctx, &count))?;
         self.cf.grad_states[state].grad_index = grad_index;
         loops.map.insert(forward, state);
         Ok(exits)
@@ -154,9 +153,8 @@ impl Graph {
             g.add_name(w, &n.name());
             let enter_n = g.enter_op(&n, &frame, false, parallel, "f_count")?;
             g.while_mut(w)?.loop_enters.push(enter_n.clone());
-            let merge_n = g.add_node(
-                NodeSpec::new("Merge").input_list(&[enter_n.clone(), enter_n.clone()]),
-            )?;
+            let merge_n =
+                g.add_node(NodeSpec::new("Merge").input_list(&[enter_n.clone(), enter_n.clone()]))?;
             let switch_n = g.switch_ref_or_tensor(&merge_n[0], &pivot, "Switch")?;
             g.cf.loop_switches.insert(switch_n[0].node.clone());
             let name = g.reserve_name("Add");
@@ -258,10 +256,8 @@ impl Graph {
         let acc = self.cf_raw(None, |g| {
             g.cf_enter(curr, |g| {
                 g.with_colocation(&value.node.clone(), |g| {
-                    let max_size = g.constant_proto(
-                        "Const",
-                        crate::tensor::Tensor::scalar(-1i32).to_proto(),
-                    )?;
+                    let max_size =
+                        g.constant_proto("Const", crate::tensor::Tensor::scalar(-1i32).to_proto())?;
                     g.add1(
                         NodeSpec::new("StackV2")
                             .name("f_acc")
@@ -291,8 +287,7 @@ impl Graph {
                 g.add_control_input(&index, &push.node)?;
                 Ok(push)
             } else {
-                let Some(vc) = value_ctx.filter(|&c| matches!(g.ctx(c).kind, Kind::Cond(_)))
-                else {
+                let Some(vc) = value_ctx.filter(|&c| matches!(g.ctx(c).kind, Kind::Cond(_))) else {
                     return Err(Status::unimplemented(format!(
                         "gradient of while loop `{}`: `{}` is neither in the loop nor in a cond \
                          in it",
@@ -419,7 +414,11 @@ impl Graph {
             if grad.shape.is_fully_defined() {
                 g.zeros_const("b_acc", grad.dtype, &grad.shape)
             } else {
-                let value = g.data_input(enter, 0)?;
+                let mut value = g.data_input(enter, 0)?;
+                if value.dtype == DType::Resource {
+                    // The shape of the variable behind a handle.
+                    value = g.read_variable(&value)?;
+                }
                 let shape = g.add1(NodeSpec::new("Shape").input(&value))?;
                 g.zeros_filled(&shape, grad.dtype)
             }
@@ -515,9 +514,7 @@ impl Graph {
             self.cf.op_ctx.insert(shape.node.clone(), op_ctx);
             shape
         } else {
-            self.cf_enter(Some(op_ctx), |g| {
-                g.add1(NodeSpec::new("Shape").input(&val))
-            })?
+            self.cf_enter(Some(op_ctx), |g| g.add1(NodeSpec::new("Shape").input(&val)))?
         };
         let history = self.add_forward_accumulator(s, &shape, dead_branch)?;
         let shape = self.add_backprop_accumulated_value(s, &history, &shape, dead_branch)?;
@@ -537,9 +534,8 @@ impl Graph {
         };
         let (pred, branch) = self.cond_parts(c)?;
         let data = self.data_input(node, 0)?;
-        let switch_val = self.add_node(NodeSpec::new("Switch").input(&data).input(&pred))?
-            [1 - branch]
-            .clone();
+        let switch_val =
+            self.add_node(NodeSpec::new("Switch").input(&data).input(&pred))?[1 - branch].clone();
         let pivot = self.add1(NodeSpec::new("Identity").input(&switch_val))?;
         if val.dtype == DType::Resource {
             let shape = self
@@ -589,8 +585,11 @@ impl Graph {
         let mut states: Vec<usize> = loops.map.values().copied().collect();
         states.sort_unstable();
         for s in states {
-            let mut merges: Vec<Output> =
-                self.cf.grad_states[s].switch_map.values().cloned().collect();
+            let mut merges: Vec<Output> = self.cf.grad_states[s]
+                .switch_map
+                .values()
+                .cloned()
+                .collect();
             merges.sort_by(|a, b| a.node.cmp(&b.node));
             let grad_ctx = self.cf.grad_states[s].grad_ctx;
             for m in merges {

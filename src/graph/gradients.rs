@@ -321,6 +321,9 @@ fn backprop(
             })?;
             for (input, ig) in inputs.iter().zip(in_grads) {
                 let Some(ig) = ig else { continue };
+                // A gradient has its input's shape (TensorFlow's `set_shape` here), which keeps
+                // shapes known through run-time reductions, as loop accumulators need.
+                let ig = refine_shape(g, &node, input, ig)?;
                 if between.contains(&input.node)
                     && (input.dtype.is_float() || input.dtype == DType::Resource)
                 {
@@ -372,6 +375,47 @@ fn backprop(
             aggregate(g, grads.remove(&key).unwrap_or_default())
         })
         .collect()
+}
+
+/// Gives gradient `ig` of `input` (an input of `node`) what is known of `input`'s shape;
+/// shapes that cannot agree are an error naming the op.
+fn refine_shape(g: &mut Graph, node: &NodeDef, input: &Output, ig: Output) -> Result<Output> {
+    if input.dtype == DType::Resource || ig.dtype == DType::Resource || ig.shape == input.shape {
+        return Ok(ig);
+    }
+    let (Some(a), Some(b)) = (ig.shape.dims(), input.shape.dims()) else {
+        let known = if ig.shape.rank().is_some() {
+            ig.shape.clone()
+        } else {
+            input.shape.clone()
+        };
+        return Ok(g.set_output_shape(&ig, known));
+    };
+    let merged: Option<Vec<Option<usize>>> = (a.len() == b.len())
+        .then(|| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| match (x, y) {
+                    (Some(x), Some(y)) if x != y => None,
+                    (Some(x), _) | (None, Some(x)) => Some(Some(*x)),
+                    (None, None) => Some(None),
+                })
+                .collect()
+        })
+        .flatten();
+    match merged {
+        Some(dims) => Ok(g.set_output_shape(&ig, PartialShape::new(dims))),
+        None => Err(Status::internal(format!(
+            "the gradient `{}` computed for input `{}` of node `{}` (op {}) has shape {}, \
+             incompatible with the input's shape {}",
+            ig.name(),
+            input.name(),
+            node.name,
+            node.op,
+            ig.shape,
+            input.shape
+        ))),
+    }
 }
 
 /// Runs the gradient function of `node` (in its gradient loop when it is in a loop): fills

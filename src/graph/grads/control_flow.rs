@@ -66,7 +66,8 @@ pub(crate) fn switch(g: &mut Graph, ctx: &GradCtx) -> Result<Vec<Option<Output>>
                     } else {
                         [taken, zero]
                     };
-                    let m = g.add_node(NodeSpec::new("Merge").name("cond_grad").input_list(&pair))?;
+                    let m =
+                        g.add_node(NodeSpec::new("Merge").name("cond_grad").input_list(&pair))?;
                     Ok(vec![Some(m[0].clone()), None])
                 }
                 None if ctx.inputs[0].dtype == DType::Resource => {
@@ -99,8 +100,9 @@ pub(crate) fn merge(g: &mut Graph, ctx: &GradCtx) -> Result<Vec<Option<Output>>>
     let kind = g.output_context(&input).map(|c| g.ctx(c).kind.clone());
     match kind {
         Some(Kind::While(_)) => {
-            let (gc, _) = grad_loop(g)
-                .ok_or_else(|| ctx.err("a loop Merge is differentiated outside its gradient loop"))?;
+            let (gc, _) = grad_loop(g).ok_or_else(|| {
+                ctx.err("a loop Merge is differentiated outside its gradient loop")
+            })?;
             let pivot = g
                 .while_parts(gc)?
                 .pivot
@@ -136,7 +138,9 @@ pub(crate) fn merge(g: &mut Graph, ctx: &GradCtx) -> Result<Vec<Option<Output>>>
             for i in 0..n {
                 let c = g.const_i32("Equal/y", &[], &[i as i32])?;
                 let eq = g.binary("Equal", &index, &c)?;
-                out.push(Some(g.switch_ref_or_tensor(&grad, &eq, "Switch")?[1].clone()));
+                out.push(Some(
+                    g.switch_ref_or_tensor(&grad, &eq, "Switch")?[1].clone(),
+                ));
             }
             Ok(out)
         }
@@ -165,7 +169,9 @@ pub(crate) fn exit(g: &mut Graph, ctx: &GradCtx) -> Result<Vec<Option<Output>>> 
         let w = g.while_parts(gc)?;
         (w.frame.clone(), w.parallel_iterations)
     };
-    let result = g.cf_enter(Some(gc), |g| g.enter_op(&grad, &frame, false, parallel, "b_exit"))?;
+    let result = g.cf_enter(Some(gc), |g| {
+        g.enter_op(&grad, &frame, false, parallel, "b_exit")
+    })?;
     g.while_mut(gc)?.loop_enters.push(result.clone());
     Ok(vec![Some(result)])
 }

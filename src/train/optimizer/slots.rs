@@ -155,8 +155,7 @@ pub fn variable_from_handle(g: &Graph, name: &str) -> Result<Variable> {
 pub fn trainable_variables(g: &Graph) -> Result<Vec<Variable>> {
     let mut vars = Vec::new();
     for node in g.nodes() {
-        if !matches!(node.op.as_str(), "VarHandleOp" | "VariableV2") || node.name == GLOBAL_STEP
-        {
+        if !matches!(node.op.as_str(), "VarHandleOp" | "VariableV2") || node.name == GLOBAL_STEP {
             continue;
         }
         if !attr::dtype(node, "dtype")?.is_float() {
