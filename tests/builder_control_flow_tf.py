@@ -109,7 +109,25 @@ def nested_case():
                 show(f"while in cond p={pv}", s.run([loss2] + grads2, {x: values(2, 8), p: pv}))
 
 
+def unread_case():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float64, [2], name="x")
+        y = tf.compat.v1.placeholder(tf.float64, [2], name="y")
+        # `a` is not read after the loop, and `c`'s next value ignores its previous one.
+        _, _, c = tf.compat.v1.while_loop(
+            lambda i, a, c: i < 3,
+            lambda i, a, c: (i + 1, a * x, tf.tanh(a)),
+            [tf.constant(0), x, y],
+        )
+        loss = tf.reduce_sum(c)
+        grads = tf.gradients(loss, [x, y])
+        with tf.compat.v1.Session() as s:
+            show("unread", s.run([loss] + grads, {x: values(2, 9), y: values(2, 10)}))
+
+
 if __name__ == "__main__":
     cond_case()
     while_case()
     nested_case()
+    unread_case()

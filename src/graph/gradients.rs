@@ -11,6 +11,14 @@
 //!
 //! Reading a resource variable (`ReadVariableOp`) passes its gradient to the handle, so a
 //! variable's gradient is taken with respect to its `VarHandleOp` output and sums every read.
+//!
+//! Control flow built with [`Graph::cond`] and [`Graph::while_loop`] is differentiated as
+//! TensorFlow 1 does (`gradients_util.py` with `control_flow_state.py`): every forward loop on
+//! the way gets a gradient loop before backprop starts (see `grad_state.rs`), the gradient
+//! functions of ops in a loop run in its gradient loop, a loop's Switch is visited once from
+//! its Exit and once from its body, and a loop's Exits are visited together (an Exit nobody
+//! differentiated gets zeros once another has a gradient). Each gradient takes the static shape
+//! of the input it is for.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 

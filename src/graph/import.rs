@@ -156,19 +156,23 @@ impl Graph {
         for &i in &order {
             let def = registry::lookup(&nodes[i])?;
             let meta = partial.infer(def, &mut nodes[i])?;
-            for input in nodes[i].input.iter().filter(|s| !s.starts_with('^')) {
+            metas[i] = meta.clone();
+            partial.insert(nodes[i].clone(), meta);
+        }
+        // Every input names an existing output; a loop's back edge is checked here too, once
+        // its NextIteration (inferred after the Merge) is known.
+        for node in &nodes {
+            for input in node.input.iter().filter(|s| !s.starts_with('^')) {
                 let (src, idx) = parse_input(input);
                 let outs = &metas[index[src]];
                 if idx >= outs.len() {
                     return Err(Status::invalid_argument(format!(
                         "node `{}`: input `{input}` asks for output {idx} of `{src}`, which has {}",
-                        nodes[i].name,
+                        node.name,
                         outs.len()
                     )));
                 }
             }
-            metas[i] = meta.clone();
-            partial.insert(nodes[i].clone(), meta);
         }
         let mut g = Graph::new();
         for (node, meta) in nodes.into_iter().zip(metas) {

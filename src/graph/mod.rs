@@ -10,6 +10,9 @@
 //!   [`Output`]s checked at build time.
 //! - [`import`]: [`validate`] and [`Graph::from_graph_def`] for graphs TensorFlow wrote.
 //! - [`partitioned`]: variables stored as parts spread over ps tasks.
+//! - `control_flow` and `grad_state`: TensorFlow 1 conds and while loops in the builder
+//!   ([`Graph::cond`], [`Graph::while_loop`]) with their control-flow contexts, and the
+//!   gradient loops of while loops (counters, stacks of forward values, accumulators).
 //! - [`gradients()`]: the backward graph, with per-op functions in `grads/`.
 
 pub mod attr;
