@@ -259,9 +259,7 @@ fn rnn_loop(
     g: &mut Graph,
     xs: &Output,
     h0: &Output,
-    w: &Output,
-    u: &Output,
-    b: &Output,
+    [w, u, b]: [&Output; 3],
     steps: i32,
     parallel_iterations: i64,
 ) -> Result<Vec<Output>> {
@@ -299,7 +297,7 @@ fn rnn_graph(parallel_iterations: i64) -> (Graph, Output, Vec<Output>) {
     let w = ph(&mut g, "w", DType::Double, &[3, 2]);
     let u = ph(&mut g, "u", DType::Double, &[2, 2]);
     let b = ph(&mut g, "b", DType::Double, &[2]);
-    let out = rnn_loop(&mut g, &xs, &h0, &w, &u, &b, 4, parallel_iterations).unwrap();
+    let out = rnn_loop(&mut g, &xs, &h0, [&w, &u, &b], 4, parallel_iterations).unwrap();
     let v = g
         .constant(&Tensor::from_vec([2, 2], vec![1.0f64, -1.0, 0.5, 2.0]).unwrap())
         .unwrap();
@@ -1162,14 +1160,25 @@ fn a_control_dependency_from_outside_a_loop_enters_it_as_an_identity() {
     // The body op waits on an Identity of the outside value made in the loop, not on the
     // outside node itself, which would run once outside the frame.
     let add = node(&g, "while/add_1");
-    assert!(!add.input.contains(&"^outside".to_string()), "{:?}", add.input);
-    assert!(add.input.contains(&"^while/add_1/Identity".to_string()), "{:?}", add.input);
+    assert!(
+        !add.input.contains(&"^outside".to_string()),
+        "{:?}",
+        add.input
+    );
+    assert!(
+        add.input.contains(&"^while/add_1/Identity".to_string()),
+        "{:?}",
+        add.input
+    );
     // It reads only a loop invariant, so it runs once per iteration after the pivot.
     assert_eq!(
         node(&g, "while/add_1/Identity").input,
         ["while/add_1/Identity/Enter", "^while/Identity"]
     );
-    assert_eq!(node(&g, "while/add_1/Identity/Enter").input, [outside.node.as_str()]);
+    assert_eq!(
+        node(&g, "while/add_1/Identity/Enter").input,
+        [outside.node.as_str()]
+    );
     let session = Session::local();
     session.extend(&g.to_graph_def()).unwrap();
     let r = session
@@ -1187,4 +1196,50 @@ fn gradients_through_a_loop_the_builder_did_not_build_are_refused() {
     assert_eq!(err.code(), Code::Unimplemented, "{err}");
     assert!(err.message().contains("while/Exit"), "{err}");
     assert!(err.message().contains("Graph::while_loop"), "{err}");
+}
+
+#[test]
+fn the_device_setter_places_reference_variables_with_their_assign_read_slots_and_updates() {
+    let mut g = Graph::new();
+    g.set_variable_kind(VariableKind::Reference);
+    let setter = tessera::graph::replica_device_setter(2, "/job:worker/task:0").unwrap();
+    let loss = g.with_device_fn(setter, |g| {
+        let x = ph(g, "x", DType::Float, &[4, 2]);
+        let w0 = g
+            .constant(&Tensor::zeros(DType::Float, vec![2, 1]).unwrap())
+            .unwrap();
+        let b0 = g
+            .constant(&Tensor::zeros(DType::Float, vec![1]).unwrap())
+            .unwrap();
+        let w = g.variable("w", &w0).unwrap();
+        let b = g.variable("b", &b0).unwrap();
+        let wr = g.read(&w).unwrap();
+        let y = g.matmul(&x, &wr).unwrap();
+        let y = g.add(&y, &b.value).unwrap();
+        let sq = g.mul(&y, &y).unwrap();
+        g.mean(&sq, &[0, 1], false).unwrap()
+    });
+    Optimizer::momentum(0.1, 0.9, false)
+        .minimize(&mut g, &loss, None)
+        .unwrap();
+    let dev = |n: &str| node(&g, n).device.clone();
+    assert_eq!(node(&g, "w").op, "VariableV2");
+    assert_eq!(dev("w"), "/job:ps/task:0");
+    assert_eq!(dev("b"), "/job:ps/task:1");
+    for (n, var) in [
+        ("w/Assign", "w"),
+        ("w/read", "w"),
+        ("w/Momentum", "w"),
+        ("b/Momentum", "b"),
+        ("Momentum/update_w/ApplyMomentum", "w"),
+        ("Momentum/update_b/ApplyMomentum", "b"),
+    ] {
+        assert_eq!(dev(n), dev(var), "{n}");
+    }
+    assert_eq!(node(&g, "w/Momentum").op, "VariableV2");
+    assert_eq!(
+        node(&g, "Momentum/update_w/ApplyMomentum").input[..2],
+        ["w", "w/Momentum"]
+    );
+    assert_eq!(dev("MatMul"), "/job:worker/task:0");
 }
