@@ -5,129 +5,16 @@
 //! ends, cut at the step's deadline. The graphs are laid out as `tf.compat.v1.cond` and
 //! `tf.compat.v1.while_loop` write them.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::v1_graph::{counting_loop, step, G};
 use tessera::graph::attr::value;
-use tessera::graph::registry;
-use tessera::kernels::create_kernel;
-use tessera::proto::{AttrValue, GraphDef, NodeDef};
-use tessera::runtime::{Device, Executor, StepOptions};
+use tessera::runtime::StepOptions;
 use tessera::tensor::{DType, Tensor};
-use tessera::{Code, Result};
-
-/// A graph under construction; node attrs get the registry's defaults.
-#[derive(Default)]
-struct G {
-    nodes: Vec<NodeDef>,
-}
-
-impl G {
-    fn op(&mut self, name: &str, op: &str, inputs: &[&str], attrs: &[(&str, AttrValue)]) -> String {
-        let mut node = NodeDef {
-            name: name.into(),
-            op: op.into(),
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        };
-        for (k, v) in attrs {
-            node.attr.insert(k.to_string(), v.clone());
-        }
-        registry::lookup(&node)
-            .unwrap()
-            .fill_and_check_attrs(&mut node)
-            .unwrap_or_else(|e| panic!("node {name}: {e}"));
-        self.nodes.push(node);
-        name.to_string()
-    }
-
-    /// A float op with `T = float`.
-    fn f(&mut self, name: &str, op: &str, inputs: &[&str]) -> String {
-        self.op(name, op, inputs, &[("T", value::dtype(DType::Float))])
-    }
-
-    fn constant(&mut self, name: &str, t: Tensor, controls: &[&str]) -> String {
-        let inputs: Vec<String> = controls.iter().map(|c| format!("^{c}")).collect();
-        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        self.op(
-            name,
-            "Const",
-            &inputs,
-            &[
-                ("dtype", value::dtype(t.dtype())),
-                ("value", value::tensor(t.to_proto())),
-            ],
-        )
-    }
-
-    fn placeholder(&mut self, name: &str, dtype: DType) -> String {
-        self.op(name, "Placeholder", &[], &[("dtype", value::dtype(dtype))])
-    }
-
-    fn enter(&mut self, name: &str, input: &str, frame: &str, constant: bool, parallel: i64) {
-        self.op(
-            name,
-            "Enter",
-            &[input],
-            &[
-                ("T", value::dtype(DType::Float)),
-                ("frame_name", value::string(frame)),
-                ("is_constant", value::bool(constant)),
-                ("parallel_iterations", value::int(parallel)),
-            ],
-        );
-    }
-
-    fn merge(&mut self, name: &str, inputs: &[&str]) {
-        self.op(
-            name,
-            "Merge",
-            inputs,
-            &[
-                ("T", value::dtype(DType::Float)),
-                ("N", value::int(inputs.len() as i64)),
-            ],
-        );
-    }
-
-    fn executor(&self, feeds: &[&str], fetches: &[&str]) -> Result<Executor> {
-        self.executor_with_targets(feeds, fetches, &[])
-    }
-
-    fn executor_with_targets(
-        &self,
-        feeds: &[&str],
-        fetches: &[&str],
-        targets: &[&str],
-    ) -> Result<Executor> {
-        let graph = GraphDef {
-            node: self.nodes.clone(),
-            ..Default::default()
-        };
-        Executor::new(
-            &graph,
-            feeds,
-            fetches,
-            targets,
-            Arc::new(Device::local_cpu()),
-            &create_kernel,
-        )
-    }
-
-    fn run(&self, feeds: &[(&str, Tensor)], fetches: &[&str]) -> Result<Vec<Tensor>> {
-        let names: Vec<&str> = feeds.iter().map(|(n, _)| *n).collect();
-        let values = feeds.iter().map(|(_, t)| t.clone()).collect();
-        self.executor(&names, fetches)?.run(values, &step())
-    }
-}
-
-fn step() -> StepOptions {
-    StepOptions {
-        step_id: 1,
-        deadline: Some(Instant::now() + Duration::from_secs(20)),
-        ..Default::default()
-    }
-}
+use tessera::Code;
 
 fn f32_of(t: &Tensor) -> f32 {
     t.scalar_value::<f32>().unwrap()
@@ -252,52 +139,6 @@ fn a_merge_of_two_dead_inputs_is_dead_and_the_outer_merge_takes_the_live_branch(
     // With p false both inputs of the inner Merge are dead, and so is the Merge.
     let err = run(false, true, "inner/Merge:0").unwrap_err();
     assert!(err.message().contains("dead"), "{err}");
-}
-
-/// `while_loop(lambda i, acc: i < n, lambda i, acc: (i + 1, acc + (i + 1) * scale), (0, 0))`,
-/// with `n` and `scale` loop invariants, in frame `frame`, as TensorFlow 1 lays it out.
-fn counting_loop(
-    g: &mut G,
-    frame: &str,
-    i0: &str,
-    acc0: &str,
-    n: &str,
-    scale: &str,
-    parallel: i64,
-) {
-    let p = |s: &str| format!("{frame}/{s}");
-    g.enter(&p("Enter_i"), i0, frame, false, parallel);
-    g.enter(&p("Enter_acc"), acc0, frame, false, parallel);
-    g.enter(&p("Enter_n"), n, frame, true, parallel);
-    g.enter(&p("Enter_scale"), scale, frame, true, parallel);
-    g.merge(&p("Merge_i"), &[&p("Enter_i"), &p("NextIteration_i")]);
-    g.merge(&p("Merge_acc"), &[&p("Enter_acc"), &p("NextIteration_acc")]);
-    g.f(&p("Less"), "Less", &[&p("Merge_i"), &p("Enter_n")]);
-    g.op(&p("LoopCond"), "LoopCond", &[&p("Less")], &[]);
-    g.f(&p("Switch_i"), "Switch", &[&p("Merge_i"), &p("LoopCond")]);
-    g.f(
-        &p("Switch_acc"),
-        "Switch",
-        &[&p("Merge_acc"), &p("LoopCond")],
-    );
-    g.f(
-        &p("Identity_i"),
-        "Identity",
-        &[&format!("{}:1", p("Switch_i"))],
-    );
-    g.f(
-        &p("Identity_acc"),
-        "Identity",
-        &[&format!("{}:1", p("Switch_acc"))],
-    );
-    g.constant(&p("one"), Tensor::scalar(1f32), &[&p("Identity_i")]);
-    g.f(&p("add_i"), "Add", &[&p("Identity_i"), &p("one")]);
-    g.f(&p("scaled"), "Mul", &[&p("add_i"), &p("Enter_scale")]);
-    g.f(&p("add_acc"), "Add", &[&p("Identity_acc"), &p("scaled")]);
-    g.f(&p("NextIteration_i"), "NextIteration", &[&p("add_i")]);
-    g.f(&p("NextIteration_acc"), "NextIteration", &[&p("add_acc")]);
-    g.f(&p("Exit_i"), "Exit", &[&p("Switch_i")]);
-    g.f(&p("Exit_acc"), "Exit", &[&p("Switch_acc")]);
 }
 
 fn loop_graph(parallel: i64) -> G {
@@ -513,4 +354,44 @@ fn a_value_inside_a_loop_cannot_be_fetched_and_a_loop_value_must_enter_it() {
         .unwrap();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("while/stray"), "{err}");
+}
+
+/// A reader of a reference variable runs after an update it depends on and sees its value
+/// (SyncReplicasOptimizer's tokens read the global step this way after the increment).
+#[test]
+fn a_ref_reader_after_an_update_sees_the_updated_value() {
+    let mut g = G {
+        on: Some(std::sync::Arc::new(tessera::runtime::Device::local_cpu())),
+        ..G::default()
+    };
+    g.op(
+        "v",
+        "VariableV2",
+        &[],
+        &[
+            ("dtype", value::dtype(DType::Float)),
+            (
+                "shape",
+                value::shape(&tessera::tensor::PartialShape::new(vec![])),
+            ),
+        ],
+    );
+    g.constant("zero", Tensor::scalar(0f32), &[]);
+    g.constant("one", Tensor::scalar(1f32), &[]);
+    g.f("init", "Assign", &["v", "zero"]);
+    g.f("inc", "AssignAdd", &["v", "one"]);
+    g.constant("dims", Tensor::from_vec([1], vec![2i32]).unwrap(), &[]);
+    // Read through the variable's `read` Identity, which runs before the increment.
+    g.f("v/read", "Identity", &["v"]);
+    g.op(
+        "tokens",
+        "Fill",
+        &["dims", "v/read", "^inc"],
+        &[("T", value::dtype(DType::Float))],
+    );
+    g.run(&[], &["init:0"]).unwrap();
+    for want in [1f32, 2.0, 3.0] {
+        let out = g.run(&[], &["tokens:0"]).unwrap();
+        assert_eq!(out[0].values::<f32>().unwrap().as_ref(), &[want, want]);
+    }
 }

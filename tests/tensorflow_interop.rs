@@ -19,107 +19,39 @@
 //! They need a Python with TensorFlow (`$TESSERA_TF_PYTHON`, else `python3`); without one
 //! they print why and pass. CI installs `tensorflow-cpu` in a virtual environment for them.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 mod support;
 
-use support::cluster::{wait_with_deadline, Bound, Cluster, TEST_TIMEOUTS};
+use support::cluster::{Bound, Cluster, TEST_TIMEOUTS};
 use support::mlp;
+use support::tensorflow::{tensorflow_python, Client, TfServer, Trained};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorflow_interop.py");
-/// Importing TensorFlow takes seconds; a cold one on a busy two-core machine, more.
-const SERVE_DEADLINE: Duration = Duration::from_secs(120);
-/// Importing TensorFlow and training 150 steps.
-const TRAIN_DEADLINE: Duration = Duration::from_secs(300);
 /// The steps the script trains.
 const STEPS: i64 = 150;
 
-/// The Python that has TensorFlow, or `None` (said) when there is none.
-fn tensorflow_python(test: &str) -> Option<String> {
-    let python = std::env::var("TESSERA_TF_PYTHON").unwrap_or_else(|_| "python3".into());
-    let (tx, rx) = mpsc::channel();
-    let probe = python.clone();
-    thread::spawn(move || {
-        let found = Command::new(&probe)
-            .args(["-c", "import tensorflow"])
-            .env("TF_CPP_MIN_LOG_LEVEL", "3")
-            .stdin(Stdio::null())
-            .output();
-        let _ = tx.send(found.is_ok_and(|o| o.status.success()));
-    });
-    if rx.recv_timeout(SERVE_DEADLINE).unwrap_or(false) {
-        return Some(python);
-    }
-    eprintln!(
-        "{test}: skipped, `{python}` cannot import tensorflow (pip install tensorflow-cpu, or \
-         set TESSERA_TF_PYTHON to a python that can)"
-    );
-    None
+/// Starts TensorFlow's server as task 0 of `job`, in a cluster of one ps and one worker at
+/// `ps` and `worker` (no ps job when `ps` is empty; its own address ends in `:0`).
+fn tf_server(python: &str, job: &str, ps: &str, worker: &str) -> TfServer {
+    TfServer::start(
+        python,
+        SCRIPT,
+        &["server", job, "--ps", ps, "--worker", worker],
+    )
 }
 
-/// A TensorFlow server process, killed when dropped.
-struct TfServer {
-    _client: Client,
-    /// Held open: the script serves until its stdin closes.
-    _stdin: ChildStdin,
-    addr: SocketAddr,
-}
-
-impl TfServer {
-    /// Starts TensorFlow's server as task 0 of `job`, in a cluster of one ps and one worker at
-    /// `ps` and `worker` (no ps job when `ps` is empty; its own address ends in `:0`);
-    /// returns once it says where it serves.
-    fn start(python: &str, job: &str, ps: &str, worker: &str) -> TfServer {
-        let mut command = Command::new(python);
-        command.args([SCRIPT, "server", job, "--ps", ps, "--worker", worker]);
-        command.stdin(Stdio::piped());
-        let mut client = Client::spawn(command);
-        let stdin = client.child.as_mut().and_then(|c| c.stdin.take());
-        let stdin = stdin.expect("piped stdin");
-        let line = client.next_line(SERVE_DEADLINE);
-        let line = line.unwrap_or_else(|| panic!("TensorFlow's {job} server ended at once"));
-        let target = line
-            .strip_prefix("tensorflow: serving grpc://")
-            .unwrap_or_else(|| panic!("TensorFlow's {job} server said: {line}"));
-        let port = target
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse::<u16>().ok());
-        let addr = SocketAddr::from(([127, 0, 0, 1], port.expect("a port")));
-        TfServer {
-            _client: client,
-            _stdin: stdin,
-            addr,
-        }
-    }
-}
-
-/// What the TensorFlow client's training reports.
-struct Trained {
-    json: serde_json::Value,
+/// Starts the script's client `args` for the cluster (`ps`, `workers`).
+fn start_client(python: &str, ps: SocketAddr, workers: &str, args: &[String]) -> Client {
+    let mut command = Command::new(python);
+    command.arg(SCRIPT).args(args);
+    command.args(["--ps", &ps.to_string(), "--worker", workers]);
+    command.stdin(Stdio::null());
+    Client::spawn(command)
 }
 
 impl Trained {
-    fn f64(&self, key: &str) -> f64 {
-        self.json[key]
-            .as_f64()
-            .unwrap_or_else(|| panic!("no {key} in {}", self.json))
-    }
-
-    fn strings(&self, key: &str) -> Vec<String> {
-        let values = self.json[key].as_array();
-        let values = values.unwrap_or_else(|| panic!("no {key} in {}", self.json));
-        values
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    }
-
     /// The MLP trained on the ps's variables as TensorFlow trains it alone: every step
     /// counted, the same first loss (the same seeded initial weights, whichever side drew
     /// them, and the same forward pass), a last loss below a tenth of it and within 0.1 % of
@@ -165,101 +97,7 @@ fn client(python: &str, ps: SocketAddr, worker: SocketAddr, args: &[String]) -> 
 
 /// Runs the script's client `args` for the cluster (`ps`, `workers`: `host:port,...`).
 fn client_of(python: &str, ps: SocketAddr, workers: &str, args: &[String]) -> Trained {
-    Client::start(python, ps, workers, args).finish()
-}
-
-/// A running script, its stdout read line by line; killed if dropped before it ends.
-struct Client {
-    /// The process, until [`Client::finish`] reaps it.
-    child: Option<Child>,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Client {
-    /// Starts the script's client `args` for the cluster (`ps`, `workers`).
-    fn start(python: &str, ps: SocketAddr, workers: &str, args: &[String]) -> Client {
-        let mut command = Command::new(python);
-        command.arg(SCRIPT).args(args);
-        command.args(["--ps", &ps.to_string(), "--worker", workers]);
-        command.stdin(Stdio::null());
-        Client::spawn(command)
-    }
-
-    /// Spawns `command` with its stdout piped to us and its stderr to the test's.
-    fn spawn(mut command: Command) -> Client {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the TensorFlow script");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        Client {
-            child: Some(child),
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The next line the script prints, within `deadline`; `None` once its stdout closed.
-    fn next_line(&mut self, deadline: Duration) -> Option<String> {
-        match self.lines.recv_timeout(deadline) {
-            Ok(line) => {
-                self.seen.push(line.clone());
-                Some(line)
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => None,
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
-                "the TensorFlow script printed nothing within {deadline:?} (so far: {:?})",
-                self.seen
-            ),
-        }
-    }
-
-    /// Waits for the line `want`.
-    fn wait_for(&mut self, want: &str) {
-        while let Some(line) = self.next_line(TRAIN_DEADLINE) {
-            if line == want {
-                return;
-            }
-        }
-        panic!(
-            "the TensorFlow script ended without printing `{want}`: {:?}",
-            self.seen
-        );
-    }
-
-    /// Reads to the end; the script must exit 0 with a JSON line last.
-    fn finish(mut self) -> Trained {
-        while self.next_line(TRAIN_DEADLINE).is_some() {}
-        let child = self.child.take().expect("a running script");
-        let status = wait_with_deadline(child, "the TensorFlow script");
-        assert!(
-            status.success(),
-            "the TensorFlow script failed ({status}): {:?}",
-            self.seen
-        );
-        let line = self.seen.last().cloned().unwrap_or_default();
-        let json = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {:?}", self.seen));
-        eprintln!("trained: {json}");
-        Trained { json }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    start_client(python, ps, workers, args).finish()
 }
 
 #[test]
@@ -286,7 +124,7 @@ fn a_tensorflow_ps_serves_a_tessera_worker() {
     };
     let bound = Bound::bind(&[("worker", 1)]);
     let worker = bound.addr("worker", 0);
-    let ps = TfServer::start(&python, "ps", "127.0.0.1:0", &worker.to_string());
+    let ps = tf_server(&python, "ps", "127.0.0.1:0", &worker.to_string());
     let _cluster = bound.start(&[("ps", 0, ps.addr)], TEST_TIMEOUTS);
     train(&python, ps.addr, worker, true).assert_trained();
 }
@@ -298,7 +136,7 @@ fn a_tensorflow_master_runs_its_variables_on_a_tessera_ps() {
     };
     let bound = Bound::bind(&[("ps", 1)]);
     let ps = bound.addr("ps", 0);
-    let worker = TfServer::start(&python, "worker", &ps.to_string(), "127.0.0.1:0");
+    let worker = tf_server(&python, "worker", &ps.to_string(), "127.0.0.1:0");
     let _cluster = bound.start(&[("worker", 0, worker.addr)], TEST_TIMEOUTS);
     // A TensorFlow server refuses a session whose cluster names itself; it has the cluster.
     train(&python, ps, worker.addr, false).assert_trained();
@@ -367,7 +205,7 @@ fn tensorflow_workers_train_synchronously_on_tessera() {
     // The chief first: a worker that finds the model uninitialized waits 30 s to look again.
     let start = |index: usize| {
         let args = ["sync".to_string(), "--index".into(), index.to_string()];
-        Client::start(&python, ps, &workers, &args)
+        start_client(&python, ps, &workers, &args)
     };
     let mut chief = start(0);
     chief.wait_for("ready");
@@ -399,7 +237,7 @@ fn tesseras_client_trains_on_a_tensorflow_server_as_on_tessera() {
         return;
     };
     // TensorFlow's server alone, as the one worker of its cluster.
-    let server = TfServer::start(&python, "worker", "", "127.0.0.1:0");
+    let server = tf_server(&python, "worker", "", "127.0.0.1:0");
     let remote = tessera::client::Session::connect(&format!("grpc://{}", server.addr)).unwrap();
     let on_tensorflow = mlp::train(&remote, &mlp::single_device_model());
     let on_tessera = mlp::train(

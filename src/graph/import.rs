@@ -156,23 +156,28 @@ impl Graph {
         for &i in &order {
             let def = registry::lookup(&nodes[i])?;
             let meta = partial.infer(def, &mut nodes[i])?;
-            metas[i] = meta.clone();
-            partial.insert(nodes[i].clone(), meta);
-        }
-        // Every input names an existing output; a loop's back edge is checked here too, once
-        // its NextIteration (inferred after the Merge) is known.
-        for node in &nodes {
-            for input in node.input.iter().filter(|s| !s.starts_with('^')) {
+            for input in nodes[i].input.iter().filter(|s| !s.starts_with('^')) {
                 let (src, idx) = parse_input(input);
                 let outs = &metas[index[src]];
+                // A loop's back edge into a Merge is checked once its producer is inferred.
+                let back_edge = matches!(nodes[i].op.as_str(), "Merge" | "RefMerge")
+                    && matches!(
+                        graph.node[index[src]].op.as_str(),
+                        "NextIteration" | "RefNextIteration"
+                    );
+                if back_edge && outs.is_empty() {
+                    continue;
+                }
                 if idx >= outs.len() {
                     return Err(Status::invalid_argument(format!(
                         "node `{}`: input `{input}` asks for output {idx} of `{src}`, which has {}",
-                        node.name,
+                        nodes[i].name,
                         outs.len()
                     )));
                 }
             }
+            metas[i] = meta.clone();
+            partial.insert(nodes[i].clone(), meta);
         }
         let mut g = Graph::new();
         for (node, meta) in nodes.into_iter().zip(metas) {

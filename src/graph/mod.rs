@@ -9,6 +9,8 @@
 //! - [`builder`] and [`scope`]: [`Graph`], name / device / control / colocation scopes, typed
 //!   [`Output`]s checked at build time.
 //! - [`import`]: [`validate`] and [`Graph::from_graph_def`] for graphs TensorFlow wrote.
+//! - [`function`] and [`lower`]: the functions of a graph's library, and lowering the
+//!   functional ops that call them (`If`, `While`, `PartitionedCall`) to v1 control flow.
 //! - [`partitioned`]: variables stored as parts spread over ps tasks.
 //! - `control_flow` and `grad_state`: TensorFlow 1 conds and while loops in the builder
 //!   ([`Graph::cond`], [`Graph::while_loop`]) with their control-flow contexts, and the
@@ -19,10 +21,12 @@ pub mod attr;
 pub mod builder;
 pub mod const_value;
 mod control_flow;
+pub mod function;
 mod grad_state;
 pub mod gradients;
 pub mod grads;
 pub mod import;
+pub mod lower;
 mod ops;
 pub mod partitioned;
 pub mod registry;

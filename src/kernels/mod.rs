@@ -251,8 +251,9 @@ impl DeviceType {
 }
 
 /// Returns the kernel factory for `op` on `device_type`, if tessera has one. The functional
-/// ops (`If`) run on the CPU; the executor creates them with their graph's function library
-/// ([`functional::create`]), so their factory here only answers that they exist.
+/// ops (`If`, `While`, `PartitionedCall` and their forms) run on the CPU; the executor creates
+/// them with their graph's function library ([`functional::create`]), so their factory here
+/// only answers that they exist.
 pub fn kernel_for(op: &str, device_type: DeviceType) -> Option<KernelFactory> {
     match device_type {
         DeviceType::Cpu if functional::is_functional(op) => Some(functional::without_library),

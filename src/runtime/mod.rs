@@ -5,6 +5,7 @@
 pub mod accumulator;
 pub mod cancel;
 pub mod collective;
+pub mod control_loops;
 pub mod device;
 mod edges;
 pub mod executor;

@@ -288,6 +288,10 @@ impl Partitioner<'_, '_> {
         };
         mark_ends(&mut send, &src_node.name, &dst_node.name);
         mark_ends(&mut recv, &src_node.name, &dst_node.name);
+        // Inside a while loop across devices, the receive runs once per iteration of its frame.
+        if let Some(gate) = crate::runtime::control_loops::gate_of(dst_node) {
+            recv.input.push(format!("^{gate}"));
+        }
         let replacement = extra_dst
             .as_ref()
             .map_or_else(|| recv.name.clone(), |n| n.name.clone());

@@ -8,7 +8,8 @@
 //!    constraint. `_Send`/`_Recv` and nodes already carrying a full name keep it.
 //! 2. Nodes are grouped with union-find: a `_class` attr entry `loc:@x` puts the node in `x`'s
 //!    group, and a resource edge (an input whose producer output is `DT_RESOURCE`: a
-//!    `VarHandleOp`, or an `Identity` forwarding one) puts consumer and producer together, so
+//!    `VarHandleOp`, or an `Identity`, `IdentityN` or control-flow op of a lowered `If` or
+//!    `While` forwarding one) puts consumer and producer together, so
 //!    `ReadVariableOp`, `AssignVariableOp` and the apply ops run where the variable lives. The
 //!    group's requests are merged; a conflict is INVALID_ARGUMENT "Cannot colocate nodes ...",
 //!    except that across a resource edge the variable's request wins over the consumer's (that
@@ -25,7 +26,7 @@
 //!
 //! Placement only reads the graph: it returns a copy with every `device` filled in.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
@@ -268,30 +269,54 @@ impl<'g, 'o> Placer<'g, 'o> {
         let resource = self.resource_outputs();
         for e in 0..self.edges.edges.len() {
             let edge = self.edges.edges[e];
-            if edge.src_slot == Some(0) && resource[edge.src] {
+            if edge
+                .src_slot
+                .is_some_and(|slot| resource.contains(&(edge.src, slot)))
+            {
                 self.union(edge.src, edge.dst, Link::Resource)?;
             }
         }
         Ok(())
     }
 
-    /// For each node, whether its output 0 is a resource handle: produced by a resource source
-    /// or forwarded by `Identity` from one.
-    fn resource_outputs(&self) -> Vec<bool> {
-        let mut resource: Vec<bool> = self.graph.node.iter().map(is_resource_source).collect();
-        for i in self.edges.topological_order() {
-            let node = &self.graph.node[i];
-            if node.op == "Identity" {
-                let first_data = self.edges.in_edges[i]
+    /// The outputs `(node, slot)` that hold a resource handle: output 0 of a resource source,
+    /// and what forwards one: `Identity`, `IdentityN` (slot by slot), and the control-flow
+    /// ops a lowered `If` or `While` passes a handle through (`Switch`, `Merge`, `Enter`,
+    /// `Exit`, `NextIteration`), as TensorFlow colocates along every resource edge.
+    fn resource_outputs(&self) -> HashSet<(usize, usize)> {
+        let mut resource: HashSet<(usize, usize)> = (0..self.graph.node.len())
+            .filter(|&i| is_resource_source(&self.graph.node[i]))
+            .map(|i| (i, 0))
+            .collect();
+        // Loops make cycles, which the order leaves at its end: repeat until nothing changes.
+        let order = self.edges.topological_order();
+        loop {
+            let before = resource.len();
+            for &i in &order {
+                let data: Vec<(usize, usize)> = self.edges.in_edges[i]
                     .iter()
                     .map(|&e| self.edges.edges[e])
-                    .find(|e| e.src_slot.is_some());
-                if let Some(e) = first_data {
-                    resource[i] = e.src_slot == Some(0) && resource[e.src];
-                }
+                    .filter_map(|e| e.src_slot.map(|slot| (e.src, slot)))
+                    .collect();
+                let holds = |k: usize| data.get(k).is_some_and(|src| resource.contains(src));
+                let forwarded: Vec<usize> = match self.graph.node[i].op.as_str() {
+                    "Identity" | "Enter" | "RefEnter" | "Exit" | "RefExit" | "NextIteration"
+                    | "RefNextIteration"
+                        if holds(0) =>
+                    {
+                        vec![0]
+                    }
+                    "Switch" | "RefSwitch" if holds(0) => vec![0, 1],
+                    "Merge" | "RefMerge" if (0..data.len()).any(holds) => vec![0],
+                    "IdentityN" => (0..data.len()).filter(|&k| holds(k)).collect(),
+                    _ => Vec::new(),
+                };
+                resource.extend(forwarded.into_iter().map(|slot| (i, slot)));
+            }
+            if resource.len() == before {
+                return resource;
             }
         }
-        resource
     }
 
     /// Joins the groups of `a` and `b`, merging their requests.
@@ -581,6 +606,60 @@ mod tests {
                 "{}",
                 n.name
             );
+        }
+    }
+
+    /// A lowered `While` passes a variable's handle through a constant `Enter` and its body's
+    /// argument `Identity`; a lowered `If` through a `Switch`'s true output: the reads and
+    /// updates behind them still run where the variable lives, whatever device the lowered
+    /// nodes asked for.
+    #[test]
+    fn control_flow_ops_forward_resources_to_their_consumers() {
+        let worker = "/job:worker/task:0";
+        let graph = GraphDef {
+            node: vec![
+                node("v", "VarHandleOp", "/job:ps/task:0", &[]),
+                node("pred", "Placeholder", worker, &[]),
+                node("loop/enter", "Enter", worker, &["v"]),
+                node("loop/body/input", "Identity", worker, &["loop/enter"]),
+                node(
+                    "loop/body/read",
+                    "ReadVariableOp",
+                    worker,
+                    &["loop/body/input"],
+                ),
+                node("cond/switch", "Switch", worker, &["v", "pred"]),
+                node("cond/then/input", "Identity", worker, &["cond/switch:1"]),
+                node(
+                    "cond/then/read",
+                    "ReadVariableOp",
+                    worker,
+                    &["cond/then/input"],
+                ),
+                node("both", "IdentityN", worker, &["pred", "v"]),
+                node("both/read", "ReadVariableOp", worker, &["both:1"]),
+                node("not_a_handle", "Identity", worker, &["both"]),
+            ],
+            ..Default::default()
+        };
+        let devices = [
+            cpu("/job:ps/replica:0/task:0/device:CPU:0"),
+            cpu("/job:worker/replica:0/task:0/device:CPU:0"),
+        ];
+        let all = |_: &str, _: DeviceType| true;
+        let options = PlacementOptions {
+            default_device: "/job:worker/replica:0/task:0/device:CPU:0",
+            allow_soft_placement: false,
+            has_kernel: &all,
+        };
+        let placed = place(&graph, &devices, &options).unwrap();
+        for n in &placed.node {
+            let want = if ["pred", "not_a_handle"].contains(&n.name.as_str()) {
+                "/job:worker/replica:0/task:0/device:CPU:0"
+            } else {
+                "/job:ps/replica:0/task:0/device:CPU:0"
+            };
+            assert_eq!(n.device, want, "{}", n.name);
         }
     }
 }

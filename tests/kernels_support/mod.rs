@@ -45,6 +45,16 @@ impl NodeBuilder {
         self.0
     }
 
+    /// The `NodeDef` built so far.
+    pub fn def(&self) -> &NodeDef {
+        &self.0
+    }
+
+    /// Runs the node once on `resources`.
+    pub fn run_on(self, inputs: Vec<Tensor>, resources: &ResourceMgr) -> Result<Vec<Tensor>> {
+        run_with(&self.0, inputs, resources)
+    }
+
     /// Runs the node once on a fresh resource manager.
     pub fn run(self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         run_with(&self.0, inputs, &ResourceMgr::new())

@@ -109,8 +109,12 @@ impl UpdateCase {
         node
     }
 
-    /// The gradient: the last input, but for ResourceApplyMomentum, whose momentum follows it.
+    /// The gradient: the last input, but for ResourceApplyMomentum, whose momentum follows it,
+    /// and the Ftrl rules, whose hyper-parameters follow it.
     pub fn grad(&self) -> &Tensor {
+        if self.op.starts_with("ResourceApplyFtrl") {
+            return &self.rest[0];
+        }
         let from_end = if self.op == "ResourceApplyMomentum" {
             2
         } else {
@@ -233,5 +237,56 @@ pub fn update_cases(dims: &[usize]) -> Vec<UpdateCase> {
         variables: vec![var(), mg, positive(dims, 0.4), tensor(dims, 0.5)],
         rest: vec![s(0.01), s(0.9), s(0.5), s(1e-6), grad()],
     });
+    cases.push(UpdateCase {
+        op: "ResourceApplyProximalGradientDescent",
+        attrs: vec![],
+        variables: vec![var()],
+        rest: vec![s(0.25), s(0.05), s(0.1), grad()],
+    });
+    cases.push(UpdateCase {
+        op: "ResourceApplyAdadelta",
+        attrs: vec![],
+        variables: vec![var(), positive(dims, 0.2), positive(dims, 0.3)],
+        rest: vec![s(1.0), s(0.95), s(1e-6), grad()],
+    });
+    cases.push(UpdateCase {
+        op: "ResourceApplyProximalAdagrad",
+        attrs: vec![],
+        variables: vec![var(), positive(dims, 0.2)],
+        rest: vec![s(0.1), s(0.01), s(0.02), grad()],
+    });
+    for multiply_linear_by_lr in [false, true] {
+        let attrs = vec![("multiply_linear_by_lr", multiply_linear_by_lr)];
+        let variables = || vec![var(), positive(dims, 0.2), tensor(dims, 0.3)];
+        cases.push(UpdateCase {
+            op: "ResourceApplyFtrl",
+            attrs: attrs.clone(),
+            variables: variables(),
+            rest: vec![grad(), s(0.5), s(0.1), s(0.2), s(-0.5)],
+        });
+        cases.push(UpdateCase {
+            op: "ResourceApplyFtrlV2",
+            attrs,
+            variables: variables(),
+            rest: vec![grad(), s(0.5), s(0.1), s(0.2), s(0.1), s(-0.7)],
+        });
+    }
+    cases.push(UpdateCase {
+        op: "ResourceApplyAdaMax",
+        attrs: vec![],
+        variables: vec![var(), tensor(dims, 0.3), positive(dims, 0.9)],
+        rest: vec![s(0.9), s(0.01), s(0.9), s(0.999), s(1e-7), grad()],
+    });
+    for (op, base) in [
+        ("ResourceApplyAddSign", 1.0),
+        ("ResourceApplyPowerSign", std::f32::consts::LN_2),
+    ] {
+        cases.push(UpdateCase {
+            op,
+            attrs: vec![],
+            variables: vec![var(), tensor(dims, 0.3)],
+            rest: vec![s(0.1), s(base), s(0.5), s(0.9), grad()],
+        });
+    }
     cases
 }

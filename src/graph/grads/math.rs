@@ -123,6 +123,19 @@ pub fn exp(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, c.grad(0)?, c.output(0)?)?)])
 }
 
+/// `Sin`: `grad * cos(x)`.
+pub fn sin(g: &mut Graph, c: &GradCtx) -> Grads {
+    let cos = g.unary("Cos", c.input(0)?)?;
+    Ok(vec![Some(mul(g, c.grad(0)?, &cos)?)])
+}
+
+/// `Cos`: `-grad * sin(x)`.
+pub fn cos(g: &mut Graph, c: &GradCtx) -> Grads {
+    let sin = g.unary("Sin", c.input(0)?)?;
+    let neg = g.unary("Neg", &sin)?;
+    Ok(vec![Some(mul(g, c.grad(0)?, &neg)?)])
+}
+
 /// `Log`: `grad * 1/x`.
 pub fn log(g: &mut Graph, c: &GradCtx) -> Grads {
     let r = g.unary("Reciprocal", c.input(0)?)?;

@@ -127,6 +127,13 @@ pub(super) fn register(r: &mut Registry) {
         })
         .no_grad()
         .register(r);
+    OpDef::build("InvertPermutation")
+        .input("x: T")
+        .output("y: T")
+        .attr(leak(format!("T: {INDEX}")))
+        .shape(|c| Ok(vec![c.with_rank(0, 1)?]))
+        .no_grad()
+        .register(r);
     OpDef::build("Rank")
         .input("input: T")
         .output("output: int32")

@@ -83,6 +83,15 @@ pub(super) fn register(r: &mut Registry) {
         .shape(sf::scalar)
         .no_grad()
         .register(r);
+    OpDef::build("Assert")
+        .input("condition: bool")
+        .input("data: T")
+        .attr("T: list(type) >= 1")
+        .attr("summarize: int = 3")
+        .stateful()
+        .shape(sf::no_outputs)
+        .no_grad()
+        .register(r);
     OpDef::build("ControlTrigger")
         .shape(sf::no_outputs)
         .no_grad()

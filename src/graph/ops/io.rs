@@ -1,5 +1,5 @@
 //! Ops that appear in TensorFlow's training graphs (checkpointing, queues, gradient
-//! accumulators for synchronous replicas, `If`, string helpers) and that tessera registers so
+//! accumulators for synchronous replicas, string helpers) and that tessera registers so
 //! those graphs load and validate. None has a gradient; kernels come with the features that
 //! need them.
 
@@ -57,20 +57,6 @@ pub(super) fn register(r: &mut Registry) {
         .shape(sf::unchanged)
         .no_grad()
         .register(r);
-    for (name, stateful) in [("If", true), ("StatelessIf", false)] {
-        let op = OpDef::build(name)
-            .input("cond: Tcond")
-            .input("input: Tin")
-            .output("output: Tout")
-            .attr("Tcond: type")
-            .attr("Tin: list(type) >= 0")
-            .attr("Tout: list(type) >= 0")
-            .attr("then_branch: func")
-            .attr("else_branch: func")
-            .attr("output_shapes: list(shape) = []")
-            .no_grad();
-        if stateful { op.stateful() } else { op }.register(r);
-    }
     OpDef::build("FIFOQueueV2")
         .output("handle: resource")
         .attr("component_types: list(type) >= 1")

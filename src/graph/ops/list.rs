@@ -2,11 +2,12 @@
 //! functional `While` loops carry (a `tf.TensorArray` under TensorFlow 2, the accumulators of
 //! a loop's gradient). Kernels: `kernels/cpu/list.rs` and `kernels/cpu/list_tensor.rs`.
 //!
-//! Signatures, attrs and defaults are TensorFlow's (`TensorListSetItem` with its
-//! `resize_if_index_out_of_bounds`). A list's handle is a scalar variant. TensorFlow's shape
-//! functions also track the element shape behind a list's handle; tessera's see only the
-//! ops' own `element_shape` inputs, so an element read from a list built elsewhere has the
-//! shape its reading op states (unknown when it states none).
+//! Signatures, attrs and defaults are TensorFlow 2.21's (`TensorListSetItem` with its
+//! `resize_if_index_out_of_bounds`, `TensorListGetItem` with its `Tshape`). A list's handle
+//! is a scalar variant. TensorFlow's shape functions also track the element shape behind a
+//! list's handle; tessera's see only the ops' own `element_shape` inputs, so an element read
+//! from a list built elsewhere has the shape its reading op states (unknown when it states
+//! none).
 
 use crate::error::Result;
 use crate::graph::registry::{OpDef, Registry};
@@ -63,9 +64,10 @@ pub(super) fn register(r: &mut Registry) {
     OpDef::build("TensorListGetItem")
         .input("input_handle: variant")
         .input("index: int32")
-        .input("element_shape: int32")
+        .input("element_shape: Tshape")
         .output("item: element_dtype")
         .attr("element_dtype: type")
+        .attr("Tshape: {int32, int64} = DT_INT32")
         .shape(|c| Ok(vec![shape_input(c, 2)]))
         .register(r);
     OpDef::build("TensorListSetItem")

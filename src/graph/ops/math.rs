@@ -55,9 +55,11 @@ pub(super) fn register(r: &mut Registry) {
         ("Reciprocal", Some(grad::reciprocal)),
         ("Sigmoid", Some(grad::sigmoid)),
         ("Tanh", Some(grad::tanh)),
+        ("Sin", Some(grad::sin)),
+        ("Cos", Some(grad::cos)),
     ] {
         let t = match op {
-            "Sqrt" | "Rsqrt" | "Exp" | "Log" | "Sigmoid" | "Tanh" => FLOAT,
+            "Sqrt" | "Rsqrt" | "Exp" | "Log" | "Sigmoid" | "Tanh" | "Sin" | "Cos" => FLOAT,
             _ => REAL,
         };
         let b = OpDef::build(op)
@@ -182,6 +184,17 @@ pub(super) fn register(r: &mut Registry) {
             .attr("Tidx: {int32, int64} = DT_INT32")
             .shape(reduction_shape)
             .grad(g)
+            .register(r);
+    }
+    for op in ["All", "Any"] {
+        OpDef::build(op)
+            .input("input: bool")
+            .input("reduction_indices: Tidx")
+            .output("output: bool")
+            .attr("keep_dims: bool = false")
+            .attr("Tidx: {int32, int64} = DT_INT32")
+            .shape(reduction_shape)
+            .no_grad()
             .register(r);
     }
     for op in ["ArgMax", "ArgMin"] {

@@ -5,6 +5,7 @@
 mod array;
 mod control_flow;
 mod data_flow;
+mod functional;
 mod io;
 mod list;
 mod math;
@@ -32,6 +33,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     state::register(r);
     io::register(r);
     data_flow::register(r);
+    functional::register(r);
     tensor_array::register(r);
     list::register(r);
     training::register(r);

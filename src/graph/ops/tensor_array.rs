@@ -8,10 +8,10 @@
 //! Handles are vectors of 2 in the shape functions, as TensorFlow declares them (its
 //! string handles were `[container, name]`), though the value is one resource handle.
 //!
-//! Every op that touches an array or a stack is declared stateful here, where TensorFlow
-//! declares only the creating ones: a read with `clear_after_read`, a pop, a write change the
-//! array, so two alike must never be merged into one; TensorFlow's graph optimizers keep them
-//! apart by their op names instead.
+//! The checks of these declarations are TensorFlow 2.21's registered op definitions: every
+//! TensorArray op and every `*V2` stack op is stateful (a read with `clear_after_read`, a pop
+//! change what the next one sees, so two alike must never be merged); the deprecated
+//! `StackPush`, `StackPop` and `StackClose` are not, as TensorFlow declares them.
 
 use crate::error::Result;
 use crate::graph::registry::{OpDef, Registry};
@@ -214,7 +214,6 @@ fn register_stacks(r: &mut Registry) {
         .output("output: T")
         .attr("T: type")
         .attr("swap_memory: bool = false")
-        .stateful()
         .shape(|c| Ok(vec![c.input(1)]))
         .no_grad()
         .register(r);
@@ -222,13 +221,11 @@ fn register_stacks(r: &mut Registry) {
         .input("handle: Ref(string)")
         .output("elem: elem_type")
         .attr("elem_type: type")
-        .stateful()
         .shape(|_| Ok(vec![PartialShape::unknown()]))
         .no_grad()
         .register(r);
     OpDef::build("StackClose")
         .input("handle: Ref(string)")
-        .stateful()
         .shape(|c| {
             check_handle(c)?;
             sf::no_outputs(c)

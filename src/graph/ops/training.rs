@@ -11,62 +11,78 @@ use crate::graph::registry::{self, ArgType, OpDef, Registry};
 use crate::graph::shape_fn::{self as sf, ShapeCtx};
 use crate::tensor::{DType, PartialShape};
 
-/// Every dense update: its name without `Apply`/`ResourceApply`, the variable's slots, the
-/// value inputs in TensorFlow's order, and the attrs besides `T` and `use_locking`.
-const UPDATES: &[(&str, &[&str], &[&str], &[&str])] = &[
-    ("GradientDescent", &[], &["alpha", "delta"], &[]),
-    (
-        "ProximalGradientDescent",
-        &[],
-        &["alpha", "l1", "l2", "delta"],
-        &[],
-    ),
-    (
-        "Adadelta",
-        &["accum", "accum_update"],
-        &["lr", "rho", "epsilon", "grad"],
-        &[],
-    ),
-    (
-        "Adagrad",
-        &["accum"],
-        &["lr", "grad"],
-        &["update_slots: bool = true"],
-    ),
-    (
-        "AdagradV2",
-        &["accum"],
-        &["lr", "epsilon", "grad"],
-        &["update_slots: bool = true"],
-    ),
-    (
-        "ProximalAdagrad",
-        &["accum"],
-        &["lr", "l1", "l2", "grad"],
-        &[],
-    ),
-    (
-        "Ftrl",
-        &["accum", "linear"],
-        &["grad", "lr", "l1", "l2", "lr_power"],
-        &["multiply_linear_by_lr: bool = false"],
-    ),
-    (
-        "FtrlV2",
-        &["accum", "linear"],
-        &["grad", "lr", "l1", "l2", "l2_shrinkage", "lr_power"],
-        &["multiply_linear_by_lr: bool = false"],
-    ),
-    (
-        "Momentum",
-        &["accum"],
-        &["lr", "grad", "momentum"],
-        &["use_nesterov: bool = false"],
-    ),
-    (
-        "Adam",
-        &["m", "v"],
-        &[
+/// One dense update rule, as `training_ops.cc` declares its two ops.
+struct UpdateDef {
+    /// The op's name without `Apply` / `ResourceApply`.
+    rule: &'static str,
+    /// The variable's slots (after `var`).
+    slots: &'static [&'static str],
+    /// The value inputs after the slots, in TensorFlow's order.
+    values: &'static [&'static str],
+    /// The attrs besides `T` and `use_locking`.
+    attrs: &'static [&'static str],
+}
+
+/// Every dense update.
+const UPDATES: &[UpdateDef] = &[
+    UpdateDef {
+        rule: "GradientDescent",
+        slots: &[],
+        values: &["alpha", "delta"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "ProximalGradientDescent",
+        slots: &[],
+        values: &["alpha", "l1", "l2", "delta"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "Adadelta",
+        slots: &["accum", "accum_update"],
+        values: &["lr", "rho", "epsilon", "grad"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "Adagrad",
+        slots: &["accum"],
+        values: &["lr", "grad"],
+        attrs: &["update_slots: bool = true"],
+    },
+    UpdateDef {
+        rule: "AdagradV2",
+        slots: &["accum"],
+        values: &["lr", "epsilon", "grad"],
+        attrs: &["update_slots: bool = true"],
+    },
+    UpdateDef {
+        rule: "ProximalAdagrad",
+        slots: &["accum"],
+        values: &["lr", "l1", "l2", "grad"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "Ftrl",
+        slots: &["accum", "linear"],
+        values: &["grad", "lr", "l1", "l2", "lr_power"],
+        attrs: &["multiply_linear_by_lr: bool = false"],
+    },
+    UpdateDef {
+        rule: "FtrlV2",
+        slots: &["accum", "linear"],
+        values: &["grad", "lr", "l1", "l2", "l2_shrinkage", "lr_power"],
+        attrs: &["multiply_linear_by_lr: bool = false"],
+    },
+    UpdateDef {
+        rule: "Momentum",
+        slots: &["accum"],
+        values: &["lr", "grad", "momentum"],
+        attrs: &["use_nesterov: bool = false"],
+    },
+    UpdateDef {
+        rule: "Adam",
+        slots: &["m", "v"],
+        values: &[
             "beta1_power",
             "beta2_power",
             "lr",
@@ -75,42 +91,48 @@ const UPDATES: &[(&str, &[&str], &[&str], &[&str])] = &[
             "epsilon",
             "grad",
         ],
-        &["use_nesterov: bool = false"],
-    ),
-    (
-        "AdaMax",
-        &["m", "v"],
-        &["beta1_power", "lr", "beta1", "beta2", "epsilon", "grad"],
-        &[],
-    ),
-    (
-        "RMSProp",
-        &["ms", "mom"],
-        &["lr", "rho", "momentum", "epsilon", "grad"],
-        &[],
-    ),
-    (
-        "CenteredRMSProp",
-        &["mg", "ms", "mom"],
-        &["lr", "rho", "momentum", "epsilon", "grad"],
-        &[],
-    ),
-    (
-        "AddSign",
-        &["m"],
-        &["lr", "alpha", "sign_decay", "beta", "grad"],
-        &[],
-    ),
-    (
-        "PowerSign",
-        &["m"],
-        &["lr", "logbase", "sign_decay", "beta", "grad"],
-        &[],
-    ),
+        attrs: &["use_nesterov: bool = false"],
+    },
+    UpdateDef {
+        rule: "AdaMax",
+        slots: &["m", "v"],
+        values: &["beta1_power", "lr", "beta1", "beta2", "epsilon", "grad"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "RMSProp",
+        slots: &["ms", "mom"],
+        values: &["lr", "rho", "momentum", "epsilon", "grad"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "CenteredRMSProp",
+        slots: &["mg", "ms", "mom"],
+        values: &["lr", "rho", "momentum", "epsilon", "grad"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "AddSign",
+        slots: &["m"],
+        values: &["lr", "alpha", "sign_decay", "beta", "grad"],
+        attrs: &[],
+    },
+    UpdateDef {
+        rule: "PowerSign",
+        slots: &["m"],
+        values: &["lr", "logbase", "sign_decay", "beta", "grad"],
+        attrs: &[],
+    },
 ];
 
 pub(super) fn register(r: &mut Registry) {
-    for &(rule, slots, values, attrs) in UPDATES {
+    for update in UPDATES {
+        let UpdateDef {
+            rule,
+            slots,
+            values,
+            attrs,
+        } = update;
         for resource in [false, true] {
             let op = if resource {
                 format!("ResourceApply{rule}")
@@ -119,10 +141,10 @@ pub(super) fn register(r: &mut Registry) {
             };
             let var_type = if resource { "resource" } else { "Ref(T)" };
             let mut def = OpDef::build(leak(op)).input(leak(format!("var: {var_type}")));
-            for slot in slots {
+            for slot in *slots {
                 def = def.input(leak(format!("{slot}: {var_type}")));
             }
-            for value in values {
+            for value in *values {
                 def = def.input(leak(format!("{value}: T")));
             }
             if !resource {
@@ -131,11 +153,12 @@ pub(super) fn register(r: &mut Registry) {
             def = def
                 .attr("T: {numbertype}")
                 .attr("use_locking: bool = false");
-            for attr in attrs {
+            for attr in *attrs {
                 def = def.attr(attr);
             }
-            // TensorFlow marks only the resource forms stateful (a ref input already orders
-            // the ref forms).
+            // A resource form touches its variables only through handles, so it is marked
+            // stateful; a ref form is tied to its variables by its ref edges (and TensorFlow
+            // declares it without SetIsStateful).
             if resource {
                 def = def.stateful();
             }

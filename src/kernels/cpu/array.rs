@@ -1,6 +1,6 @@
 //! Graph plumbing and shape ops: Const, Placeholder, PlaceholderWithDefault, Identity,
 //! IdentityN, StopGradient, NoOp; Reshape, Shape, ShapeN, Size, Rank, ConcatOffset,
-//! ExpandDims, Squeeze; and the ops
+//! InvertPermutation, ExpandDims, Squeeze; and the ops
 //! that make tensors from shapes: Fill, ZerosLike, OnesLike, BroadcastTo, BroadcastGradientArgs,
 //! Range, OneHot.
 //!
@@ -34,6 +34,7 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Shape" => |n| ShapeOf::create(n, ShapeOp::Shape),
         "ShapeN" => |n| ShapeOf::create(n, ShapeOp::ShapeN),
         "ConcatOffset" => |_| stateless(concat_offset),
+        "InvertPermutation" => |_| stateless(invert_permutation),
         "Size" => |n| ShapeOf::create(n, ShapeOp::Size),
         "Rank" => |n| ShapeOf::create(n, ShapeOp::Rank),
         "ExpandDims" => |_| stateless(expand_dims),
@@ -329,6 +330,29 @@ fn concat_offset(ctx: &mut OpContext<'_>) -> Result<()> {
         }
         ctx.set_output(i, int_tensor(t.dtype(), [out.len()], out)?);
     }
+    Ok(())
+}
+
+/// InvertPermutation(x) -> y: `y[x[i]] = i` (the gradient of Transpose permutes back with it).
+fn invert_permutation(ctx: &mut OpContext<'_>) -> Result<()> {
+    let x = input(ctx, 0)?;
+    if x.rank() != 1 {
+        return Err(ctx.invalid("invert_permutation expects a 1D vector."));
+    }
+    let perm = int_values(ctx, &x, "x")?;
+    let n = perm.len();
+    let mut out = vec![-1i64; n];
+    for (i, &d) in perm.iter().enumerate() {
+        let slot = usize::try_from(d)
+            .ok()
+            .filter(|&d| d < n)
+            .ok_or_else(|| ctx.invalid(format!("{d} is not between 0 and {n}")))?;
+        if out[slot] != -1 {
+            return Err(ctx.invalid(format!("{d} is duplicated in the input.")));
+        }
+        out[slot] = i as i64;
+    }
+    ctx.set_output(0, int_tensor(x.dtype(), [n], out)?);
     Ok(())
 }
 

@@ -11,6 +11,8 @@
 //!   (the executor moves the output into the child frame, the parent frame or the next
 //!   iteration).
 //! - `ControlTrigger`: nothing; it only orders its control successors.
+//! - `Assert(condition, data...)`: INVALID_ARGUMENT showing the data when the condition is
+//!   false (TensorFlow guards loops and conds with it, e.g. `dynamic_rnn`'s shape checks).
 
 use super::{input, stateless};
 use crate::error::Result;
@@ -25,6 +27,7 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Enter" | "RefEnter" | "Exit" | "RefExit" | "NextIteration" | "RefNextIteration"
         | "LoopCond" => |_| stateless(forward),
         "ControlTrigger" => |_| stateless(|_| Ok(())),
+        "Assert" => |_| stateless(assert),
         _ => return None,
     };
     Some(factory)
@@ -56,4 +59,20 @@ fn forward(ctx: &mut OpContext<'_>) -> Result<()> {
     let value = input(ctx, 0)?;
     ctx.set_output(0, value);
     Ok(())
+}
+
+fn assert(ctx: &mut OpContext<'_>) -> Result<()> {
+    let condition = ctx.input(0)?;
+    if condition.dtype() != DType::Bool || condition.num_elements() != 1 {
+        return Err(ctx.invalid(format!(
+            "the condition must be a scalar bool, got a {} tensor of shape {}",
+            condition.dtype(),
+            condition.shape()
+        )));
+    }
+    if condition.scalar_value::<bool>()? {
+        return Ok(());
+    }
+    let data: Vec<String> = ctx.inputs()[1..].iter().map(|t| format!("{t:?}")).collect();
+    Err(ctx.invalid(format!("assertion failed: [{}]", data.join("] ["))))
 }

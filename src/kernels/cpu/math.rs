@@ -39,6 +39,8 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Rsqrt" => |_| stateless(rsqrt),
         "Exp" => |_| stateless(exp),
         "Log" => |_| stateless(log),
+        "Sin" => |_| stateless(sin),
+        "Cos" => |_| stateless(cos),
         "Reciprocal" | "Inv" => |_| stateless(reciprocal),
         "Cast" => Cast::create,
         "MatMul" => super::matmul::MatMul::create,
@@ -92,6 +94,8 @@ unary_kernel!(sqrt, dispatch_float, |x| x.sqrt());
 unary_kernel!(rsqrt, dispatch_float, |x| 1.0 / x.sqrt());
 unary_kernel!(exp, dispatch_float, |x| x.exp());
 unary_kernel!(log, dispatch_float, |x| x.ln());
+unary_kernel!(sin, dispatch_float, |x| x.sin());
+unary_kernel!(cos, dispatch_float, |x| x.cos());
 unary_kernel!(reciprocal, dispatch_float, |x| 1.0 / x);
 
 /// Fails when an integer divisor holds a zero (float division by zero gives inf or NaN).

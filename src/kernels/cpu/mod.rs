@@ -2,9 +2,9 @@
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
 //! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
-//! `list_tensor`, `variable`, `ref_variable`, `training`, `io`, `queue`, `accumulator`,
-//! `tensor_array_ops` (the array itself in `tensor_array`), `stack`) exposes its own
-//! `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
+//! `list_tensor`, `control_flow`, `variable`, `ref_variable`, `training`, `io`, `queue`,
+//! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`) exposes its
+//! own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
 //! broadcasting), `numeric` (element arithmetic traits), `items` (element types that can be
 //! moved around, strings included) and `rows` (cutting and joining tensors along dimension 0,
 //! for the TensorArray and TensorList kernels). Kernels that need no attrs are [`Stateless`]

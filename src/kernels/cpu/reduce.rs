@@ -23,6 +23,8 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Max" => |n| Reduce::create(n, Reducer::Max),
         "Min" => |n| Reduce::create(n, Reducer::Min),
         "Prod" => |n| Reduce::create(n, Reducer::Prod),
+        "All" => |n| Logical::create(n, true),
+        "Any" => |n| Logical::create(n, false),
         "ArgMax" => |n| ArgReduce::create(n, true),
         "ArgMin" => |n| ArgReduce::create(n, false),
         _ => return None,
@@ -130,6 +132,43 @@ impl OpKernel for Reduce {
         let reduced = reduction_axes(ctx, &x, &axes)?;
         let out = dispatch_real!(ctx, x.dtype(), T => self.run::<T>(&x, &reduced)?);
         ctx.set_output(0, out);
+        Ok(())
+    }
+}
+
+/// `All` (`every`) or `Any` over bool tensors.
+struct Logical {
+    every: bool,
+    keep_dims: bool,
+}
+
+impl Logical {
+    fn create(node: &NodeDef, every: bool) -> Result<Arc<dyn OpKernel>> {
+        Ok(Arc::new(Logical {
+            every,
+            keep_dims: attr::bool_or(node, "keep_dims", false)?,
+        }))
+    }
+}
+
+impl OpKernel for Logical {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let x = input(ctx, 0)?;
+        if x.dtype() != DType::Bool {
+            return Err(ctx.invalid(format!("input must be bool, got {}", x.dtype())));
+        }
+        let reduced = reduction_axes(ctx, &x, &input(ctx, 1)?)?;
+        let values = x.values::<bool>()?;
+        let f: fn(bool, bool) -> bool = if self.every {
+            |a, b| a && b
+        } else {
+            |a, b| a || b
+        };
+        let out = reduce_axes(&values, x.dims(), &reduced, self.every, f);
+        ctx.set_output(
+            0,
+            Tensor::from_vec(reduced_shape(x.dims(), &reduced, self.keep_dims), out)?,
+        );
         Ok(())
     }
 }

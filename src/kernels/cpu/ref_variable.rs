@@ -33,6 +33,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
+use crate::runtime::resource::step_container;
 use crate::tensor::{DType, Element, PartialShape, Shape, Tensor, Var};
 
 /// Returns the factory for a reference-variable op.
@@ -61,8 +62,9 @@ pub(super) fn uninitialized_ref(ctx: &OpContext<'_>, name: &str) -> Status {
     )))
 }
 
-/// Runs one read-modify-write of `vars` under the `use_locking` policy (see the module doc):
-/// `f` gets their current values, in order, and changes them in place; they are the variables'
+/// Runs one read-modify-write of `vars` (distinct variables: a locked update of one variable
+/// passed twice would wait on itself) under the `use_locking` policy (see the module doc): `f`
+/// gets their current values, in order, and changes them in place; they are the variables'
 /// values once `f` returns `Ok`. An uninitialized variable `i` fails with `uninitialized(i)`
 /// before `f` runs. When `f` fails, a locked update leaves the values as `f` left them (every
 /// `f` here checks its inputs before it writes) and an unlocked one stores nothing.
@@ -98,11 +100,6 @@ pub(super) fn read_modify_write<R>(
         }
         Ok(result)
     }
-}
-
-/// The reference input `i` (a `Ref(T)` edge): its variable and name.
-fn ref_input(ctx: &OpContext<'_>, i: usize) -> Result<(Arc<Var>, String)> {
-    ctx.ref_input(i)
 }
 
 /// Sets output 0 to the reference input 0, as TensorFlow forwards `ref` to `output_ref`.
@@ -171,10 +168,9 @@ impl OpKernel for Variable {
     }
 }
 
-/// The container of a step's temporary variables (TensorFlow's step container).
-fn step_container(step_id: i64) -> String {
-    format!("__per_step_{step_id}")
-}
+// Temporary variables live in the step's container (`runtime::resource::step_container`): a
+// `TemporaryVariable` whose `DestroyTemporaryVariable` never ran (a failed step) stays there
+// until the step's end clears the container.
 
 /// A temporary variable's name in its step container: unique per loop iteration, since
 /// iterations of one loop may run at once.
@@ -260,7 +256,7 @@ impl DestroyTemporaryVariable {
 
 impl OpKernel for DestroyTemporaryVariable {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (var, name) = ref_input(ctx, 0)?;
+        let (var, name) = ctx.ref_input(0)?;
         let value = var
             .snapshot()
             .ok_or_else(|| uninitialized_ref(ctx, &name))?;
@@ -278,14 +274,14 @@ impl OpKernel for DestroyTemporaryVariable {
 
 /// IsVariableInitialized: whether the referenced variable holds a value.
 fn is_initialized(ctx: &mut OpContext<'_>) -> Result<()> {
-    let (var, _) = ref_input(ctx, 0)?;
+    let (var, _) = ctx.ref_input(0)?;
     ctx.set_output(0, Tensor::scalar(var.is_initialized()));
     Ok(())
 }
 
 /// RefIdentity: the same reference.
 fn ref_identity(ctx: &mut OpContext<'_>) -> Result<()> {
-    ref_input(ctx, 0)?;
+    ctx.ref_input(0)?;
     forward_ref(ctx)
 }
 
@@ -304,7 +300,7 @@ impl Assign {
 
 impl OpKernel for Assign {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (var, name) = ref_input(ctx, 0)?;
+        let (var, name) = ctx.ref_input(0)?;
         let value = input(ctx, 1)?;
         check_dtype(ctx, &var, &name, &value)?;
         // The store's byte limit, checked before the write lock: the check reads every
@@ -355,7 +351,7 @@ impl AssignUpdate {
 
 impl OpKernel for AssignUpdate {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (var, name) = ref_input(ctx, 0)?;
+        let (var, name) = ctx.ref_input(0)?;
         let delta = input(ctx, 1)?;
         check_dtype(ctx, &var, &name, &delta)?;
         read_modify_write(
@@ -501,7 +497,7 @@ fn scatter_rows<T: Copy>(
 
 impl OpKernel for Scatter {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (var, name) = ref_input(ctx, 0)?;
+        let (var, name) = ctx.ref_input(0)?;
         let (indices, updates) = (input(ctx, 1)?, input(ctx, 2)?);
         check_dtype(ctx, &var, &name, &updates)?;
         read_modify_write(
@@ -597,7 +593,7 @@ impl CountUpTo {
 
 impl OpKernel for CountUpTo {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (var, name) = ref_input(ctx, 0)?;
+        let (var, name) = ctx.ref_input(0)?;
         let before = read_modify_write(
             &[&var],
             true,

@@ -26,6 +26,7 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "SplitV" => |_| stateless(split_v),
         "Slice" => |_| stateless(slice),
         "StridedSlice" => StridedSlice::create,
+        "StridedSliceGrad" => StridedSliceGrad::create,
         "GatherV2" => Gather::create,
         "Tile" => |_| stateless(tile),
         _ => return None,
@@ -696,6 +697,72 @@ impl OpKernel for StridedSlice {
         let (indices, shape) = self.plan(ctx, x.dims(), &begin, &end, &strides)?;
         let gathered = gather_tensor(ctx, &x, &indices, indices.iter().map(Vec::len).collect())?;
         let out = gathered.reshape(Shape::new(shape))?;
+        ctx.set_output(0, out);
+        Ok(())
+    }
+}
+
+/// StridedSliceGrad(shape, begin, end, strides, dy): a tensor of `shape`, zero but where the
+/// same StridedSlice of it picks elements, which hold `dy` (the gradient of StridedSlice, as
+/// TensorFlow 1 graphs write it).
+struct StridedSliceGrad(StridedSlice);
+
+impl StridedSliceGrad {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Ok(Arc::new(StridedSliceGrad(StridedSlice {
+            begin_mask: attr::int_or(node, "begin_mask", 0)?,
+            end_mask: attr::int_or(node, "end_mask", 0)?,
+            ellipsis_mask: attr::int_or(node, "ellipsis_mask", 0)?,
+            new_axis_mask: attr::int_or(node, "new_axis_mask", 0)?,
+            shrink_axis_mask: attr::int_or(node, "shrink_axis_mask", 0)?,
+        })))
+    }
+}
+
+impl OpKernel for StridedSliceGrad {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let shape = int_values(ctx, &input(ctx, 0)?, "shape")?;
+        let begin = int_values(ctx, &input(ctx, 1)?, "begin")?;
+        let end = int_values(ctx, &input(ctx, 2)?, "end")?;
+        let strides = int_values(ctx, &input(ctx, 3)?, "strides")?;
+        let dy = input(ctx, 4)?;
+        let dims = shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| ctx.invalid(format!("shape has {d}"))))
+            .collect::<Result<Vec<usize>>>()?;
+        let (indices, _) = self.0.plan(ctx, &dims, &begin, &end, &strides)?;
+        let picked: usize = indices.iter().map(Vec::len).product();
+        if picked != dy.num_elements() {
+            return Err(ctx.invalid(format!(
+                "dy has {} elements but the slice of shape {dims:?} picks {picked}",
+                dy.num_elements()
+            )));
+        }
+        let out = dispatch_real!(ctx, dy.dtype(), T => {
+            let values = dy.values::<T>()?;
+            let mut out = vec![T::default(); dims.iter().product()];
+            let mut strides_out = vec![1usize; dims.len()];
+            for d in (0..dims.len().saturating_sub(1)).rev() {
+                strides_out[d] = strides_out[d + 1] * dims[d + 1];
+            }
+            let mut position = vec![0usize; dims.len()];
+            for &v in values.iter() {
+                let at: usize = position
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &p)| indices[d][p] * strides_out[d])
+                    .sum();
+                out[at] = v;
+                for d in (0..dims.len()).rev() {
+                    position[d] += 1;
+                    if position[d] < indices[d].len() {
+                        break;
+                    }
+                    position[d] = 0;
+                }
+            }
+            Tensor::from_vec(Shape::new(dims.clone()), out)?
+        });
         ctx.set_output(0, out);
         Ok(())
     }

@@ -4,8 +4,8 @@
 //!
 //! Variables live in the device's [`ResourceMgr`] keyed by (container, name). An assignment
 //! replaces the variable's tensor with a new one under the write lock, so a reader that holds
-//! an earlier value keeps an unchanged snapshot (the buffers are shared, never written in
-//! place).
+//! an earlier value keeps an unchanged snapshot; the optimizer updates write in place only
+//! into a buffer no snapshot shares (see [`crate::tensor::Var`]).
 //!
 //! [`ResourceMgr`]: crate::runtime::resource::ResourceMgr
 

@@ -23,6 +23,7 @@ use crate::graph::attr;
 use crate::graph::builder::Graph;
 use crate::graph::registry;
 use crate::proto::{DeviceAttributes, GraphDef, NodeDef};
+use crate::runtime::control_loops::add_control_loops;
 use crate::runtime::partition::{by_task, partition, rendezvous_key_of, PartitionOptions};
 use crate::runtime::placement::{place, registered_kernel, PlacementOptions};
 use crate::runtime::subgraph::{rewrite_for_client, ClientSignature};
@@ -230,6 +231,8 @@ impl SessionGraph {
             client_incarnation,
         };
         let rewritten = rewrite_for_client(&placed, &client, &output_dtype)?;
+        // While loops whose body spans devices get a control loop on each device.
+        let rewritten = add_control_loops(&rewritten, &mut self.counter)?;
         let incarnation = |device: &str| devices.incarnations.get(device).copied();
         let options = PartitionOptions {
             node_to_loc: &by_task,

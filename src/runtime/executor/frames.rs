@@ -937,20 +937,46 @@ fn control_missing_output(plan: &Plan, node: usize, values: &[Option<Tensor>]) -
     ))
 }
 
-/// The id of a frame instance in rendezvous keys: the same on every task for the same parent
-/// instance, parent iteration and frame name (FNV-1a, stable across builds and processes).
-fn frame_id(parent: u64, iter: i64, name: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for &b in bytes {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+/// The id of a frame instance in rendezvous keys, computed as TensorFlow's executor computes it
+/// (`Hash64Combine(parent, Hash64Combine(iteration, Hash64(frame name)))`), so that the two
+/// ends of a transfer inside a loop agree on its key whether each end runs on tessera or on
+/// TensorFlow.
+pub(crate) fn frame_id(parent: u64, iter: i64, name: &str) -> u64 {
+    hash64_combine(parent, hash64_combine(iter as u64, hash64(name.as_bytes())))
+}
+
+fn hash64_combine(a: u64, b: u64) -> u64 {
+    a ^ (b
+        .wrapping_add(0x9e37_79b9_7f4a_7800)
+        .wrapping_add(a << 10)
+        .wrapping_add(a >> 4))
+}
+
+/// TensorFlow's 64-bit string hash (a MurmurHash2 variant, seed `0xDECAFCAFFE`).
+fn hash64(data: &[u8]) -> u64 {
+    const M: u64 = 0xc6a4_a793_5bd1_e995;
+    const R: u32 = 47;
+    let mut h: u64 = 0x00de_cafc_affe ^ (data.len() as u64).wrapping_mul(M);
+    let mut chunks = data.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut k = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h ^= k;
+        h = h.wrapping_mul(M);
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        for (i, &b) in tail.iter().enumerate() {
+            h ^= u64::from(b) << (8 * i);
         }
-    };
-    feed(&parent.to_le_bytes());
-    feed(&iter.to_le_bytes());
-    feed(name.as_bytes());
-    hash
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> R;
+    h = h.wrapping_mul(M);
+    h ^= h >> R;
+    h
 }
 
 /// Starts a control-flow step's roots: the caller runs the first unless it must only wait.

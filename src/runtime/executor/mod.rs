@@ -262,6 +262,9 @@ struct Plan {
     has_refs: bool,
     /// Whether a node may be dead (a `_Recv` may receive a dead tensor).
     may_be_dead: bool,
+    /// Whether a node keeps state in the step's resource container (TensorArrays, stacks,
+    /// temporary variables), which is dropped when the step ends.
+    per_step_resources: bool,
 }
 
 /// Runs the pruned graph for one signature, step after step; `Send + Sync`, steps may overlap.
@@ -491,6 +494,12 @@ impl Executor {
             .iter()
             .any(|n| registry::lookup(&n.def).is_ok_and(|op| op.outputs.iter().any(|a| a.is_ref)));
         let may_be_dead = control.is_some() || nodes.iter().any(|n| n.kind == Kind::Recv);
+        let per_step_resources = nodes.iter().any(|n| {
+            matches!(
+                n.def.op.as_str(),
+                "TensorArrayV3" | "StackV2" | "Stack" | "TemporaryVariable"
+            )
+        });
         Ok(Self {
             inline: InlineLimits::default(),
             plan: Arc::new(Plan {
@@ -502,6 +511,7 @@ impl Executor {
                 control,
                 has_refs,
                 may_be_dead,
+                per_step_resources,
             }),
         })
     }
@@ -645,8 +655,17 @@ impl Engine {
         }
     }
 
-    /// The step's first error, or its fetches in fetch order.
+    /// The step's first error, or its fetches in fetch order. The step's resource container
+    /// (its TensorArrays, stacks and temporary variables) is dropped.
     fn result(&self) -> Result<Vec<Tensor>> {
+        let common = self.common();
+        if common.plan.per_step_resources {
+            common
+                .plan
+                .device
+                .resources()
+                .cleanup_step(common.options.step_id);
+        }
         match self {
             Engine::Plain(s) => s.result(),
             Engine::Control(s) => {

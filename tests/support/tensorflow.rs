@@ -1,0 +1,191 @@
+//! Stock TensorFlow's side of the live interoperability tests: finding a Python that has
+//! TensorFlow, its gRPC server as a cluster task, and its scripts' clients, read line by line
+//! with deadlines.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use super::cluster::wait_with_deadline;
+
+/// Importing TensorFlow takes seconds; a cold one on a busy two-core machine, more.
+pub const SERVE_DEADLINE: Duration = Duration::from_secs(120);
+/// Importing TensorFlow and training a few hundred steps.
+pub const TRAIN_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The Python that has TensorFlow, or `None` (said) when there is none.
+pub fn tensorflow_python(test: &str) -> Option<String> {
+    python_with(test, &["tensorflow"])
+}
+
+/// The Python that can import every one of `modules` (TensorFlow and what a script needs
+/// besides), or `None` (said) when there is none.
+pub fn python_with(test: &str, modules: &[&str]) -> Option<String> {
+    let imports = format!("import {}", modules.join(", "));
+    let python = std::env::var("TESSERA_TF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let (tx, rx) = mpsc::channel();
+    let probe = python.clone();
+    thread::spawn(move || {
+        let found = Command::new(&probe)
+            .args(["-c", &imports])
+            .env("TF_CPP_MIN_LOG_LEVEL", "3")
+            .stdin(Stdio::null())
+            .output();
+        let _ = tx.send(found.is_ok_and(|o| o.status.success()));
+    });
+    if rx.recv_timeout(SERVE_DEADLINE).unwrap_or(false) {
+        return Some(python);
+    }
+    eprintln!(
+        "{test}: skipped, `{python}` cannot `{imports}` (pip install tensorflow-cpu tf-keras \
+         scikit-learn, or set TESSERA_TF_PYTHON to a python that can)"
+    );
+    None
+}
+
+/// A TensorFlow server process, killed when dropped.
+pub struct TfServer {
+    _client: Client,
+    /// Held open: the script serves until its stdin closes.
+    _stdin: ChildStdin,
+    pub addr: SocketAddr,
+}
+
+impl TfServer {
+    /// Runs `script` with `args` (a `server ...` command that prints
+    /// `tensorflow: serving grpc://HOST:PORT` and serves until its stdin closes); returns once
+    /// it says where it serves.
+    pub fn start(python: &str, script: &str, args: &[&str]) -> TfServer {
+        let mut command = Command::new(python);
+        command.arg(script).args(args);
+        command.stdin(Stdio::piped());
+        let mut client = Client::spawn(command);
+        let stdin = client.child.as_mut().and_then(|c| c.stdin.take());
+        let stdin = stdin.expect("piped stdin");
+        let line = client.next_line(SERVE_DEADLINE);
+        let line = line.unwrap_or_else(|| panic!("TensorFlow's server {args:?} ended at once"));
+        let target = line
+            .strip_prefix("tensorflow: serving grpc://")
+            .unwrap_or_else(|| panic!("TensorFlow's server {args:?} said: {line}"));
+        let port = target
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok());
+        let addr = SocketAddr::from(([127, 0, 0, 1], port.expect("a port")));
+        TfServer {
+            _client: client,
+            _stdin: stdin,
+            addr,
+        }
+    }
+}
+
+/// What a TensorFlow script reports: its last line, JSON.
+pub struct Trained {
+    pub json: serde_json::Value,
+}
+
+impl Trained {
+    pub fn f64(&self, key: &str) -> f64 {
+        self.json[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {key} in {}", self.json))
+    }
+
+    pub fn strings(&self, key: &str) -> Vec<String> {
+        let values = self.json[key].as_array();
+        let values = values.unwrap_or_else(|| panic!("no {key} in {}", self.json));
+        values
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// A running script, its stdout read line by line; killed if dropped before it ends.
+pub struct Client {
+    /// The process, until [`Client::finish`] reaps it.
+    pub child: Option<Child>,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Client {
+    /// Spawns `command` with its stdout piped to us and its stderr to the test's.
+    pub fn spawn(mut command: Command) -> Client {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the TensorFlow script");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        Client {
+            child: Some(child),
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next line the script prints, within `deadline`; `None` once its stdout closed.
+    pub fn next_line(&mut self, deadline: Duration) -> Option<String> {
+        match self.lines.recv_timeout(deadline) {
+            Ok(line) => {
+                self.seen.push(line.clone());
+                Some(line)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "the TensorFlow script printed nothing within {deadline:?} (so far: {:?})",
+                self.seen
+            ),
+        }
+    }
+
+    /// Waits for the line `want`.
+    pub fn wait_for(&mut self, want: &str) {
+        while let Some(line) = self.next_line(TRAIN_DEADLINE) {
+            if line == want {
+                return;
+            }
+        }
+        panic!(
+            "the TensorFlow script ended without printing `{want}`: {:?}",
+            self.seen
+        );
+    }
+
+    /// Reads to the end; the script must exit 0 with a JSON line last.
+    pub fn finish(mut self) -> Trained {
+        while self.next_line(TRAIN_DEADLINE).is_some() {}
+        let child = self.child.take().expect("a running script");
+        let status = wait_with_deadline(child, "the TensorFlow script");
+        assert!(
+            status.success(),
+            "the TensorFlow script failed ({status}): {:?}",
+            self.seen
+        );
+        let line = self.seen.last().cloned().unwrap_or_default();
+        let json = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {:?}", self.seen));
+        eprintln!("trained: {json}");
+        Trained { json }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

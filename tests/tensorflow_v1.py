@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""TensorFlow 1 programs as their users wrote them (tf.compat.v1: a cluster of ps and worker
+tasks, replica_device_setter, MonitoredTrainingSession, StopAtStepHook, a checkpoint_dir),
+run unchanged on stock TensorFlow servers or against a cluster whose tasks may be tessera's.
+
+Usage:
+  tensorflow_v1.py PROGRAM --alone [--workers N] [--steps N] [options]
+      Starts one ps and N worker tasks (stock tf.distribute.Server, in this process, on
+      127.0.0.1 ports the OS picks) and runs worker 0 .. N-1 of PROGRAM against them, one
+      thread each. Prints one JSON line: worker 0's results, the others' under "others".
+  tensorflow_v1.py PROGRAM --master grpc://HOST:PORT --ps ADDR,... --worker ADDR,...
+                   --index I [--no-cluster-def] [options]
+      Runs worker I of PROGRAM (worker 0 is the chief: it initialises, restores and saves
+      checkpoints) through the master at HOST:PORT, the cluster's tasks named by --ps and
+      --worker. The session's ConfigProto carries the cluster (cluster_def) unless
+      --no-cluster-def (a TensorFlow server refuses one naming itself) and device filters
+      (/job:ps and this worker). The chief prints "ready" once the model is initialised
+      (start the other workers then). Prints one JSON line: this worker's results.
+  tensorflow_v1.py server JOB INDEX --ps ADDR,... --worker ADDR,...
+      Serves task INDEX of JOB (tf.distribute.Server) in that cluster. Prints
+      "tensorflow: serving grpc://HOST:PORT", then serves until stdin closes.
+
+PROGRAM:
+  classic  A 64-128-10 ReLU MLP on scikit-learn's digits (pixels / 16; 1437 training and 360
+           held-out images, split by a fixed permutation), batch 32, Adagrad 0.1, a global
+           step; variables on the ps.
+  sync     The same MLP and optimizer wrapped in SyncReplicasOptimizer (the gradients of every
+           worker aggregated per update; the chief's queue runner applies them).
+  rnn      The digits read row by row (8 steps of 8 features) by tf.compat.v1.nn.dynamic_rnn
+           with an LSTM cell (32 units; --cell gru for a GRU), a dense softmax on the last
+           state, Adam 0.01; variables on the ps.
+
+Options:
+  --v2-behavior off        tf.compat.v1.disable_v2_behavior(): reference variables (VariableV2,
+                           Assign, Apply*) and v1 control flow (Switch/Merge/Enter/Exit/
+                           NextIteration; dynamic_rnn's TensorArray, Stacks in its gradient).
+                           The default, and the only choice for sync.
+  --v2-behavior eager-only only tf.compat.v1.disable_eager_execution(): resource variables and
+                           TensorFlow 2 control flow (functional While over TensorLists).
+  --steps N                StopAtStepHook(last_step=N) (classic and sync 200, rnn 100).
+  --checkpoint-dir DIR     The chief's checkpoint_dir (default: a new temporary directory,
+                           removed at exit).
+  --operation-timeout-ms N (sync) The sessions' operation timeout, 4000 by default: once the
+                           chief stops, its queue runner waits for gradients no worker sends
+                           (TensorFlow's own behaviour), until this timeout.
+
+Results (JSON): program, v2_behavior, worker, first_loss (this worker's first step), last_loss,
+local_steps, global_step (read after training), accuracy (on the held-out images),
+variable_devices, variable_ops (the op types of the variables), control_flow_ops (the control
+flow, TensorArray, Stack and TensorList op types in the graph and its functions), checkpoint (the chief's last
+checkpoint's basename and the global step in it).
+
+Every run is seeded: with one worker the first loss, the global step and the checkpoint are
+the same on every run and every runtime (the losses after the first depend on float rounding
+of the runtime). Exits 2 when TensorFlow cannot be imported.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# tf.compat.v1.nn.rnn_cell lives in tf-keras (Keras 2) under TensorFlow 2.16 and later.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+try:
+    import numpy as np
+    import tensorflow as tf
+    from sklearn.datasets import load_digits
+except ImportError as e:  # pragma: no cover - depends on the host
+    print(f"tensorflow_v1: {e}; pip install tensorflow-cpu tf-keras scikit-learn", file=sys.stderr)
+    sys.exit(2)
+
+BATCH = 32
+CONTROL_FLOW = re.compile(r"Switch|Merge|Enter|Exit|NextIteration|LoopCond|While|If$|TensorArray|Stack|TensorList|PartitionedCall")
+DEFAULT_STEPS = {"classic": 200, "sync": 200, "rnn": 100}
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster
+
+
+def cluster_spec(ps, workers):
+    jobs = {"worker": list(workers)}
+    if ps:
+        jobs["ps"] = list(ps)
+    return tf.train.ClusterSpec(jobs)
+
+
+def split(addresses):
+    return [a for a in addresses.split(",") if a]
+
+
+def serve(args):
+    spec = cluster_spec(split(args.ps), split(args.worker))
+    server = tf.distribute.Server(spec, job_name=args.job, task_index=args.index, start=True)
+    print(f"tensorflow: serving {server.target}", flush=True)
+    sys.stdin.read()  # until the caller closes our stdin (or dies)
+
+
+def free_port():
+    """A port on 127.0.0.1 the OS has just handed out (a TensorFlow task of a cluster must know
+    its peers' ports before it starts, so it cannot bind port 0 itself)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def digits():
+    """scikit-learn's 1797 digits, pixels scaled to [0, 1]: (train_x, train_y, test_x, test_y)
+    split 1437/360 by a fixed permutation."""
+    data = load_digits()
+    xs = (data.data / 16.0).astype(np.float32)
+    ys = data.target.astype(np.int64)
+    order = np.random.default_rng(0).permutation(len(xs))
+    train, test = order[:1437], order[1437:]
+    return xs[train], ys[train], xs[test], ys[test]
+
+
+class Batches:
+    """Worker `index`'s batches: its own permutation of the training set, 32 at a time."""
+
+    def __init__(self, xs, ys, index):
+        self.xs, self.ys = xs, ys
+        self.rng = np.random.default_rng(100 + index)
+        self.order, self.at = self.rng.permutation(len(xs)), 0
+
+    def next(self):
+        if self.at + BATCH > len(self.order):
+            self.order, self.at = self.rng.permutation(len(self.xs)), 0
+        chosen = self.order[self.at : self.at + BATCH]
+        self.at += BATCH
+        return self.xs[chosen], self.ys[chosen]
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def dense(x, n_in, n_out, name, seed):
+    w = tf.compat.v1.get_variable(
+        name + "/w", [n_in, n_out], initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed)
+    )
+    b = tf.compat.v1.get_variable(name + "/b", [n_out], initializer=tf.compat.v1.zeros_initializer())
+    return tf.nn.bias_add(tf.matmul(x, w), b)
+
+
+def mlp(x):
+    hidden = tf.nn.relu(dense(x, 64, 128, "hidden", seed=1))
+    return dense(hidden, 128, 10, "logits", seed=2)
+
+
+def rnn(x, cell_kind):
+    """Reads each image row by row: 8 steps of 8 features."""
+    rows = tf.reshape(x, [-1, 8, 8])
+    init = tf.compat.v1.glorot_uniform_initializer(seed=3)
+    with tf.compat.v1.variable_scope("rnn", initializer=init):
+        if cell_kind == "gru":
+            cell = tf.compat.v1.nn.rnn_cell.GRUCell(32, kernel_initializer=init)
+        else:
+            cell = tf.compat.v1.nn.rnn_cell.LSTMCell(32, initializer=init)
+        outputs, _ = tf.compat.v1.nn.dynamic_rnn(cell, rows, dtype=tf.float32)
+    return dense(outputs[:, -1, :], 32, 10, "logits", seed=4)
+
+
+def build(args, ps, workers, index):
+    """The program's graph for worker `index` of `workers`, variables on the ps tasks (round
+    robin; unplaced without ps)."""
+    me = f"/job:worker/task:{index}"
+    setter = None
+    if ps:
+        setter = tf.compat.v1.train.replica_device_setter(
+            cluster=cluster_spec(ps, workers), worker_device=me
+        )
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device(setter):
+        tf.compat.v1.set_random_seed(0)
+        step = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
+        y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+        logits = rnn(x, args.cell) if args.program == "rnn" else mlp(x)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        correct = tf.equal(tf.argmax(logits, 1), y)
+        accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="accuracy")
+        hooks = []
+        if args.program == "rnn":
+            optimizer = tf.compat.v1.train.AdamOptimizer(0.01)
+        else:
+            optimizer = tf.compat.v1.train.AdagradOptimizer(0.1)
+        if args.program == "sync":
+            optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+                optimizer, replicas_to_aggregate=len(workers), total_num_replicas=len(workers)
+            )
+            hooks.append(optimizer.make_session_run_hook(index == 0))
+        train_op = optimizer.minimize(loss, global_step=step)
+        variables = tf.compat.v1.global_variables()
+        graph_def = graph.as_graph_def()
+        ops = {n.op for n in graph_def.node}
+        ops.update(n.op for f in graph_def.library.function for n in f.node_def)
+        info = dict(
+            control_flow_ops=sorted(op for op in ops if CONTROL_FLOW.search(op)),
+            variable_devices=sorted({v.device for v in variables}),
+            variable_ops=sorted({v.op.type for v in variables}),
+        )
+    return graph, dict(step=step, x=x, y=y, loss=loss, accuracy=accuracy, train_op=train_op,
+                       hooks=hooks, **info)
+
+
+# ---------------------------------------------------------------------------------------------
+# One worker's training
+
+
+class EvaluateAtEnd(tf.compat.v1.train.SessionRunHook):
+    """Reads the held-out accuracy and the global step once training has stopped (`end` runs
+    on the session's own tf.Session, before it closes)."""
+
+    def __init__(self, fetches, feed):
+        self.fetches, self.feed, self.values = fetches, feed, None
+
+    def end(self, session):
+        self.values = session.run(self.fetches, self.feed)
+
+
+def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=None):
+    """Trains as worker `index` through `master`; returns this worker's results. `on_ready`
+    is called once the session is open (the chief's: the model is initialised)."""
+    train_x, train_y, test_x, test_y = data
+    graph, m = build(args, ps, workers, index)
+    chief = index == 0
+    me = f"/job:worker/task:{index}"
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", me])
+    if cluster_def is not None:
+        config.cluster_def.CopyFrom(cluster_def)
+    if args.program == "sync":
+        # Once the chief stops, its queue runner stays blocked taking gradients that no
+        # worker sends any more (and a worker whose last gradient came after the last update
+        # waits for a token that never comes): a bounded operation ends those waits.
+        config.operation_timeout_in_ms = args.operation_timeout_ms
+    batches = Batches(train_x, train_y, index)
+    losses = []
+    with graph.as_default():
+        evaluate = EvaluateAtEnd([m["accuracy"], m["step"]], {m["x"]: test_x, m["y"]: test_y})
+        stop = tf.compat.v1.train.StopAtStepHook(last_step=args.steps)
+        hooks = m["hooks"] + [stop, evaluate]
+        with tf.compat.v1.train.MonitoredTrainingSession(
+            master=master,
+            is_chief=chief,
+            checkpoint_dir=args.checkpoint_dir if chief else None,
+            hooks=hooks,
+            config=config,
+            save_checkpoint_steps=max(1, args.steps // 2) if chief else None,
+            save_checkpoint_secs=None,
+            save_summaries_steps=None,
+            save_summaries_secs=None,
+            log_step_count_steps=None,
+        ) as session:
+            if on_ready:
+                on_ready()
+            while not session.should_stop():
+                xs, ys = batches.next()
+                loss, _ = session.run([m["loss"], m["train_op"]], {m["x"]: xs, m["y"]: ys})
+                losses.append(float(loss))
+    accuracy, global_step = float(evaluate.values[0]), int(evaluate.values[1])
+    result = dict(
+        program=args.program,
+        v2_behavior=args.v2_behavior,
+        worker=index,
+        first_loss=losses[0] if losses else None,
+        last_loss=losses[-1] if losses else None,
+        local_steps=len(losses),
+        global_step=global_step,
+        accuracy=accuracy,
+        variable_devices=m["variable_devices"],
+        variable_ops=m["variable_ops"],
+        control_flow_ops=m["control_flow_ops"],
+    )
+    if chief:
+        checkpoint = tf.train.latest_checkpoint(args.checkpoint_dir)
+        result["checkpoint"] = checkpoint and dict(
+            name=os.path.basename(checkpoint),
+            global_step=int(tf.train.load_checkpoint(checkpoint).get_tensor("global_step")),
+        )
+    return result
+
+
+def alone(args):
+    """The program on a cluster of stock TensorFlow servers in this process."""
+    ps = [f"127.0.0.1:{free_port()}"]
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(args.workers)]
+    spec = cluster_spec(ps, workers)
+    servers = [tf.distribute.Server(spec, job_name="ps", task_index=0, start=True)]
+    servers += [
+        tf.distribute.Server(spec, job_name="worker", task_index=i, start=True)
+        for i in range(args.workers)
+    ]
+    data = digits()
+    results, errors = [None] * args.workers, []
+    # The other workers open their sessions once the chief has initialised the model (a
+    # worker finding it uninitialised would wait 30 s before looking again).
+    chief_ready = threading.Event()
+
+    def worker(i):
+        try:
+            if i > 0 and not chief_ready.wait(timeout=120):
+                raise TimeoutError("the chief did not open its session within 120 s")
+            ready = chief_ready.set if i == 0 else None
+            results[i] = train(args, "grpc://" + workers[i], ps, workers, i, data, None, ready)
+        except Exception as e:  # reported below, with the worker's index
+            errors.append(f"worker {i}: {type(e).__name__}: {e}")
+            chief_ready.set()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        sys.exit(1)
+    result = dict(results[0], cluster=dict(ps=ps, worker=workers))
+    if len(results) > 1:
+        result["others"] = results[1:]
+    return result
+
+
+def client(args):
+    """Worker `args.index` of the program in the cluster the flags name."""
+    workers = split(args.worker)
+    if not 0 <= args.index < len(workers):
+        sys.exit(f"tensorflow_v1: --index {args.index} is not a task of --worker {args.worker}")
+    ps = split(args.ps)
+    cluster_def = None if args.no_cluster_def else cluster_spec(ps, workers).as_cluster_def()
+    master = args.master if args.master.startswith("grpc://") else "grpc://" + args.master
+    # The chief says when the model is initialised: the other workers may start.
+    ready = (lambda: print("ready", flush=True)) if args.index == 0 else None
+    return train(args, master, ps, workers, args.index, digits(), cluster_def, ready)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    server = commands.add_parser("server", help="serve one TensorFlow task")
+    server.add_argument("job", choices=["ps", "worker"])
+    server.add_argument("index", type=int)
+    server.add_argument("--ps", default="")
+    server.add_argument("--worker", required=True)
+    for name in DEFAULT_STEPS:
+        program = commands.add_parser(name, help=f"the {name} trainer")
+        where = program.add_mutually_exclusive_group(required=True)
+        where.add_argument("--alone", action="store_true", help="on stock TensorFlow servers")
+        where.add_argument("--master", help="grpc://HOST:PORT of the master to train through")
+        program.add_argument("--workers", type=int, default=1, help="with --alone")
+        program.add_argument("--ps", default="")
+        program.add_argument("--worker", default="")
+        program.add_argument("--index", type=int, default=0)
+        program.add_argument("--no-cluster-def", action="store_true")
+        program.add_argument("--steps", type=int, default=DEFAULT_STEPS[name])
+        program.add_argument("--checkpoint-dir")
+        if name == "sync":
+            program.add_argument("--operation-timeout-ms", type=int, default=4000)
+        program.add_argument(
+            "--v2-behavior", choices=["off", "eager-only"], default="off",
+            help="off: disable_v2_behavior(); eager-only: only disable_eager_execution()",
+        )
+        if name == "rnn":
+            program.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
+    args = parser.parse_args()
+    if args.command == "server":
+        serve(args)
+        return
+    args.program = args.command
+    args.cell = getattr(args, "cell", "lstm")
+    if args.program == "rnn":
+        try:
+            tf.compat.v1.nn.rnn_cell.LSTMCell
+        except (ImportError, AttributeError) as e:  # pragma: no cover - depends on the host
+            print(f"tensorflow_v1: tf.compat.v1.nn.rnn_cell: {e}; pip install tf-keras",
+                  file=sys.stderr)
+            sys.exit(2)
+    if args.program == "sync" and args.v2_behavior != "off":
+        parser.error("sync runs with --v2-behavior off (SyncReplicasOptimizer is TensorFlow 1's)")
+    if args.master and not args.worker:
+        parser.error("--master needs --worker (and --ps) naming the cluster's tasks")
+    if args.v2_behavior == "off":
+        tf.compat.v1.disable_v2_behavior()
+    else:
+        tf.compat.v1.disable_eager_execution()
+    temporary = args.checkpoint_dir is None
+    if temporary:
+        args.checkpoint_dir = tempfile.mkdtemp(prefix="tensorflow_v1-")
+    try:
+        result = alone(args) if args.alone else client(args)
+    finally:
+        if temporary:
+            shutil.rmtree(args.checkpoint_dir, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
