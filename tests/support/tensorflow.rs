@@ -28,9 +28,10 @@ pub fn python_with(test: &str, modules: &[&str]) -> Option<String> {
     let python = std::env::var("TESSERA_TF_PYTHON").unwrap_or_else(|_| "python3".into());
     let (tx, rx) = mpsc::channel();
     let probe = python.clone();
+    let probe_imports = imports.clone();
     thread::spawn(move || {
         let found = Command::new(&probe)
-            .args(["-c", &imports])
+            .args(["-c", &probe_imports])
             .env("TF_CPP_MIN_LOG_LEVEL", "3")
             .stdin(Stdio::null())
             .output();
