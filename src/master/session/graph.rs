@@ -262,8 +262,8 @@ impl SessionGraph {
     fn placed(&mut self, devices: &DeviceSet) -> Result<&GraphDef> {
         if self.placed.is_none() {
             // Functional control flow (If, While, function calls) is lowered to v1 control flow
-        // before placement, as TensorFlow's masters lower it, so a loop body can span tasks.
-        let mut graph = crate::graph::lower::lower_functional_ops(&self.graph.to_graph_def())?;
+            // before placement, as TensorFlow's masters lower it, so a loop body can span tasks.
+            let mut graph = crate::graph::lower::lower_functional_ops(&self.graph.to_graph_def())?;
             for node in &mut graph.node {
                 if let Some(device) = self.placements.get(&node.name) {
                     node.device = device.clone();

@@ -30,7 +30,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
-use crate::graph::{gradients, Graph, NodeSpec, Output, Variable, VariableKind};
+use crate::graph::{
+    gradients_with, GradientOptions, Graph, NodeSpec, Output, Variable, VariableKind,
+};
 use crate::tensor::DType;
 
 pub use slots::{
@@ -136,6 +138,7 @@ pub struct Optimizer {
     learning_rate: LearningRate,
     name: String,
     use_locking: bool,
+    gate_gradients: Option<bool>,
 }
 
 impl Optimizer {
@@ -146,6 +149,7 @@ impl Optimizer {
             algorithm,
             learning_rate: learning_rate.into(),
             use_locking: false,
+            gate_gradients: None,
         }
     }
 
@@ -234,6 +238,13 @@ impl Optimizer {
         self
     }
 
+    /// Gates the gradients (`GradientOptions::gate_gradients`, TensorFlow 1's `GATE_OP`) or
+    /// not; by default they are gated when a variable is a reference variable.
+    pub fn gate_gradients(mut self, gate: bool) -> Self {
+        self.gate_gradients = Some(gate);
+        self
+    }
+
     /// The optimizer's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -260,7 +271,16 @@ impl Optimizer {
             )));
         }
         let handles: Vec<Output> = var_list.iter().map(|v| v.handle.clone()).collect();
-        let grads = gradients(g, std::slice::from_ref(loss), &handles, None)?;
+        // A reference variable's reads alias it, so an update must not run before every
+        // gradient computed from a read of it: TensorFlow 1's GATE_OP, which waits for all
+        // the input gradients of an op before any is used. Resource reads are snapshots.
+        let gate = self
+            .gate_gradients
+            .unwrap_or_else(|| var_list.iter().any(|v| v.kind() == VariableKind::Reference));
+        let options = GradientOptions {
+            gate_gradients: gate,
+        };
+        let grads = gradients_with(g, std::slice::from_ref(loss), &handles, None, &options)?;
         Ok(grads.into_iter().zip(var_list.iter().cloned()).collect())
     }
 
