@@ -15,7 +15,7 @@ use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::const_value;
-use crate::graph::control_flow::ControlFlow;
+use crate::graph::context::ControlFlow;
 use crate::graph::registry::{self, ArgType, OpDef};
 use crate::graph::scope::{self, DeviceFn, DeviceScope};
 use crate::graph::shape_fn::ShapeCtx;
@@ -448,7 +448,7 @@ impl Graph {
         control.extend(spec.control);
         // Inside a cond branch or a loop body, external inputs go through a Switch or an
         // Enter first, and the op may get a control input from the context's pivot (see
-        // `control_flow.rs`). As in TensorFlow, the nodes this adds are named under the op's
+        // `context.rs`). As in TensorFlow, the nodes this adds are named under the op's
         // own name (`cond/MatMul/Switch`, `while/MatMul/Enter`).
         let context = match self.cf.current {
             Some(c) => {

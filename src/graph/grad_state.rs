@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::builder::{Graph, NodeSpec, Output};
-use crate::graph::control_flow::{CtxId, Kind};
+use crate::graph::context::{CtxId, Kind};
 use crate::tensor::DType;
 
 /// The state of one forward loop's gradient (`_GradLoopState`).

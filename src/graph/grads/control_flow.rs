@@ -15,7 +15,7 @@
 use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::graph::builder::{Graph, NodeSpec, Output};
-use crate::graph::control_flow::Kind;
+use crate::graph::context::Kind;
 use crate::graph::gradients::GradCtx;
 use crate::tensor::DType;
 
