@@ -61,6 +61,8 @@ fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
 /// A graph with its loss and the gradients of the loss with respect to some placeholders,
 /// ready to run.
 struct Differentiated {
+    /// The graph with its gradients.
+    graph: Graph,
     session: Session,
     loss: String,
     xs: Vec<String>,
@@ -82,6 +84,7 @@ impl Differentiated {
         let session = Session::local();
         session.extend(&g.to_graph_def()).unwrap();
         Self {
+            graph: g,
             session,
             loss: loss.name(),
             xs: xs.iter().map(Output::name).collect(),
@@ -784,10 +787,21 @@ fn a_while_loop_gradient_is_the_loop_tensorflow_builds() {
 }
 
 #[test]
-fn gradients_through_a_cond_in_a_loop_and_a_loop_in_a_cond_match_tensorflow() {
+fn gradients_through_a_cond_in_a_loop_match_tensorflow() {
+    // The shape of x known, then unknown (the zeros for the untaken side are then shaped at
+    // run time from a shape saved in the forward loop).
+    for known in [true, false] {
+        cond_in_loop_gradients(known);
+    }
+}
+
+fn cond_in_loop_gradients(known: bool) {
     // for i in 0..4: h = h * x if i is even else h * h
     let mut g = Graph::new();
-    let x = ph(&mut g, "x", DType::Double, &[2]);
+    let dims = if known { vec![Some(2)] } else { vec![None] };
+    let x = g
+        .placeholder("x", DType::Double, PartialShape::new(dims))
+        .unwrap();
     let i0 = g.const_i32("Const", &[], &[0]).unwrap();
     let xc = x.clone();
     let out = g
@@ -817,6 +831,12 @@ fn gradients_through_a_cond_in_a_loop_and_a_loop_in_a_cond_match_tensorflow() {
         .unwrap();
     let loss = g.sum(&out[1], &[0], false).unwrap();
     let d = Differentiated::new(g, &loss, std::slice::from_ref(&x));
+    // The zero gradient of the untaken side: a constant behind a Switch on the saved
+    // predicate, or zeros of a shape pushed in the forward loop.
+    let shape_saved = d.graph.nodes().iter().any(|n| {
+        n.op == "StackPushV2" && d.graph.node(&n.input[1]).is_some_and(|p| p.op == "Shape")
+    });
+    assert_eq!(shape_saved, !known);
     let feeds = vec![("x:0", f64s(&[2], 8))];
     let (l, grads) = d.run(&feeds);
     // From tests/builder_control_flow_tf.py with TensorFlow 2.21.
@@ -828,7 +848,10 @@ fn gradients_through_a_cond_in_a_loop_and_a_loop_in_a_cond_match_tensorflow() {
         1e-12,
     );
     d.check_numerically("cond in while", &feeds, &grads);
+}
 
+#[test]
+fn gradients_through_a_loop_in_a_cond_match_tensorflow() {
     // if p: 3 iterations of h * x, else x * x.
     let mut g = Graph::new();
     let x = ph(&mut g, "x", DType::Double, &[2]);
