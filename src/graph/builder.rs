@@ -15,6 +15,7 @@ use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::const_value;
+use crate::graph::context::ControlFlow;
 use crate::graph::registry::{self, ArgType, OpDef};
 use crate::graph::scope::{self, DeviceFn, DeviceScope};
 use crate::graph::shape_fn::ShapeCtx;
@@ -79,7 +80,7 @@ pub struct NodeSpec {
     name: Option<String>,
     args: Vec<Arg>,
     attrs: Vec<(String, AttrValue)>,
-    control: Vec<String>,
+    pub(crate) control: Vec<String>,
 }
 
 impl NodeSpec {
@@ -125,15 +126,42 @@ impl NodeSpec {
     }
 }
 
-/// A resource variable: its handle, the op that initializes it, and its value type.
+/// A variable: its handle, the op that initializes it, and its value.
 #[derive(Clone, Debug)]
 pub struct Variable {
-    /// The `VarHandleOp` output (a resource); gradients can be taken with respect to it.
+    /// The `VarHandleOp` output (a resource) of a resource variable, the `VariableV2` output
+    /// (a reference) of a reference variable; gradients can be taken with respect to it.
     pub handle: Output,
-    /// The name of the `AssignVariableOp` that writes the initial value.
+    /// The name of the `AssignVariableOp` (resource) or `Assign` (reference) that writes the
+    /// initial value.
     pub initializer: String,
-    /// The `ReadVariableOp` output created with the variable (`w/Read/ReadVariableOp`).
+    /// The value read when the variable was created: `w/Read/ReadVariableOp` for a resource
+    /// variable, the `Identity` `w/read` for a reference variable.
     pub value: Output,
+}
+
+impl Variable {
+    /// Whether the variable is a resource or a reference variable (from its handle's dtype).
+    pub fn kind(&self) -> VariableKind {
+        if self.handle.dtype == DType::Resource {
+            VariableKind::Resource
+        } else {
+            VariableKind::Reference
+        }
+    }
+}
+
+/// How [`Graph::variable`] stores a variable, and so which ops read and update it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VariableKind {
+    /// A resource variable, as TensorFlow 2 (and `use_resource=True`) makes them:
+    /// `VarHandleOp` + `AssignVariableOp` + `ReadVariableOp`; optimizers update it with
+    /// `ResourceApply*`.
+    #[default]
+    Resource,
+    /// A reference variable, as TensorFlow 1 makes them: `VariableV2` + `Assign` + an
+    /// `Identity` named `read`; optimizers update it with `Apply*` on its reference.
+    Reference,
 }
 
 /// A dataflow graph being built (or imported) as a TensorFlow `GraphDef`.
@@ -145,9 +173,11 @@ pub struct Graph {
     names_in_use: HashMap<String, usize>,
     name_scope: String,
     devices: Vec<DeviceScope>,
-    control: Vec<String>,
+    pub(crate) control: Vec<String>,
     colocation: Option<String>,
     variables: Vec<String>,
+    variable_kind: VariableKind,
+    pub(crate) cf: ControlFlow,
     pub(crate) versions: Option<VersionDef>,
     pub(crate) library: Option<FunctionDefLibrary>,
 }
@@ -413,9 +443,23 @@ impl Graph {
                 )));
             }
         }
-        node.input = inputs.iter().map(Output::input_name).collect();
+        let mut inputs = inputs;
         let mut control: Vec<String> = self.control.clone();
         control.extend(spec.control);
+        // Inside a cond branch or a loop body, external inputs go through a Switch or an
+        // Enter first, and the op may get a control input from the context's pivot (see
+        // `context.rs`). As in TensorFlow, the nodes this adds are named under the op's
+        // own name (`cond/MatMul/Switch`, `while/MatMul/Enter`).
+        let context = match self.cf.current {
+            Some(c) => {
+                let scope = format!("{name}/");
+                Some(self.with_name_scope(&scope, |g| {
+                    g.cf_add_op(c, &spec.op, &mut inputs, &mut control)
+                })?)
+            }
+            None => None,
+        };
+        node.input = inputs.iter().map(Output::input_name).collect();
         for c in control {
             let dup = inputs.iter().any(|o| o.node == c)
                 || node.input.iter().any(|i| i == &format!("^{c}"));
@@ -439,7 +483,7 @@ impl Graph {
         }
         node.device = scope::apply_device_scopes(&node, &self.devices)?;
         let meta = self.infer(def, &mut node)?;
-        let outputs = meta
+        let outputs: Vec<Output> = meta
             .iter()
             .enumerate()
             .map(|(index, m)| Output {
@@ -450,7 +494,52 @@ impl Graph {
             })
             .collect();
         self.insert(node, meta);
+        if let Some(c) = context {
+            self.cf_op_added(c, &name, &outputs);
+        }
         Ok(outputs)
+    }
+
+    /// Replaces data input `index` of node `node` by `new` (TensorFlow's `_update_input`): how
+    /// a loop's `Merge` gets its back edge from the `NextIteration` built after it.
+    pub(crate) fn update_input(&mut self, node: &str, index: usize, new: &Output) -> Result<()> {
+        let &i = self
+            .by_name
+            .get(node)
+            .ok_or_else(|| Status::internal(format!("no node `{node}` to update")))?;
+        let slot = self.nodes[i]
+            .input
+            .iter_mut()
+            .filter(|s| !s.starts_with('^'))
+            .nth(index)
+            .ok_or_else(|| Status::internal(format!("node `{node}` has no input {index}")))?;
+        *slot = new.input_name();
+        Ok(())
+    }
+
+    /// Adds control input `^from` to node `node` (TensorFlow's `_add_control_input`).
+    pub(crate) fn add_control_input(&mut self, node: &str, from: &str) -> Result<()> {
+        let &i = self.by_name.get(node).ok_or_else(|| {
+            Status::internal(format!("no node `{node}` to add a control input to"))
+        })?;
+        let dep = format!("^{from}");
+        if !self.nodes[i].input.contains(&dep) {
+            self.nodes[i].input.push(dep);
+        }
+        Ok(())
+    }
+
+    /// Records that output `o` has shape `shape` (TensorFlow's `set_shape`), returning it.
+    pub(crate) fn set_output_shape(&mut self, o: &Output, shape: PartialShape) -> Output {
+        if let Some(m) = self
+            .by_name
+            .get(&o.node)
+            .copied()
+            .and_then(|i| self.meta[i].get_mut(o.index))
+        {
+            m.shape = shape.clone();
+        }
+        Output { shape, ..o.clone() }
     }
 
     pub(crate) fn insert(&mut self, node: NodeDef, meta: Vec<OutputMeta>) {
@@ -555,10 +644,95 @@ impl Graph {
         self.add_op(spec)
     }
 
-    /// Creates a resource variable as TensorFlow's `get_variable` does: `VarHandleOp` `name`,
-    /// `name/IsInitialized/VarIsInitializedOp`, `name/Assign` writing `initial`, and
-    /// `name/Read/ReadVariableOp`, all colocated with the handle.
+    /// Returns the kind of variable [`Graph::variable`] creates (resource by default).
+    pub fn variable_kind(&self) -> VariableKind {
+        self.variable_kind
+    }
+
+    /// Sets the kind of variable [`Graph::variable`] creates from now on; slots and the
+    /// global step follow it (slots always take their variable's kind).
+    pub fn set_variable_kind(&mut self, kind: VariableKind) {
+        self.variable_kind = kind;
+    }
+
+    /// Runs `f` with [`Graph::variable`] creating variables of `kind`.
+    pub fn with_variable_kind<R>(
+        &mut self,
+        kind: VariableKind,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
+        let saved = std::mem::replace(&mut self.variable_kind, kind);
+        let r = f(self);
+        self.variable_kind = saved;
+        r
+    }
+
+    /// Creates a variable named `name` (made unique) starting at `initial`, of the graph's
+    /// current [`VariableKind`] (see [`Graph::variable_with_kind`]).
     pub fn variable(&mut self, name: &str, initial: &Output) -> Result<Variable> {
+        self.variable_with_kind(name, initial, self.variable_kind)
+    }
+
+    /// Creates a variable of `kind`: a resource variable as TensorFlow's `get_variable` does
+    /// (`VarHandleOp` `name`, `name/IsInitialized/VarIsInitializedOp`, `name/Assign` writing
+    /// `initial`, and `name/Read/ReadVariableOp`, all colocated with the handle), or a
+    /// reference variable as `tf.compat.v1.Variable` does (`VariableV2` `name`, `name/Assign`
+    /// and the `Identity` `name/read`, colocated with it).
+    pub fn variable_with_kind(
+        &mut self,
+        name: &str,
+        initial: &Output,
+        kind: VariableKind,
+    ) -> Result<Variable> {
+        match kind {
+            VariableKind::Resource => self.resource_variable(name, initial),
+            VariableKind::Reference => self.reference_variable(name, initial),
+        }
+    }
+
+    fn reference_variable(&mut self, name: &str, initial: &Output) -> Result<Variable> {
+        let shape = initial.shape.clone();
+        let dtype = initial.dtype;
+        if !shape.is_fully_defined() {
+            return Err(Status::invalid_argument(format!(
+                "reference variable `{name}`: its initial value `{}` has a partly unknown shape \
+                 {shape}; give it a static shape",
+                initial.name()
+            )));
+        }
+        let scope = self.with_name_scope(name, |g| g.name_scope().to_string());
+        let var = self.add1(
+            NodeSpec::new("VariableV2")
+                .name(&format!("{scope}/"))
+                .attr("dtype", value::dtype(dtype))
+                .attr("shape", value::shape(&shape))
+                .attr("container", value::string(""))
+                .attr("shared_name", value::string("")),
+        )?;
+        let at = format!("{scope}/");
+        let (initializer, value) = self.with_name_scope(&at, |g| {
+            g.with_colocation(&var.node.clone(), |g| -> Result<(String, Output)> {
+                let assign = g.add_op(
+                    NodeSpec::new("Assign")
+                        .name("Assign")
+                        .input(&var)
+                        .input(initial)
+                        .attr("validate_shape", value::bool(true))
+                        .attr("use_locking", value::bool(true)),
+                )?;
+                let read = g.add1(NodeSpec::new("Identity").name("read").input(&var))?;
+                Ok((assign, read))
+            })
+        })?;
+        self.variables.push(initializer.clone());
+        Ok(Variable {
+            handle: var,
+            initializer,
+            value,
+        })
+    }
+
+    fn resource_variable(&mut self, name: &str, initial: &Output) -> Result<Variable> {
         let shape = initial.shape.clone();
         let dtype = initial.dtype;
         let scope = self.with_name_scope(name, |g| g.name_scope().to_string());
@@ -594,6 +768,15 @@ impl Graph {
             initializer,
             value,
         })
+    }
+
+    /// Reads `var`: a new `ReadVariableOp` of a resource variable, the `Identity` `read` of a
+    /// reference variable (TensorFlow 1 reads through that one snapshot).
+    pub fn read(&mut self, var: &Variable) -> Result<Output> {
+        match var.kind() {
+            VariableKind::Resource => self.read_variable(&var.handle),
+            VariableKind::Reference => Ok(var.value.clone()),
+        }
     }
 
     /// Adds a `ReadVariableOp` of `handle` (a new read per use, as TensorFlow 2 does).
@@ -703,11 +886,17 @@ fn propagate_values(node: &NodeDef, inputs: &[OutputMeta], out: &mut [OutputMeta
         "VarHandleOp" => {
             out[0].handle_shape = crate::graph::attr::shape(node, "shape").ok();
         }
-        "Identity" | "StopGradient" => {
-            if let (Some(i), Some(o)) = (inputs.first(), out.first_mut()) {
-                o.value = i.value.clone();
-                o.shape_value = i.shape_value.clone();
-                o.handle_shape = i.handle_shape.clone();
+        // Control-flow ops forward their input unchanged (a Switch on both outputs); a loop
+        // variable's Merge changes every iteration, so it keeps nothing.
+        "Identity" | "StopGradient" | "Enter" | "RefEnter" | "Exit" | "RefExit" | "Switch"
+        | "RefSwitch" => {
+            if let Some(i) = inputs.first() {
+                let outputs = if node.op.contains("Switch") { 2 } else { 1 };
+                for o in out.iter_mut().take(outputs) {
+                    o.value = i.value.clone();
+                    o.shape_value = i.shape_value.clone();
+                    o.handle_shape = i.handle_shape.clone();
+                }
             }
         }
         _ => {}

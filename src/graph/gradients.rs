@@ -11,11 +11,20 @@
 //!
 //! Reading a resource variable (`ReadVariableOp`) passes its gradient to the handle, so a
 //! variable's gradient is taken with respect to its `VarHandleOp` output and sums every read.
+//!
+//! Control flow built with [`Graph::cond`] and [`Graph::while_loop`] is differentiated as
+//! TensorFlow 1 does (`gradients_util.py` with `control_flow_state.py`): every forward loop on
+//! the way gets a gradient loop before backprop starts (see `grad_state.rs`), the gradient
+//! functions of ops in a loop run in its gradient loop, a loop's Switch is visited once from
+//! its Exit and once from its body, and a loop's Exits are visited together (an Exit nobody
+//! differentiated gets zeros once another has a gradient). Each gradient takes the static shape
+//! of the input it is for.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::error::{Result, Status};
 use crate::graph::builder::{parse_input, Graph, NodeSpec, Output};
+use crate::graph::grad_state::LoopState;
 use crate::graph::registry::{self, Gradient};
 use crate::proto::NodeDef;
 use crate::tensor::{DType, PartialShape};
@@ -193,6 +202,7 @@ fn backprop(
         }
     }
     let mut between: HashSet<String> = HashSet::new();
+    let mut between_list: Vec<String> = Vec::new();
     let mut stack: Vec<String> = ys.iter().map(|y| y.node.clone()).collect();
     while let Some(n) = stack.pop() {
         if reached.contains(&n) && between.insert(n.clone()) {
@@ -200,11 +210,27 @@ fn backprop(
                 .node(&n)
                 .ok_or_else(|| Status::internal(format!("lost node `{n}`")))?;
             stack.extend(data_inputs(node).map(|(s, _)| s.to_string()));
+            between_list.push(n);
         }
     }
-    // How many between-op consumers each op waits for.
-    let mut pending: HashMap<String, usize> = HashMap::new();
-    for n in &between {
+    // While loops on the way get their gradient loops; every Exit of such a loop is visited.
+    let mut loops: Option<LoopState> = None;
+    let exits: Vec<String> = between_list
+        .iter()
+        .filter(|n| g.is_loop_exit(n))
+        .cloned()
+        .collect();
+    for exit in exits {
+        let state = loops.get_or_insert_with(LoopState::default);
+        for e in g.add_while_context(state, &exit)? {
+            if between.insert(e.node.clone()) {
+                between_list.push(e.node);
+            }
+        }
+    }
+    // How many between-op consumers (edges) each op waits for.
+    let mut pending: HashMap<String, i64> = HashMap::new();
+    for n in &between_list {
         let node = g
             .node(n)
             .ok_or_else(|| Status::internal(format!("lost node `{n}`")))?;
@@ -236,15 +262,30 @@ fn backprop(
 
     let x_nodes: HashSet<&str> = xs.iter().map(|x| x.node.as_str()).collect();
     let mut queue: VecDeque<String> = VecDeque::new();
-    let mut queued: HashSet<String> = HashSet::new();
+    let mut to_ops: HashSet<String> = HashSet::new();
     for y in ys {
         if between.contains(&y.node)
             && pending.get(&y.node).copied().unwrap_or(0) == 0
-            && queued.insert(y.node.clone())
+            && to_ops.insert(y.node.clone())
         {
             queue.push_back(y.node.clone());
         }
     }
+    // The gradients summed so far of a loop Switch's outputs, kept for its second visit.
+    let mut switch_grads: HashMap<Key, Output> = HashMap::new();
+    if let Some(state) = &loops {
+        for exit in process_unused_loop_exits(g, state, &pending, &to_ops) {
+            if exit.dtype.is_float() {
+                let zeros = g.zeros_like_for_exit(&exit)?;
+                grads
+                    .entry((exit.node.clone(), exit.index))
+                    .or_default()
+                    .push(zeros);
+                queue.push_back(exit.node.clone());
+            }
+        }
+    }
+    let top = g.cf.current;
     let mut final_grads: HashMap<Key, Output> = HashMap::new();
     while let Some(name) = queue.pop_front() {
         let node = g
@@ -252,14 +293,24 @@ fn backprop(
             .cloned()
             .ok_or_else(|| Status::internal(format!("lost node `{name}`")))?;
         let outputs = g.outputs_of(&name)?;
+        // Output gradients are summed where the op's consumers are: outside an Exit's loop.
+        let before = loops
+            .as_ref()
+            .and_then(|l| l.grad_context(g, &name, true))
+            .or(top);
         let mut out_grads: Vec<Option<Output>> = Vec::with_capacity(outputs.len());
         for o in &outputs {
-            let summed = aggregate(
-                g,
-                grads.remove(&(name.clone(), o.index)).unwrap_or_default(),
-            )?;
+            let key = (name.clone(), o.index);
+            let received = grads.remove(&key).unwrap_or_default();
+            let summed = match switch_grads.get(&key) {
+                Some(kept) if received.is_empty() => Some(kept.clone()),
+                _ => g.cf_enter(before, |g| aggregate(g, received))?,
+            };
             if let Some(s) = &summed {
-                final_grads.insert((name.clone(), o.index), s.clone());
+                final_grads.insert(key.clone(), s.clone());
+                if g.is_loop_switch(&name) {
+                    switch_grads.insert(key, s.clone());
+                }
             }
             out_grads.push(summed);
         }
@@ -268,51 +319,19 @@ fn backprop(
             .collect::<Result<_>>()?;
         let feeds_between = inputs.iter().any(|i| between.contains(&i.node));
         let is_stop = x_nodes.contains(name.as_str()) && !feeds_between;
+        let after = loops
+            .as_ref()
+            .and_then(|l| l.grad_context(g, &name, false))
+            .or(top);
         if out_grads.iter().any(Option::is_some) && !is_stop && feeds_between {
-            // Float outputs nobody differentiated get zeros, as TensorFlow does.
-            for (o, og) in outputs.iter().zip(out_grads.iter_mut()) {
-                if og.is_none() && o.dtype.is_float() {
-                    *og = Some(g.add1(NodeSpec::new("ZerosLike").name("zeros_like").input(o))?);
-                }
-            }
-            let def = registry::lookup(&node)?;
-            let in_grads = match def.gradient {
-                Gradient::NotDifferentiable => vec![None; inputs.len()],
-                Gradient::Missing => {
-                    return Err(Status::unimplemented(format!(
-                        "no gradient is defined for op {} (node `{}`), which lies between the \
-                         ys and xs; wrap its output in StopGradient or drop that path",
-                        node.op, node.name
-                    )))
-                }
-                Gradient::Fn(f) => {
-                    let ctx = GradCtx {
-                        node: node.clone(),
-                        inputs: inputs.clone(),
-                        outputs,
-                        grads: out_grads,
-                    };
-                    let scope = format!("{name}_grad");
-                    let r = g.with_name_scope(&scope, |g| {
-                        let r = f(g, &ctx)?;
-                        if options.gate_gradients {
-                            gate(g, r)
-                        } else {
-                            Ok(r)
-                        }
-                    })?;
-                    if r.len() != inputs.len() {
-                        return Err(ctx.err(format!(
-                            "gradient function returned {} gradients for {} inputs",
-                            r.len(),
-                            inputs.len()
-                        )));
-                    }
-                    r
-                }
-            };
+            let in_grads = g.cf_enter(after, |g| {
+                op_gradients(g, &loops, &node, &inputs, outputs, out_grads, options)
+            })?;
             for (input, ig) in inputs.iter().zip(in_grads) {
                 let Some(ig) = ig else { continue };
+                // A gradient has its input's shape (TensorFlow's `set_shape` here), which keeps
+                // shapes known through run-time reductions, as loop accumulators need.
+                let ig = refine_shape(g, &node, input, ig)?;
                 if between.contains(&input.node)
                     && (input.dtype.is_float() || input.dtype == DType::Resource)
                 {
@@ -323,19 +342,37 @@ fn backprop(
                 }
             }
         }
-        let mut seen = HashSet::new();
+        // One decrement per edge; a loop Switch is visited again for each of its consumers.
         for input in &inputs {
-            if !between.contains(&input.node) || !seen.insert(input.node.clone()) {
+            if !between.contains(&input.node) {
                 continue;
             }
-            // One decrement per edge: count this input's edges from this node.
-            let edges = inputs.iter().filter(|i| i.node == input.node).count();
             let p = pending.entry(input.node.clone()).or_default();
-            *p = p.saturating_sub(edges);
-            if *p == 0 && queued.insert(input.node.clone()) {
-                queue.push_back(input.node.clone());
+            *p -= 1;
+            let ready = *p == 0 || (loops.is_some() && *p > 0 && g.is_loop_switch(&input.node));
+            if !ready {
+                continue;
+            }
+            match &mut loops {
+                Some(state) if g.is_loop_exit(&input.node) => {
+                    let ready_exits = defer_exit(g, state, input, &grads)?;
+                    for (exit, zeros) in ready_exits {
+                        if zeros {
+                            let z = g.cf_enter(top, |g| g.zeros_like_for_exit(&exit))?;
+                            grads
+                                .entry((exit.node.clone(), exit.index))
+                                .or_default()
+                                .push(z);
+                        }
+                        queue.push_back(exit.node);
+                    }
+                }
+                _ => queue.push_back(input.node.clone()),
             }
         }
+    }
+    if let Some(state) = &loops {
+        g.post_process_loops(state)?;
     }
     xs.iter()
         .map(|x| {
@@ -346,6 +383,187 @@ fn backprop(
             aggregate(g, grads.remove(&key).unwrap_or_default())
         })
         .collect()
+}
+
+/// Gives gradient `ig` of `input` (an input of `node`) what is known of `input`'s shape;
+/// shapes that cannot agree are an error naming the op.
+fn refine_shape(g: &mut Graph, node: &NodeDef, input: &Output, ig: Output) -> Result<Output> {
+    if input.dtype == DType::Resource || ig.dtype == DType::Resource || ig.shape == input.shape {
+        return Ok(ig);
+    }
+    let (Some(a), Some(b)) = (ig.shape.dims(), input.shape.dims()) else {
+        let known = if ig.shape.rank().is_some() {
+            ig.shape.clone()
+        } else {
+            input.shape.clone()
+        };
+        return Ok(g.set_output_shape(&ig, known));
+    };
+    let merged: Option<Vec<Option<usize>>> = (a.len() == b.len())
+        .then(|| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| match (x, y) {
+                    (Some(x), Some(y)) if x != y => None,
+                    (Some(x), _) | (None, Some(x)) => Some(Some(*x)),
+                    (None, None) => Some(None),
+                })
+                .collect()
+        })
+        .flatten();
+    match merged {
+        Some(dims) => Ok(g.set_output_shape(&ig, PartialShape::new(dims))),
+        None => Err(Status::internal(format!(
+            "the gradient `{}` computed for input `{}` of node `{}` (op {}) has shape {}, \
+             incompatible with the input's shape {}",
+            ig.name(),
+            input.name(),
+            node.name,
+            node.op,
+            ig.shape,
+            input.shape
+        ))),
+    }
+}
+
+/// Runs the gradient function of `node` (in its gradient loop when it is in a loop): fills
+/// the missing gradients of its float outputs with zeros first, and gates the results when
+/// asked.
+fn op_gradients(
+    g: &mut Graph,
+    loops: &Option<LoopState>,
+    node: &NodeDef,
+    inputs: &[Output],
+    outputs: Vec<Output>,
+    mut out_grads: Vec<Option<Output>>,
+    options: &GradientOptions,
+) -> Result<Vec<Option<Output>>> {
+    let name = node.name.clone();
+    let def = registry::lookup(node)?;
+    let f = match def.gradient {
+        Gradient::NotDifferentiable => return Ok(vec![None; inputs.len()]),
+        Gradient::Missing => {
+            return Err(Status::unimplemented(format!(
+                "no gradient is defined for op {} (node `{}`), which lies between the \
+                 ys and xs; wrap its output in StopGradient or drop that path",
+                node.op, node.name
+            )))
+        }
+        Gradient::Fn(f) => f,
+    };
+    // Float outputs nobody differentiated get zeros, as TensorFlow does.
+    for (o, og) in outputs.iter().zip(out_grads.iter_mut()) {
+        if og.is_none() && o.dtype.is_float() {
+            *og = match loops {
+                Some(state) => g.zeros_like_in_loop(state, &name, o.index)?,
+                None => Some(g.zeros_like_output(&name, o.index)?),
+            };
+        }
+        // A resource Switch of a cond (a variable read in one branch) gets zeros of the
+        // variable's shape on the untaken side.
+        if og.is_none()
+            && o.dtype == DType::Resource
+            && g.is_switch(&name)
+            && !g.is_loop_switch(&name)
+            && g.op_while_context(&name).is_none()
+            && g.op_context(&name).is_some()
+        {
+            *og = g.zeros_like_output(&name, o.index).ok();
+        }
+    }
+    let ctx = GradCtx {
+        node: node.clone(),
+        inputs: inputs.to_vec(),
+        outputs,
+        grads: out_grads,
+    };
+    let scope = format!("{name}_grad");
+    let r = g.with_name_scope(&scope, |g| {
+        let r = f(g, &ctx)?;
+        if options.gate_gradients {
+            gate(g, r)
+        } else {
+            Ok(r)
+        }
+    })?;
+    if r.len() != inputs.len() {
+        return Err(ctx.err(format!(
+            "gradient function returned {} gradients for {} inputs",
+            r.len(),
+            inputs.len()
+        )));
+    }
+    Ok(r)
+}
+
+/// The loops' Exits no y depends on (`ProcessUnusedLoopExits`): they count as visited, and
+/// when all Exits of a loop are, those that need a zero gradient are returned.
+fn process_unused_loop_exits(
+    g: &mut Graph,
+    state: &LoopState,
+    pending: &HashMap<String, i64>,
+    to_ops: &HashSet<String>,
+) -> Vec<Output> {
+    let mut out = Vec::new();
+    let mut states: Vec<usize> = state.map.values().copied().collect();
+    states.sort_unstable();
+    for s in states {
+        let exits = g.cf.grad_states[s].forward_loop_exits.clone();
+        for y in exits {
+            if pending.get(&y.node).copied().unwrap_or(0) != 0 {
+                continue;
+            }
+            let st = &mut g.cf.grad_states[s];
+            st.pending_exits_count = st.pending_exits_count.saturating_sub(1);
+            if !to_ops.contains(&y.node) {
+                st.unused_exits.push(y.clone());
+            }
+            if st.pending_exits_count == 0 {
+                out.extend(st.unused_exits.iter().cloned());
+            }
+        }
+    }
+    out
+}
+
+/// An Exit whose consumers are done waits for the other Exits of its loop; when the last one
+/// is in, returns the Exits to visit, with whether each needs a zero gradient.
+fn defer_exit(
+    g: &mut Graph,
+    state: &LoopState,
+    exit: &Output,
+    grads: &HashMap<Key, Vec<Output>>,
+) -> Result<Vec<(Output, bool)>> {
+    let s = state
+        .grad_state(g, &exit.node, false)
+        .ok_or_else(|| Status::internal(format!("Exit `{}` has no gradient loop", exit.node)))?;
+    let st = &mut g.cf.grad_states[s];
+    st.deferred_exits.push(exit.clone());
+    st.pending_exits_count = st.pending_exits_count.saturating_sub(1);
+    if st.pending_exits_count > 0 {
+        return Ok(Vec::new());
+    }
+    let has_grad = |y: &Output| {
+        grads
+            .iter()
+            .any(|((n, _), v)| n == &y.node && !v.is_empty())
+    };
+    let mut out = Vec::new();
+    let deferred = std::mem::take(&mut st.deferred_exits);
+    let mut any = false;
+    for y in deferred {
+        if has_grad(&y) {
+            any = true;
+            out.push((y, false));
+        } else {
+            st.unused_exits.push(y);
+        }
+    }
+    for y in st.unused_exits.clone() {
+        let zeros = any && y.dtype.is_float();
+        out.push((y, zeros));
+    }
+    Ok(out)
 }
 
 /// The initial gradient of `y`: ones of its shape (`gradients/Shape`, `gradients/grad_ys_i`).

@@ -12,12 +12,19 @@
 //! - [`function`] and [`lower`]: the functions of a graph's library, and lowering the
 //!   functional ops that call them (`If`, `While`, `PartitionedCall`) to v1 control flow.
 //! - [`partitioned`]: variables stored as parts spread over ps tasks.
+//! - `control_flow`, `context` and `grad_state`: TensorFlow 1 conds and while loops in the
+//!   builder ([`Graph::cond`], [`Graph::while_loop`]), the control-flow contexts that wire what
+//!   is built inside them, and the gradient loops of while loops (counters, stacks of forward
+//!   values, accumulators).
 //! - [`gradients()`]: the backward graph, with per-op functions in `grads/`.
 
 pub mod attr;
 pub mod builder;
 pub mod const_value;
+mod context;
+mod control_flow;
 pub mod function;
+mod grad_state;
 pub mod gradients;
 pub mod grads;
 pub mod import;
@@ -28,7 +35,7 @@ pub mod registry;
 pub mod scope;
 pub mod shape_fn;
 
-pub use builder::{Graph, NodeSpec, Output, Variable};
+pub use builder::{Graph, NodeSpec, Output, Variable, VariableKind};
 pub use gradients::{gradients, gradients_with, GradientOptions};
 pub use import::validate;
 pub use partitioned::{fixed_size_partitioner, PartitionedVariable, Partitioner, SaveSlice};

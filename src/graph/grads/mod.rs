@@ -5,6 +5,7 @@
 //! builds them with Python operators (`mul`, `truediv`, `add`).
 
 pub mod array;
+pub(crate) mod control_flow;
 pub mod math;
 pub mod nn;
 

@@ -3,9 +3,12 @@
 //! forms, and `ControlTrigger`. TensorFlow's masters lower `If` and `While` to these before
 //! partitioning, and `tf.compat.v1` programs write them directly. Their semantics (dead
 //! tensors, frames, iterations) live in the executor (`runtime/executor/frames.rs`); the
-//! kernels in `kernels/cpu/control_flow.rs` only forward tensors.
+//! kernels in `kernels/cpu/control_flow.rs` only forward tensors. The builder writes them
+//! with `Graph::cond` and `Graph::while_loop` (`graph/control_flow.rs`); their gradients are
+//! in `grads/control_flow.rs`.
 
 use crate::error::Result;
+use crate::graph::grads::control_flow as grad;
 use crate::graph::registry::{OpDef, Registry};
 use crate::graph::shape_fn::{self as sf, ShapeCtx};
 use crate::tensor::PartialShape;
@@ -24,7 +27,7 @@ pub(super) fn register(r: &mut Registry) {
             .output(out_false)
             .output(out_true)
             .shape(switch_shape)
-            .no_grad()
+            .grad(grad::switch)
             .register(r);
     }
     for (name, inputs, output) in [
@@ -38,7 +41,7 @@ pub(super) fn register(r: &mut Registry) {
             .output(output)
             .output("value_index: int32")
             .shape(merge_shape)
-            .no_grad()
+            .grad(grad::merge)
             .register(r);
     }
     for (name, data, output) in [
@@ -53,7 +56,7 @@ pub(super) fn register(r: &mut Registry) {
             .input(data)
             .output(output)
             .shape(sf::unchanged)
-            .no_grad()
+            .grad(grad::enter)
             .register(r);
     }
     for (name, data, output) in [
@@ -67,7 +70,11 @@ pub(super) fn register(r: &mut Registry) {
             .input(data)
             .output(output)
             .shape(sf::unchanged)
-            .no_grad()
+            .grad(if name.contains("Exit") {
+                grad::exit
+            } else {
+                grad::next_iteration
+            })
             .register(r);
     }
     OpDef::build("LoopCond")

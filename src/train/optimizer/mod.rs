@@ -18,6 +18,10 @@
 //! only the gradients travel. Adam adds `beta1_power` / `beta2_power` colocated with the first
 //! variable by name, multiplied by `beta1` / `beta2` after every step, as TensorFlow 1 does.
 //!
+//! Reference variables ([`VariableKind::Reference`], TensorFlow 1's `VariableV2`) get
+//! reference slots and `Apply*` updates (`Adagrad/update_w1/ApplyAdagrad`), Adam's powers are
+//! advanced with `Assign` and the global step with `AssignAdd`, as TensorFlow 1 builds them.
+//!
 //! An optimizer holds no graph state: each `apply_gradients` creates fresh slots.
 
 pub mod slots;
@@ -26,7 +30,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
-use crate::graph::{gradients, Graph, NodeSpec, Output, Variable};
+use crate::graph::{
+    gradients_with, GradientOptions, Graph, NodeSpec, Output, Variable, VariableKind,
+};
 use crate::tensor::DType;
 
 pub use slots::{
@@ -132,6 +138,7 @@ pub struct Optimizer {
     learning_rate: LearningRate,
     name: String,
     use_locking: bool,
+    gate_gradients: Option<bool>,
 }
 
 impl Optimizer {
@@ -142,6 +149,7 @@ impl Optimizer {
             algorithm,
             learning_rate: learning_rate.into(),
             use_locking: false,
+            gate_gradients: None,
         }
     }
 
@@ -230,6 +238,13 @@ impl Optimizer {
         self
     }
 
+    /// Gates the gradients (`GradientOptions::gate_gradients`, TensorFlow 1's `GATE_OP`) or
+    /// not; by default they are gated when a variable is a reference variable.
+    pub fn gate_gradients(mut self, gate: bool) -> Self {
+        self.gate_gradients = Some(gate);
+        self
+    }
+
     /// The optimizer's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -256,7 +271,16 @@ impl Optimizer {
             )));
         }
         let handles: Vec<Output> = var_list.iter().map(|v| v.handle.clone()).collect();
-        let grads = gradients(g, std::slice::from_ref(loss), &handles, None)?;
+        // A reference variable's reads alias it, so an update must not run before every
+        // gradient computed from a read of it: TensorFlow 1's GATE_OP, which waits for all
+        // the input gradients of an op before any is used. Resource reads are snapshots.
+        let gate = self
+            .gate_gradients
+            .unwrap_or_else(|| var_list.iter().any(|v| v.kind() == VariableKind::Reference));
+        let options = GradientOptions {
+            gate_gradients: gate,
+        };
+        let grads = gradients_with(g, std::slice::from_ref(loss), &handles, None, &options)?;
         Ok(grads.into_iter().zip(var_list.iter().cloned()).collect())
     }
 
@@ -329,9 +353,7 @@ impl Optimizer {
         g.with_name_scope(&format!("{scope}/"), |g| {
             let mut params = Params::default();
             let power_reads = match &powers {
-                Some((b1, b2)) => {
-                    Some((g.read_variable(&b1.handle)?, g.read_variable(&b2.handle)?))
-                }
+                Some((b1, b2)) => Some((g.read(b1)?, g.read(b2)?)),
                 None => None,
             };
             let mut updates = Vec::with_capacity(plans.len());
@@ -365,8 +387,12 @@ impl Optimizer {
                                         ),
                                     ),
                             )?;
+                            let op = match step.kind() {
+                                VariableKind::Resource => "AssignAddVariableOp",
+                                VariableKind::Reference => "AssignAdd",
+                            };
                             g.add_op(
-                                NodeSpec::new("AssignAddVariableOp")
+                                NodeSpec::new(op)
                                     .name(&format!("{scope}/"))
                                     .input(&step.handle)
                                     .input(&one),
@@ -495,17 +521,23 @@ impl Optimizer {
         inputs: &[Output],
         grad: &Output,
     ) -> Result<String> {
-        let op = match &self.algorithm {
-            Algorithm::GradientDescent => "ResourceApplyGradientDescent",
-            Algorithm::Momentum { .. } => "ResourceApplyMomentum",
-            Algorithm::Adagrad { .. } => "ResourceApplyAdagrad",
-            Algorithm::Adam { .. } => "ResourceApplyAdam",
+        let rule = match &self.algorithm {
+            Algorithm::GradientDescent => "GradientDescent",
+            Algorithm::Momentum { .. } => "Momentum",
+            Algorithm::Adagrad { .. } => "Adagrad",
+            Algorithm::Adam { .. } => "Adam",
             Algorithm::RmsProp {
                 centered: false, ..
-            } => "ResourceApplyRMSProp",
-            Algorithm::RmsProp { centered: true, .. } => "ResourceApplyCenteredRMSProp",
+            } => "RMSProp",
+            Algorithm::RmsProp { centered: true, .. } => "CenteredRMSProp",
         };
-        let mut spec = NodeSpec::new(op).input(&var.handle);
+        // A reference variable is updated through its reference (`ApplyAdam`), a resource
+        // variable through its handle (`ResourceApplyAdam`).
+        let op = match var.kind() {
+            VariableKind::Resource => format!("ResourceApply{rule}"),
+            VariableKind::Reference => format!("Apply{rule}"),
+        };
+        let mut spec = NodeSpec::new(&op).input(&var.handle);
         for s in slot_vars {
             spec = spec.input(&s.handle);
         }
@@ -547,9 +579,17 @@ impl Optimizer {
             g.with_colocation(&b1.handle.node, |g| {
                 let mut out = Vec::with_capacity(2);
                 for (var, beta) in [(b1, &beta1), (b2, &beta2)] {
-                    let now = g.read_variable(&var.handle)?;
+                    let now = g.read(var)?;
                     let next = g.mul(&now, beta)?;
-                    out.push(g.assign_variable(&var.handle, &next)?);
+                    out.push(match var.kind() {
+                        VariableKind::Resource => g.assign_variable(&var.handle, &next)?,
+                        VariableKind::Reference => g.add_op(
+                            NodeSpec::new("Assign")
+                                .input(&var.handle)
+                                .input(&next)
+                                .attr("use_locking", value::bool(self.use_locking)),
+                        )?,
+                    });
                 }
                 Ok(out)
             })

@@ -37,7 +37,8 @@ impl SlotInit {
     }
 }
 
-/// Returns the dtype and fully known shape of `var`'s value, from its `VarHandleOp`.
+/// Returns the dtype and fully known shape of `var`'s value, from its `VarHandleOp` or
+/// `VariableV2`.
 pub fn var_dtype_shape(g: &Graph, var: &Variable) -> Result<(DType, Shape)> {
     let node = g
         .node(&var.handle.node)
@@ -54,8 +55,9 @@ pub fn var_dtype_shape(g: &Graph, var: &Variable) -> Result<(DType, Shape)> {
     Ok((dtype, shape))
 }
 
-/// Creates a slot variable of `var` named `<var>/<slot>` (made unique) with `var`'s dtype and
-/// shape, colocated with `var` and initialized by the global initializer.
+/// Creates a slot variable of `var` named `<var>/<slot>` (made unique) with `var`'s dtype,
+/// shape and kind (resource or reference), colocated with `var` and initialized by the global
+/// initializer.
 pub fn create_slot(g: &mut Graph, var: &Variable, slot: &str, init: SlotInit) -> Result<Variable> {
     let (dtype, shape) = var_dtype_shape(g, var)?;
     let var_name = var.handle.node.clone();
@@ -63,13 +65,14 @@ pub fn create_slot(g: &mut Graph, var: &Variable, slot: &str, init: SlotInit) ->
         let name = g.unique_name(&format!("{var_name}/{slot}"));
         g.with_colocation(&var_name, |g| {
             let initial = filled(g, &format!("{name}/Initializer"), &shape, dtype, init)?;
-            g.variable(&format!("{name}/"), &initial)
+            g.variable_with_kind(&format!("{name}/"), &initial, var.kind())
         })
     })
 }
 
 /// Creates a variable that is no slot of one variable (Adam's `beta1_power`): named `name`
-/// (made unique), a scalar of `dtype` starting at `initial`, colocated with `colocate_with`.
+/// (made unique), a scalar of `dtype` starting at `initial`, colocated with `colocate_with`
+/// and of its kind.
 pub fn create_non_slot(
     g: &mut Graph,
     name: &str,
@@ -82,7 +85,7 @@ pub fn create_non_slot(
         let name = g.unique_name(name);
         g.with_colocation(&with, |g| {
             let v = g.scalar(&format!("{name}/initial_value/"), dtype, initial)?;
-            g.variable(&format!("{name}/"), &v)
+            g.variable_with_kind(&format!("{name}/"), &v, colocate_with.kind())
         })
     })
 }
@@ -113,18 +116,23 @@ fn filled(
     )
 }
 
-/// Returns the variable whose `VarHandleOp` is `name`, with the initializer (`name/Assign`)
-/// and read (`name/Read/ReadVariableOp`) that [`Graph::variable`] creates.
+/// Returns the variable whose `VarHandleOp` (or `VariableV2`) is `name`, with the initializer
+/// (`name/Assign`) and read (`name/Read/ReadVariableOp`, or `name/read`) that
+/// [`Graph::variable`] creates.
 pub fn variable_from_handle(g: &Graph, name: &str) -> Result<Variable> {
     let node = g
         .node(name)
         .ok_or_else(|| Status::not_found(format!("graph has no variable `{name}`")))?;
-    if node.op != "VarHandleOp" {
-        return Err(Status::invalid_argument(format!(
-            "node `{name}` is a {}, not a variable (VarHandleOp)",
-            node.op
-        )));
-    }
+    let read = match node.op.as_str() {
+        "VarHandleOp" => format!("{name}/Read/ReadVariableOp"),
+        "VariableV2" => format!("{name}/read"),
+        _ => {
+            return Err(Status::invalid_argument(format!(
+                "node `{name}` is a {}, not a variable (VarHandleOp or VariableV2)",
+                node.op
+            )))
+        }
+    };
     let initializer = format!("{name}/Assign");
     if g.node(&initializer).is_none() {
         return Err(Status::not_found(format!(
@@ -135,19 +143,19 @@ pub fn variable_from_handle(g: &Graph, name: &str) -> Result<Variable> {
     Ok(Variable {
         handle: g.output(name, 0)?,
         initializer,
-        value: g.output(&format!("{name}/Read/ReadVariableOp"), 0)?,
+        value: g.output(&read, 0)?,
     })
 }
 
 /// Returns the graph's trainable variables in creation order: the floating-point
-/// `VarHandleOp`s that are not colocated with another variable. Slots, Adam's power
+/// `VarHandleOp`s and `VariableV2`s that are not colocated with another variable. Slots, Adam's power
 /// accumulators (colocated with what they serve) and the int64 global step are left out,
 /// which is what TensorFlow's `TRAINABLE_VARIABLES` collection holds for graphs built with
 /// the optimizers here.
 pub fn trainable_variables(g: &Graph) -> Result<Vec<Variable>> {
     let mut vars = Vec::new();
     for node in g.nodes() {
-        if node.op != "VarHandleOp" || node.name == GLOBAL_STEP {
+        if !matches!(node.op.as_str(), "VarHandleOp" | "VariableV2") || node.name == GLOBAL_STEP {
             continue;
         }
         if !attr::dtype(node, "dtype")?.is_float() {
@@ -169,12 +177,14 @@ pub fn global_step(g: &Graph) -> Option<Variable> {
     variable_from_handle(g, GLOBAL_STEP).ok()
 }
 
-/// TensorFlow's `get_or_create_global_step`: the int64 scalar resource variable
-/// `global_step`, initialized to 0 by `global_step/Initializer/zeros`. It is placed like any
-/// variable (the device setter sends it to a ps task).
+/// TensorFlow's `get_or_create_global_step`: the int64 scalar variable `global_step` (of the
+/// graph's [`VariableKind`](crate::graph::VariableKind)), initialized to 0 by
+/// `global_step/Initializer/zeros`. It is placed like any variable (the device setter sends it
+/// to a ps task).
 pub fn get_or_create_global_step(g: &mut Graph) -> Result<Variable> {
     if let Some(node) = g.node(GLOBAL_STEP) {
-        if node.op != "VarHandleOp" || attr::dtype(node, "dtype")? != DType::Int64 {
+        let is_var = matches!(node.op.as_str(), "VarHandleOp" | "VariableV2");
+        if !is_var || attr::dtype(node, "dtype")? != DType::Int64 {
             return Err(Status::invalid_argument(format!(
                 "node `{GLOBAL_STEP}` exists but is a {} of {}, not an int64 variable; \
                  rename it so the global step can be created",
