@@ -44,12 +44,7 @@ pub fn add_control_loops(graph: &GraphDef, counter: &mut u64) -> Result<GraphDef
         return Ok(graph.clone());
     }
     let frames = Frames::of(graph)?;
-    let index: HashMap<&str, usize> = graph
-        .node
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
+    let index = node_index(graph);
     let mut out = graph.clone();
     let mut added: Vec<NodeDef> = Vec::new();
     // (frame, device) -> the control loop's Merge and Enter.
@@ -188,6 +183,16 @@ pub fn gate_of(node: &NodeDef) -> Option<&str> {
         .find(|i| i.starts_with(PREFIX))
 }
 
+/// Each node's index by name.
+fn node_index(graph: &GraphDef) -> HashMap<&str, usize> {
+    graph
+        .node
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect()
+}
+
 /// A while loop frame: its parent frame, `parallel_iterations` and `LoopCond` node.
 struct FrameInfo {
     parent: String,
@@ -204,12 +209,7 @@ struct Frames {
 impl Frames {
     fn of(graph: &GraphDef) -> Result<Frames> {
         let n = graph.node.len();
-        let index: HashMap<&str, usize> = graph
-            .node
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.as_str(), i))
-            .collect();
+        let index = node_index(graph);
         let mut successors = vec![Vec::new(); n];
         let mut has_input = vec![false; n];
         for (dst, node) in graph.node.iter().enumerate() {

@@ -611,36 +611,21 @@ impl ControlStep {
             Kind::NextIteration => {
                 if !dead {
                     let value = outputs.first();
-                    let info_parallel = {
+                    let parallel = {
                         let instance = frames.instances[tagged.frame].as_ref().expect("alive");
                         control.frames[instance.info].parallel_iterations
                     };
                     let instance = frames.instances[tagged.frame].as_mut().expect("alive");
-                    if tagged.iter == instance.count {
-                        if instance.iterations.len() >= info_parallel {
-                            instance.deferred.push((tagged.node, value));
-                        } else {
-                            self.start_iteration(frames, tagged.frame, ready);
-                            self.activate(
-                                frames,
-                                tagged.node,
-                                false,
-                                &[value],
-                                tagged.frame,
-                                tagged.iter + 1,
-                                ready,
-                            );
-                        }
+                    let newest = tagged.iter == instance.count;
+                    if newest && instance.iterations.len() >= parallel {
+                        // `parallel_iterations` are under way: wait for the oldest to finish.
+                        instance.deferred.push((tagged.node, value));
                     } else {
-                        self.activate(
-                            frames,
-                            tagged.node,
-                            false,
-                            &[value],
-                            tagged.frame,
-                            tagged.iter + 1,
-                            ready,
-                        );
+                        if newest {
+                            self.start_iteration(frames, tagged.frame, ready);
+                        }
+                        let (frame, next) = (tagged.frame, tagged.iter + 1);
+                        self.activate(frames, tagged.node, false, &[value], frame, next, ready);
                     }
                 }
                 self.node_finished(frames, tagged.frame, tagged.iter, ready);
