@@ -565,7 +565,7 @@ impl ControlStep {
                             frames,
                             tagged.node,
                             dead,
-                            &[value.clone()],
+                            std::slice::from_ref(&value),
                             child,
                             iter,
                             ready,
