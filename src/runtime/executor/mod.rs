@@ -3,8 +3,9 @@
 //!
 //! An [`Executor`] is built once for (graph, feeds, fetches, targets, device): it prunes the
 //! graph to the nodes the fetches and targets need (through data and control inputs, stopping
-//! at fed tensors, since a fed tensor replaces its producer's output), checks for cycles,
-//! creates each node's kernel once and precomputes everything a step needs (pending counts,
+//! at fed tensors, since a fed tensor replaces its producer's output), checks for cycles (a
+//! while loop's `NextIteration` into its `Merge` is the one allowed), creates each node's
+//! kernel once and precomputes everything a step needs (pending counts,
 //! successor lists, where each input comes from). [`Executor::run`] then only counts down:
 //! a node starts when its last data or control predecessor is done.
 //!
@@ -30,7 +31,15 @@
 //! input (counted per step from the plan's reader counts), as TensorFlow does, so a step holds
 //! its live tensors only; fetched outputs are kept until the step ends.
 //!
-//! Invariant: a step's node `n` runs at most once, after every predecessor's outputs are set.
+//! Two engines run a step, chosen once per plan: graphs with TensorFlow 1 control flow
+//! (`Switch`, `Merge`, `Enter`, `Exit`, `NextIteration`, `ControlTrigger`) run on
+//! `frames.rs`, which knows dead tensors, while-loop frames and iterations; every other graph
+//! runs on `plain.rs`, lock-free, paying only for the deadness a `_Recv` may bring in from
+//! another partition. `step.rs` holds what both share: the step's bookkeeping and the one way
+//! a kernel is run (reference inputs read first, panics caught, memory charged).
+//!
+//! Invariant: a step's node `n` runs at most once per frame iteration, after every
+//! predecessor's outputs are set (once per step outside loops).
 
 mod frames;
 mod plain;
