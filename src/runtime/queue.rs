@@ -26,6 +26,11 @@ struct State {
     elements: VecDeque<Vec<Tensor>>,
     closed: bool,
     cancel_pending_enqueues: bool,
+    /// Dequeues waiting, by ticket, in the order they came: served in that order, as
+    /// TensorFlow serves dequeue attempts (a dequeue arriving later never takes the element
+    /// an earlier one waits for, so no replica starves for sync tokens).
+    dequeuers: VecDeque<u64>,
+    next_ticket: u64,
 }
 
 /// A first-in first-out queue of tuples of tensors, optionally bounded.
@@ -164,6 +169,11 @@ impl FifoQueue {
         self.push_all(rows, wait)
     }
 
+    /// Returns how many dequeues are waiting for elements.
+    pub fn waiting_dequeues(&self) -> usize {
+        self.lock().dequeuers.len()
+    }
+
     /// Removes and returns the oldest element, waiting for one.
     pub fn dequeue(&self, wait: &Wait) -> Result<Vec<Tensor>> {
         let mut taken = self.take(1, wait)?;
@@ -183,8 +193,28 @@ impl FifoQueue {
     }
 
     fn take(&self, n: usize, wait: &Wait) -> Result<Vec<Vec<Tensor>>> {
-        let state = self.lock();
-        let state = match wait.until(&self.changed, state, |s| s.elements.len() >= n || s.closed) {
+        let mut state = self.lock();
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.dequeuers.push_back(ticket);
+        let taken = self.take_in_turn(state, ticket, n, wait);
+        self.lock().dequeuers.retain(|&t| t != ticket);
+        self.changed.notify_all();
+        taken
+    }
+
+    /// Waits until dequeue `ticket` is the oldest waiting and `n` elements are there (or the
+    /// queue is closed), then takes them.
+    fn take_in_turn(
+        &self,
+        state: std::sync::MutexGuard<'_, State>,
+        ticket: u64,
+        n: usize,
+        wait: &Wait,
+    ) -> Result<Vec<Vec<Tensor>>> {
+        let ready =
+            |s: &State| s.closed || (s.dequeuers.front() == Some(&ticket) && s.elements.len() >= n);
+        let state = match wait.until(&self.changed, state, ready) {
             Ok(state) => state,
             Err((Ended::Cancelled(reason), _)) => return Err(reason),
             Err((Ended::Deadline, state)) => {
@@ -206,10 +236,7 @@ impl FifoQueue {
                 state.elements.len()
             )));
         }
-        let taken: Vec<Vec<Tensor>> = state.elements.drain(..n).collect();
-        drop(state);
-        self.changed.notify_all();
-        Ok(taken)
+        Ok(state.elements.drain(..n).collect())
     }
 
     fn push_all(&self, rows: Vec<Vec<Tensor>>, wait: &Wait) -> Result<()> {
@@ -380,5 +407,44 @@ mod tests {
         assert_eq!(rows[1].values::<i64>().unwrap().as_ref(), &[3, 4]);
         let refs: Vec<&Tensor> = rows.iter().collect();
         assert_eq!(stack_rows(DType::Int64, &refs, None).unwrap(), t);
+    }
+
+    #[test]
+    fn dequeues_are_served_in_the_order_they_came() {
+        let queue = std::sync::Arc::new(
+            FifoQueue::new(
+                "q",
+                vec![DType::Int64],
+                vec![],
+                None,
+                Duration::from_secs(10),
+            )
+            .unwrap(),
+        );
+        let first = {
+            let queue = queue.clone();
+            std::thread::spawn(move || queue.dequeue(&Wait::for_duration(Duration::from_secs(10))))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while queue.waiting_dequeues() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the first dequeue never waited"
+            );
+            std::thread::yield_now();
+        }
+        let token = || vec![Tensor::scalar(7i64)];
+        queue
+            .enqueue(token(), &Wait::for_duration(Duration::from_secs(1)))
+            .unwrap();
+        // A dequeue that comes later does not take the element the first one waits for.
+        let late = queue.dequeue(&Wait::for_duration(Duration::from_millis(50)));
+        assert_eq!(
+            late.unwrap_err().code(),
+            crate::error::Code::DeadlineExceeded
+        );
+        let got = first.join().unwrap().unwrap();
+        assert_eq!(got[0].scalar_value::<i64>().unwrap(), 7);
+        assert_eq!(queue.waiting_dequeues(), 0);
     }
 }
