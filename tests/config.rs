@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tessera::cluster::{ClassicFlags, ClusterSpec, ConfigError, TaskConfig, TaskId};
@@ -487,6 +488,82 @@ fn tf_config_finds_the_task_and_applies_the_chief_rule() {
     assert_eq!(config.cluster.task_indices("worker").unwrap(), vec![3]);
 }
 
+/// What a Kubeflow TFJob with PS and Worker replicas sets: no chief job, so worker 0 is the
+/// chief (as `TFConfigClusterResolver` and between-graph ps/worker programs have it), and the
+/// log says so.
+#[test]
+fn tf_config_without_a_chief_makes_worker_zero_the_chief_and_says_so() {
+    let json = r#"{"cluster": {"ps": ["ps-0:2222"], "worker": ["w-0:2222", "w-1:2222"]},
+                   "task": {"type": "worker", "index": 0}}"#;
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&logs);
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || LogWriter(Arc::clone(&sink)))
+        .finish();
+    let config = tracing::subscriber::with_default(subscriber, || {
+        TaskConfig::from_tf_config(json).expect("ps + worker without chief is accepted")
+    });
+    assert_eq!(config.task, TaskId::new("worker", 0));
+    assert!(
+        config.is_chief(),
+        "worker 0 is the chief without a chief job"
+    );
+    let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("no chief job in TF_CONFIG's cluster; worker 0 is the chief")
+            && logs.contains("w-0:2222"),
+        "the log names worker 0 as the chief: {logs}"
+    );
+
+    // The other tasks of that cluster are not the chief.
+    for (job, index) in [("worker", 1), ("ps", 0)] {
+        let other = json.replace(
+            r#""type": "worker", "index": 0"#,
+            &format!(r#""type": "{job}", "index": {index}"#),
+        );
+        let config = TaskConfig::from_tf_config(&other).unwrap();
+        assert!(
+            !config.is_chief(),
+            "/job:{job}/task:{index} is not the chief"
+        );
+    }
+
+    // With a chief job the Estimator rule holds: worker 0 is not the chief, and nothing about
+    // worker 0 is logged.
+    let with_chief = r#"{"cluster": {"chief": ["c:2222"], "ps": ["ps-0:2222"],
+                         "worker": ["w-0:2222"]}, "task": {"type": "worker", "index": 0}}"#;
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&logs);
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || LogWriter(Arc::clone(&sink)))
+        .finish();
+    let config = tracing::subscriber::with_default(subscriber, || {
+        TaskConfig::from_tf_config(with_chief).unwrap()
+    });
+    assert!(!config.is_chief());
+    assert!(
+        logs.lock().unwrap().is_empty(),
+        "nothing logged with a chief job"
+    );
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
 fn tf_config_errors_name_the_json_key() {
     let cases: &[(&str, &str, Code)] = &[
@@ -503,9 +580,16 @@ fn tf_config_errors_name_the_json_key() {
             Code::FailedPrecondition,
         ),
         (
-            r#"{"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": 0}}"#,
-            "TF_CONFIG: cluster: If \"cluster\" is set in TF_CONFIG, it must have one \"chief\" \
-             node; add \"chief\": [\"host:port\"] (often the first worker moves there)",
+            r#"{"cluster": {"ps": ["p:1"]}, "task": {"type": "ps", "index": 0}}"#,
+            "TF_CONFIG: cluster: has neither a \"chief\" nor a \"worker\" job (jobs: ps); add \
+             \"chief\": [\"host:port\"], or \"worker\": [...] whose task 0 becomes the chief",
+            Code::InvalidArgument,
+        ),
+        (
+            r#"{"cluster": {"ps": ["p:1"], "worker": {"1": "w1:1"}},
+                "task": {"type": "worker", "index": 1}}"#,
+            "TF_CONFIG: cluster: has no \"chief\" job and no task 0 in \"worker\" to be the chief \
+             (jobs: ps, worker); add \"chief\": [\"host:port\"] or a worker with index 0",
             Code::InvalidArgument,
         ),
         (

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use tessera::data::csv::{read_csv, CsvOptions};
+use tessera::data::csv::{read_csv, CsvOptions, LabelColumn};
 use tessera::data::idx::{read_idx, read_mnist, write_idx, IdxArray};
 use tessera::data::{blobs, BatchOptions, BlobOptions, Dataset};
 use tessera::tensor::DType;
@@ -78,7 +78,7 @@ fn csv_reads_features_and_label_columns() {
         &p,
         &CsvOptions {
             label_column: None,
-            header: true,
+            header: Some(true),
         },
     )
     .unwrap();
@@ -90,13 +90,134 @@ fn csv_reads_features_and_label_columns() {
     let d = read_csv(
         &p,
         &CsvOptions {
-            label_column: Some(0),
-            header: false,
+            label_column: Some(LabelColumn::Index(0)),
+            header: Some(false),
         },
     )
     .unwrap();
     assert_eq!(d.labels(), [1, 0]);
     assert_eq!(d.features(1), [1.0, 2.0]);
+}
+
+/// Every example of `d`: its features' bits and its label, in file order.
+fn examples(d: &tessera::data::Dataset) -> Vec<(Vec<u32>, i64)> {
+    (0..d.len())
+        .map(|i| {
+            let f = d.features(i).iter().map(|v| v.to_bits()).collect();
+            (f, d.labels()[i])
+        })
+        .collect()
+}
+
+#[test]
+fn csv_with_a_header_and_the_label_first_reads_as_without_header_and_label_last() {
+    let dir = tempfile::tempdir().unwrap();
+    // As spreadsheets and pandas' `to_csv(index=False)` write it: a header (quoted names, a
+    // byte-order mark, CRLF line ends) and the label in the first column.
+    let first = write(
+        &dir,
+        "first.csv",
+        "\u{feff}species,\"sepal length\",sepal_width,petal\r\n2,5.1,3.5,1.4\r\n0,4.9,3,-0.2\r\n\
+         1,6.25,2.5e-1,7\r\n"
+            .as_bytes(),
+    );
+    let last = write(
+        &dir,
+        "last.csv",
+        b"5.1,3.5,1.4,2\n4.9,3,-0.2,0\n6.25,0.25,7,1\n",
+    );
+    let want = read_csv(&last, &CsvOptions::default()).unwrap();
+    assert_eq!(want.labels(), [2, 0, 1]);
+    assert_eq!(want.features(2), [6.25, 0.25, 7.0]);
+    for label in [LabelColumn::Name("species".into()), LabelColumn::Index(0)] {
+        // The header is detected: its first row is not all numbers.
+        let got = read_csv(
+            &first,
+            &CsvOptions {
+                label_column: Some(label.clone()),
+                header: None,
+            },
+        )
+        .unwrap_or_else(|e| panic!("label {label}: {e}"));
+        assert_eq!(examples(&got), examples(&want), "label {label}");
+    }
+    // A quoted name with a space is a name too; it picks the second column as the label.
+    let p = write(&dir, "mid.csv", b"a,\"b c\",d\n1.5,3,2\n");
+    let d = read_csv(
+        &p,
+        &CsvOptions {
+            label_column: Some(LabelColumn::parse("b c").unwrap()),
+            header: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(d.labels(), [3]);
+    assert_eq!(d.features(0), [1.5, 2.0]);
+
+    // A header of numbers is data unless forced.
+    let p = write(&dir, "numbers.csv", b"0,1,2\n0.5,1.5,1\n");
+    assert_eq!(read_csv(&p, &CsvOptions::default()).unwrap().len(), 2);
+    let forced = CsvOptions {
+        label_column: Some(LabelColumn::parse("2").unwrap()),
+        header: Some(true),
+    };
+    let d = read_csv(&p, &forced).unwrap();
+    assert_eq!(
+        examples(&d),
+        vec![(vec![0.5f32.to_bits(), 1.5f32.to_bits()], 1)]
+    );
+}
+
+#[test]
+fn bad_label_columns_say_what_to_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = write(&dir, "named.csv", b"x,y,label\n1,2,0\n");
+    let plain = write(&dir, "plain.csv", b"1,2,0\n3,4,1\n");
+    let label = |l: &str| CsvOptions {
+        label_column: Some(LabelColumn::parse(l).unwrap()),
+        header: None,
+    };
+    let cases = [
+        (
+            &named,
+            label("class"),
+            ":1: label column `class` is not in the header (columns: x, y, label); set \
+             --label_column to one of them or to a 0-based index",
+        ),
+        (
+            &named,
+            label("3"),
+            ":2: label column 3 does not exist; rows have 3 columns, set --label_column to an \
+             index from 0 to 2 or to a name (x, y, label)",
+        ),
+        (
+            &plain,
+            label("label"),
+            ":1: label column `label` is a name, but the file has no header line (its first \
+             row is all numbers); set --label_column to a 0-based index",
+        ),
+        (
+            &plain,
+            label("7"),
+            ":1: label column 7 does not exist; rows have 3 columns, set --label_column to an \
+             index from 0 to 2",
+        ),
+    ];
+    for (path, options, want) in cases {
+        let err = read_csv(path, &options).map(|_| ()).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+        let expect = format!("{}{want}", path.display());
+        assert!(err.message().contains(&expect), "{err}\nwant {expect}");
+    }
+    // The header row is no data row: with `y` the label, the one example is labelled 2.
+    let d = read_csv(&named, &label("y")).unwrap();
+    assert_eq!(d.labels(), [2]);
+    assert_eq!(d.features(0), [1.0, 0.0]);
+    assert!(LabelColumn::parse(" ").is_err());
+    // A header and nothing else has no data rows.
+    let p = write(&dir, "header_only.csv", b"a,b\n\n");
+    let err = read_csv(&p, &CsvOptions::default()).unwrap_err();
+    assert!(err.message().contains("no data rows"), "{err}");
 }
 
 #[test]

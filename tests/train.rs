@@ -465,6 +465,72 @@ fn a_csv_with_a_bad_row_is_refused_naming_the_file_and_line() {
     assert_fails_with(&ended, &[&format!("{}:3", csv.display())]);
 }
 
+/// A CSV file as users have it: a header line and the label (`species`, 3 classes) first,
+/// then 4 features around each class's center.
+fn header_label_first_csv(path: &Path) {
+    let mut text = String::from("species,f0,f1,f2,f3\n");
+    for i in 0..600u32 {
+        let class = i % 3;
+        // Deterministic noise in [-1, 1) per feature; the centers are 4 apart.
+        let noise = |k: u32| ((i * 7919 + k * 104_729) % 1000) as f32 / 500.0 - 1.0;
+        let f: Vec<String> = (0..4)
+            .map(|k| format!("{}", 4.0 * ((class + k) % 3) as f32 + noise(k)))
+            .collect();
+        text.push_str(&format!("{class},{}\n", f.join(",")));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn a_csv_with_a_header_and_the_label_first_trains_with_label_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("iris-like.csv");
+    header_label_first_csv(&csv);
+    let data = format!("csv:{}", csv.display());
+    let ended = run_job(
+        &[("ps", 1), ("worker", 1)],
+        &[
+            "--data",
+            &data,
+            "--label_column",
+            "species",
+            "--steps",
+            "200",
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let accuracy = held_out_accuracy(chief(&ended));
+    assert!(
+        accuracy >= 0.9,
+        "held-out accuracy {accuracy} on 3 classes 4 apart:\n{}",
+        chief(&ended).stdout
+    );
+}
+
+#[test]
+fn a_bad_label_column_is_refused_naming_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("iris-like.csv");
+    header_label_first_csv(&csv);
+    let data = format!("csv:{}", csv.display());
+    let ended = run_chief_alone(&["--data", &data, "--label_column", "class"]);
+    assert_fails_with(
+        &ended,
+        &[
+            &format!(
+                "{}:1: label column `class` is not in the header",
+                csv.display()
+            ),
+            "(columns: species, f0, f1, f2, f3)",
+        ],
+    );
+    let ended = run_chief_alone(&["--label_column", "0"]);
+    assert_fails_with(
+        &ended,
+        &["--label_column and --csv_header apply to --data csv:PATH"],
+    );
+}
+
 /// Every file under `dir` with its bytes.
 fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut files: Vec<_> = std::fs::read_dir(dir)

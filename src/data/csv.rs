@@ -1,32 +1,60 @@
 //! A CSV reader for numeric data: every column a number, one of them an integer label.
 //!
-//! Lines are split on commas (no quoting: numeric data has none); surrounding whitespace is
-//! ignored, blank lines are skipped, and an optional header line is skipped. Every row must
-//! have as many columns as the first. A bad row is INVALID_ARGUMENT naming the file, the
-//! 1-based line and column, and the bad text, so the user can fix it in an editor.
+//! Lines are split on commas (no quoting: numeric data has none; a header's names may be
+//! double-quoted); surrounding whitespace is ignored, blank lines are skipped, and a header
+//! line is skipped: detected (a first row whose fields do not all parse as numbers, as
+//! spreadsheets and pandas' `to_csv` write it) or forced. The label's column is the last, a
+//! 0-based index or a header name. Every row must have as many columns as the first. A bad
+//! row is INVALID_ARGUMENT naming the file, the 1-based line and column, and the bad text, so
+//! the user can fix it in an editor.
 
 use std::path::Path;
 
 use super::Dataset;
 use crate::error::{Result, Status};
 
-/// How [`read_csv`] reads a file.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CsvOptions {
-    /// The label's column, 0-based; `None` is the last column.
-    pub label_column: Option<usize>,
-    /// Whether the first non-blank line is a header to skip.
-    pub header: bool,
+/// Which column holds the label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabelColumn {
+    /// The column at this 0-based index.
+    Index(usize),
+    /// The column with this name in the header line.
+    Name(String),
 }
 
-impl Default for CsvOptions {
-    /// The label last, no header.
-    fn default() -> Self {
-        Self {
-            label_column: None,
-            header: false,
+impl LabelColumn {
+    /// `--label_column`: digits are a 0-based index, anything else a header name.
+    pub fn parse(text: &str) -> Result<Self> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(Status::invalid_argument(
+                "--label_column is empty; give a header name or a 0-based column index",
+            ));
+        }
+        Ok(match text.parse::<usize>() {
+            Ok(i) => Self::Index(i),
+            Err(_) => Self::Name(text.to_owned()),
+        })
+    }
+}
+
+impl std::fmt::Display for LabelColumn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Index(i) => write!(f, "{i}"),
+            Self::Name(n) => f.write_str(n),
         }
     }
+}
+
+/// How [`read_csv`] reads a file.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CsvOptions {
+    /// The label's column; `None` is the last column.
+    pub label_column: Option<LabelColumn>,
+    /// Whether the first non-blank line is a header to skip: `Some(true)` always,
+    /// `Some(false)` never, `None` when its fields do not all parse as numbers.
+    pub header: Option<bool>,
 }
 
 /// Reads a CSV file of numeric features and an integer label (>= 0).
@@ -44,47 +72,79 @@ pub fn read_csv(path: impl AsRef<Path>, options: &CsvOptions) -> Result<Dataset>
     parse_csv(&text, &path.display().to_string(), options)
 }
 
+/// A header cell's name: trimmed, surrounding double quotes removed.
+fn header_name(cell: &str) -> String {
+    let cell = cell.trim();
+    cell.strip_prefix('"')
+        .and_then(|c| c.strip_suffix('"'))
+        .map(|c| c.replace("\"\"", "\""))
+        .unwrap_or_else(|| cell.to_owned())
+}
+
 /// Parses CSV text; `file` names it in errors.
 pub fn parse_csv(text: &str, file: &str, options: &CsvOptions) -> Result<Dataset> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut features = Vec::new();
     let mut labels = Vec::new();
     let mut width: Option<usize> = None;
-    let mut header_pending = options.header;
+    // The header's names and line, once read.
+    let mut header: Option<(Vec<String>, usize)> = None;
+    let mut first = true;
+    let mut label_col: Option<usize> = None;
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
         let at = |col: usize| format!("{file}:{line_no}: column {col}");
         if line.trim().is_empty() {
             continue;
         }
-        if header_pending {
-            header_pending = false;
-            continue;
-        }
         let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        if std::mem::take(&mut first) {
+            let is_header = options
+                .header
+                .unwrap_or_else(|| !cells.iter().all(|c| c.parse::<f64>().is_ok()));
+            if is_header {
+                if options.header.is_none() {
+                    tracing::info!(
+                        file,
+                        line = line_no,
+                        "first row is not all numbers; read as a header line"
+                    );
+                }
+                let names: Vec<String> = cells.iter().map(|c| header_name(c)).collect();
+                width = Some(names.len());
+                header = Some((names, line_no));
+                continue;
+            }
+        }
         let w = *width.get_or_insert(cells.len());
         if cells.len() != w {
+            let before = if header.is_some() {
+                "the header"
+            } else {
+                "the rows before it"
+            };
             return Err(Status::invalid_argument(format!(
-                "{file}:{line_no}: the row has {} columns, the rows before it {w}",
+                "{file}:{line_no}: the row has {} columns, {before} {w}; make every row as \
+                 wide as the first",
                 cells.len()
             )));
         }
         if w < 2 {
             return Err(Status::invalid_argument(format!(
-                "{file}:{line_no}: a row needs at least one feature and a label, got {w} column"
+                "{file}:{line_no}: a row needs at least one feature and a label, got {w} column; \
+                 separate the columns with commas"
             )));
         }
-        let label_col = options.label_column.unwrap_or(w - 1);
-        if label_col >= w {
-            return Err(Status::invalid_argument(format!(
-                "{file}:{line_no}: label column {} does not exist; rows have {w} columns",
-                label_col + 1
-            )));
-        }
+        let label_col = match label_col {
+            Some(c) => c,
+            None => *label_col.insert(resolve_label(file, options, &header, line_no, w)?),
+        };
         for (c, cell) in cells.iter().enumerate() {
             if c == label_col {
                 let label: i64 = cell.parse().ok().filter(|&l: &i64| l >= 0).ok_or_else(|| {
                     Status::invalid_argument(format!(
-                        "{}: label `{cell}` is not a non-negative integer",
+                        "{}: label `{cell}` is not a non-negative integer; labels are class \
+                         numbers 0, 1, ... (pick the label's column with --label_column)",
                         at(c + 1)
                     ))
                 })?;
@@ -96,7 +156,7 @@ pub fn parse_csv(text: &str, file: &str, options: &CsvOptions) -> Result<Dataset
                     .filter(|v: &f32| v.is_finite())
                     .ok_or_else(|| {
                         Status::invalid_argument(format!(
-                            "{}: `{cell}` is not a finite number",
+                            "{}: `{cell}` is not a finite number; every feature must be one",
                             at(c + 1)
                         ))
                     })?;
@@ -104,10 +164,47 @@ pub fn parse_csv(text: &str, file: &str, options: &CsvOptions) -> Result<Dataset
             }
         }
     }
-    let Some(w) = width else {
+    let Some(w) = width.filter(|_| !labels.is_empty()) else {
         return Err(Status::invalid_argument(format!(
             "{file}: the CSV file has no data rows"
         )));
     };
     Dataset::new(features, labels, w - 1)
+}
+
+/// The label's 0-based column among `w`, from the options and the header.
+fn resolve_label(
+    file: &str,
+    options: &CsvOptions,
+    header: &Option<(Vec<String>, usize)>,
+    line_no: usize,
+    w: usize,
+) -> Result<usize> {
+    match &options.label_column {
+        None => Ok(w - 1),
+        Some(LabelColumn::Index(i)) if *i < w => Ok(*i),
+        Some(LabelColumn::Index(i)) => Err(Status::invalid_argument(format!(
+            "{file}:{line_no}: label column {i} does not exist; rows have {w} columns, set \
+             --label_column to an index from 0 to {}{}",
+            w - 1,
+            match header {
+                Some((names, _)) => format!(" or to a name ({})", names.join(", ")),
+                None => String::new(),
+            }
+        ))),
+        Some(LabelColumn::Name(name)) => match header {
+            Some((names, header_line)) => names.iter().position(|n| n == name).ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "{file}:{header_line}: label column `{name}` is not in the header \
+                     (columns: {}); set --label_column to one of them or to a 0-based index",
+                    names.join(", ")
+                ))
+            }),
+            None => Err(Status::invalid_argument(format!(
+                "{file}:{line_no}: label column `{name}` is a name, but the file has no header \
+                 line (its first row is all numbers); set --label_column to a 0-based index, \
+                 or add a header line (--csv_header if its names are numbers)"
+            ))),
+        },
+    }
 }

@@ -79,9 +79,18 @@ pub(crate) struct TrainingFlags {
     /// Save a checkpoint every this many global steps (and at the end).
     #[arg(long = "save_every", default_value_t = 100)]
     save_every: u64,
-    /// The data: synthetic, csv:PATH (features, then an integer label) or idx:IMAGES,LABELS.
+    /// The data: synthetic, csv:PATH (numeric features and an integer label, the last column
+    /// unless --label_column says; a header line is detected) or idx:IMAGES,LABELS.
     #[arg(long, default_value = "synthetic")]
     data: String,
+    /// The CSV column holding the label: a header name or a 0-based index (default: the
+    /// last column).
+    #[arg(long = "label_column")]
+    label_column: Option<String>,
+    /// The CSV file's first line is a header, even when its names are numbers (without the
+    /// flag a first row that is not all numbers is read as the header).
+    #[arg(long = "csv_header")]
+    csv_header: bool,
     /// Seeds the data, the initial weights and the batch order.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -115,7 +124,8 @@ impl TrainingFlags {
             sync,
             checkpoint_dir: self.checkpoint_dir.clone(),
             save_every_steps: self.save_every,
-            data: DataSource::parse(&self.data)?,
+            data: DataSource::parse(&self.data)?
+                .with_csv_options(self.label_column.as_deref(), self.csv_header)?,
             seed: self.seed,
             held_out_fraction: self.held_out,
             wait_for_model: self.wait_for_model,
@@ -148,6 +158,12 @@ impl TrainingFlags {
         }
         if self.all_reduce {
             args.push("--all_reduce".into());
+        }
+        if let Some(label) = &self.label_column {
+            args.push(format!("--label_column={label}"));
+        }
+        if self.csv_header {
+            args.push("--csv_header".into());
         }
         if let Some(n) = self.replicas_to_aggregate {
             args.push(format!("--replicas_to_aggregate={n}"));

@@ -104,8 +104,10 @@ impl TaskConfig {
 
     /// Builds the configuration from a `TF_CONFIG` JSON document.
     ///
-    /// Follows Estimator's `RunConfig`: `cluster` must have exactly one `chief` (legacy
-    /// `master` also counts), `task.type` and `task.index` are required and must name a task
+    /// Follows Estimator's `RunConfig` when `cluster` has a `chief` job (legacy `master` also
+    /// counts): it must have exactly one task. Without one, as a Kubeflow TFJob with PS and
+    /// Worker replicas sets it, worker 0 is the chief (logged); a cluster with neither a chief
+    /// nor a worker 0 is refused. `task.type` and `task.index` are required and must name a task
     /// of the cluster. An `evaluator` is not part of the cluster and is refused, as is a
     /// document without `cluster` (TensorFlow then trains in-process, with nothing to serve).
     pub fn from_tf_config(json: &str) -> Result<Self, ConfigError> {
@@ -170,18 +172,40 @@ impl TaskConfig {
         }
         check_duplicates(&cluster, AT, |job| format!("cluster.{job}"))?;
 
-        // The chief rule: exactly one chief task (legacy `master` stands in for it).
+        // The chief rule: exactly one chief task (legacy `master` stands in for it). Without
+        // a chief job (a Kubeflow TFJob with PS and Worker replicas, between-graph ps/worker
+        // programs), worker 0 is the chief, as `TFConfigClusterResolver` and
+        // `MonitoredTrainingSession(is_chief=task_index == 0)` programs have it.
         let chief_job = ["chief", "master"]
             .into_iter()
             .find(|j| cluster.jobs().any(|n| n == *j));
         match chief_job.map(|j| (j, cluster.num_tasks(j).unwrap_or(0))) {
             None => {
-                return Err(invalid(
-                    "cluster",
-                    "If \"cluster\" is set in TF_CONFIG, it must have one \"chief\" node; add \
-                     \"chief\": [\"host:port\"] (often the first worker moves there)"
-                        .into(),
-                ))
+                let worker0 = cluster
+                    .all_tasks()
+                    .find(|(t, _)| t.job == "worker" && t.index == 0)
+                    .map(|(_, addr)| addr.to_owned());
+                let Some(worker0) = worker0 else {
+                    let jobs = cluster.jobs().collect::<Vec<_>>().join(", ");
+                    let message = if cluster.jobs().any(|j| j == "worker") {
+                        format!(
+                            "has no \"chief\" job and no task 0 in \"worker\" to be the chief \
+                             (jobs: {jobs}); add \"chief\": [\"host:port\"] or a worker with \
+                             index 0"
+                        )
+                    } else {
+                        format!(
+                            "has neither a \"chief\" nor a \"worker\" job (jobs: {jobs}); add \
+                             \"chief\": [\"host:port\"], or \"worker\": [...] whose task 0 \
+                             becomes the chief"
+                        )
+                    };
+                    return Err(invalid("cluster", message));
+                };
+                tracing::info!(
+                    chief = %format!("/job:worker/task:0 ({worker0})"),
+                    "no chief job in TF_CONFIG's cluster; worker 0 is the chief"
+                );
             }
             Some((job, n)) if n != 1 => {
                 return Err(invalid(

@@ -1,16 +1,19 @@
 //! The chief's progress display: step, steps per second and loss.
 //!
-//! On a terminal one line is redrawn in place (`\r`) at most ten times a second, as a bar;
-//! otherwise (a log file, a pipe, a test) a plain line is written every [`LOG_EVERY`], so logs
-//! stay readable. Both go to stderr, leaving stdout to the results.
+//! On a terminal an `indicatif` progress bar is redrawn in place (step, rate, loss, time
+//! left); otherwise (systemd, CI, a log file, a pipe, a test) a plain line is written every
+//! [`LOG_EVERY`], so logs stay readable. Both go to stderr, leaving stdout to the results.
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// The terminal bar: `[####....]  step 412/1000  183.2 steps/s  loss 0.4312  4s left`.
+pub const BAR_TEMPLATE: &str = "[{bar:24}]  step {pos}/{len}  {per_sec}  loss {msg}  {eta} left";
+
 /// How often a plain progress line is written when stderr is not a terminal.
 pub const LOG_EVERY: Duration = Duration::from_secs(2);
-/// How often the terminal line is redrawn.
-const REDRAW_EVERY: Duration = Duration::from_millis(100);
 /// Width of the bar, in characters.
 const BAR: usize = 24;
 
@@ -26,15 +29,36 @@ pub struct Progress {
     first_step: Option<i64>,
     /// The last update not drawn yet (throttled).
     pending: Option<(i64, f32)>,
+    /// The terminal's bar, made at the first update (its rate counts from that step).
+    bar: Option<ProgressBar>,
+}
+
+/// The bar towards `last_step`, at `step` with batch loss `loss`, drawn to `target`.
+fn terminal_bar(last_step: i64, step: i64, loss: f32, target: ProgressDrawTarget) -> ProgressBar {
+    let style = ProgressStyle::with_template(BAR_TEMPLATE)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("#>.")
+        .with_key(
+            "per_sec",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.1} steps/s", state.per_sec());
+            },
+        );
+    let bar = ProgressBar::with_draw_target(Some(last_step.max(0) as u64), target)
+        .with_style(style)
+        .with_message(format!("{loss:.4}"));
+    bar.set_position(step.max(0) as u64);
+    bar.reset_eta();
+    bar
 }
 
 impl Progress {
-    /// Progress towards `last_step`, redrawn when stderr is a terminal.
+    /// Progress towards `last_step`: a bar when stderr is a terminal, plain lines otherwise.
     pub fn new(last_step: i64) -> Self {
         Self::with_terminal(last_step, std::io::stderr().is_terminal())
     }
 
-    /// The same, saying whether to redraw.
+    /// The same, saying whether stderr is a terminal (a bar) or not (plain lines).
     pub fn with_terminal(last_step: i64, terminal: bool) -> Self {
         let now = Instant::now();
         Self {
@@ -46,6 +70,7 @@ impl Progress {
             last_drawn: None,
             first_step: None,
             pending: None,
+            bar: None,
         }
     }
 
@@ -55,15 +80,25 @@ impl Progress {
         if self.first_step.is_none() {
             self.first_step = Some(step);
             self.mark = (step, now);
+            if self.terminal {
+                self.bar = Some(terminal_bar(
+                    self.last_step,
+                    step,
+                    loss,
+                    ProgressDrawTarget::stderr(),
+                ));
+            }
         }
-        let every = if self.terminal {
-            REDRAW_EVERY
-        } else {
-            LOG_EVERY
-        };
+        if let Some(bar) = &self.bar {
+            // indicatif throttles its own redraws.
+            bar.set_message(format!("{loss:.4}"));
+            bar.set_position(step.clamp(0, self.last_step.max(0)) as u64);
+            self.last_drawn = Some(now);
+            return;
+        }
         if self
             .last_drawn
-            .is_some_and(|t| now.duration_since(t) < every)
+            .is_some_and(|t| now.duration_since(t) < LOG_EVERY)
             && step < self.last_step
         {
             self.pending = Some((step, loss));
@@ -82,21 +117,18 @@ impl Progress {
         self.last_drawn = Some(now);
         let line = self.line(step, loss);
         let mut err = std::io::stderr().lock();
-        let _ = if self.terminal {
-            write!(err, "\r\x1b[2K{line}").and_then(|()| err.flush())
-        } else {
-            writeln!(err, "{line}")
-        };
+        let _ = writeln!(err, "{line}");
     }
 
     /// Draws the last update if it was throttled, ends the display (the terminal line is
     /// kept) and returns the mean steps per second up to `step`.
     pub fn finish(&mut self, step: i64) -> f64 {
-        if let Some((step, loss)) = self.pending {
-            self.draw(step, loss, Instant::now());
-        }
-        if self.terminal && self.last_drawn.is_some() {
+        if let Some(bar) = self.bar.take() {
+            // The bar stays on the terminal, at its last step; the results go below it.
+            bar.abandon();
             let _ = writeln!(std::io::stderr());
+        } else if let Some((step, loss)) = self.pending {
+            self.draw(step, loss, Instant::now());
         }
         let secs = self.started.elapsed().as_secs_f64();
         let steps = step - self.first_step.unwrap_or(step);
@@ -107,7 +139,7 @@ impl Progress {
         }
     }
 
-    /// `[#########...............]  step 412/1000  183.2 steps/s  loss 0.4312`.
+    /// The plain line: `[#########...............]  step 412/1000  183.2 steps/s  loss 0.4312`.
     pub fn line(&self, step: i64, loss: f32) -> String {
         let done = if self.last_step > 0 {
             (step.clamp(0, self.last_step) as f64 / self.last_step as f64 * BAR as f64) as usize
@@ -139,5 +171,30 @@ mod tests {
         assert!(progress
             .line(5000, 0.0)
             .starts_with(&format!("[{}]", "#".repeat(24))));
+    }
+
+    #[test]
+    fn the_bar_template_parses_and_tracks_the_step_and_loss() {
+        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        // Restored at step 300 of 1000: the bar starts there, the rate counts from there.
+        let bar = terminal_bar(1000, 300, 0.75, ProgressDrawTarget::hidden());
+        assert_eq!(bar.message(), "0.7500");
+        assert_eq!(bar.length(), Some(1000));
+        assert_eq!(bar.position(), 300);
+        let mut progress = Progress::with_terminal(1000, true);
+        progress.update(300, 0.5);
+        progress.update(400, 0.25);
+        let shown = progress.bar.as_ref().expect("a bar on a terminal");
+        assert_eq!(shown.position(), 400);
+        assert_eq!(shown.message(), "0.2500");
+        // Past the last step (asynchronous workers), the bar is full, not beyond.
+        progress.update(1003, 0.125);
+        assert_eq!(progress.bar.as_ref().unwrap().position(), 1000);
+        assert!(progress.finish(1003) >= 0.0);
+        assert!(progress.bar.is_none(), "finished");
+        // Not a terminal: no bar, plain lines.
+        let mut plain = Progress::with_terminal(1000, false);
+        plain.update(1, 1.0);
+        assert!(plain.bar.is_none());
     }
 }

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::data::csv::{read_csv, CsvOptions};
+use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
 use crate::data::idx::read_mnist;
 use crate::data::{blobs, BlobOptions, Dataset};
 use crate::error::{Result, Status};
@@ -76,8 +76,9 @@ pub enum DataSource {
         features: usize,
         std: f32,
     },
-    /// A CSV file of numeric features with the integer label last.
-    Csv(PathBuf),
+    /// A CSV file of numeric features and an integer label (the last column unless the
+    /// options say otherwise), with or without a header line.
+    Csv { path: PathBuf, options: CsvOptions },
     /// MNIST's IDX files: images, labels.
     Idx { images: PathBuf, labels: PathBuf },
 }
@@ -105,7 +106,10 @@ impl DataSource {
                     "--data csv: needs a file, as csv:PATH",
                 ));
             }
-            return Ok(Self::Csv(PathBuf::from(path)));
+            return Ok(Self::Csv {
+                path: PathBuf::from(path),
+                options: CsvOptions::default(),
+            });
         }
         if let Some(rest) = text.strip_prefix("idx:") {
             if let Some((images, labels)) = rest.split_once(',') {
@@ -126,6 +130,26 @@ impl DataSource {
         )))
     }
 
+    /// Applies `--label_column` and `--csv_header`, which only a CSV source takes.
+    pub fn with_csv_options(self, label_column: Option<&str>, header: bool) -> Result<Self> {
+        match self {
+            Self::Csv { path, mut options } => {
+                if let Some(label) = label_column {
+                    options.label_column = Some(LabelColumn::parse(label)?);
+                }
+                if header {
+                    options.header = Some(true);
+                }
+                Ok(Self::Csv { path, options })
+            }
+            other if label_column.is_none() && !header => Ok(other),
+            _ => Err(Status::invalid_argument(
+                "--label_column and --csv_header apply to --data csv:PATH only; remove them \
+                 or read a CSV file",
+            )),
+        }
+    }
+
     /// Reads (or generates, with `seed`) every example.
     pub fn load(&self, seed: u64) -> Result<Dataset> {
         match self {
@@ -139,7 +163,7 @@ impl DataSource {
                     .seed(seed)
                     .std(*std),
             ),
-            Self::Csv(path) => read_csv(path, &CsvOptions::default()),
+            Self::Csv { path, options } => read_csv(path, options),
             Self::Idx { images, labels } => read_mnist(images, labels),
         }
     }
@@ -342,8 +366,41 @@ mod tests {
     fn data_sources_parse() {
         assert_eq!(
             DataSource::parse("csv:/tmp/a.csv").unwrap(),
-            DataSource::Csv("/tmp/a.csv".into())
+            DataSource::Csv {
+                path: "/tmp/a.csv".into(),
+                options: CsvOptions::default()
+            }
         );
+        assert_eq!(
+            DataSource::parse("csv:a.csv")
+                .unwrap()
+                .with_csv_options(Some("species"), true)
+                .unwrap(),
+            DataSource::Csv {
+                path: "a.csv".into(),
+                options: CsvOptions {
+                    label_column: Some(LabelColumn::Name("species".into())),
+                    header: Some(true),
+                }
+            }
+        );
+        assert_eq!(
+            DataSource::parse("csv:a.csv")
+                .unwrap()
+                .with_csv_options(Some("0"), false)
+                .unwrap(),
+            DataSource::Csv {
+                path: "a.csv".into(),
+                options: CsvOptions {
+                    label_column: Some(LabelColumn::Index(0)),
+                    header: None,
+                }
+            }
+        );
+        let err = DataSource::builtin()
+            .with_csv_options(Some("0"), false)
+            .unwrap_err();
+        assert!(err.message().contains("csv:PATH only"), "{err}");
         assert_eq!(
             DataSource::parse("idx:a,b").unwrap(),
             DataSource::Idx {
