@@ -22,6 +22,10 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
+mod support;
+
+use support::requirement;
+
 /// How long a daemon may take to print its readiness line (a cold debug binary on a busy
 /// two-core machine).
 const READY_DEADLINE: Duration = Duration::from_secs(30);
@@ -349,9 +353,10 @@ fn health_check_py_sees_serving() {
         .args(["-c", "import grpc, grpc_health"])
         .output();
     if !matches!(&probe, Ok(o) if o.status.success()) {
-        eprintln!(
-            "skipping health_check.py: python3 with grpcio and grpcio-health-checking not found \
-             (pip install grpcio grpcio-health-checking)"
+        requirement::missing(
+            "health_check.py",
+            "python3 cannot `import grpc, grpc_health`",
+            "scripts/test installs them; or pip install grpcio grpcio-health-checking",
         );
         return;
     }

@@ -1,6 +1,7 @@
 //! Each GPU kernel against its CPU kernel on the same inputs (feature `cuda`; run with
 //! `cargo test --features cuda --test gpu`). Without a GPU every test prints why it skipped
-//! and passes.
+//! and passes, under CI too; NVRTC, which needs no GPU, is required under CI
+//! (`support::requirement`).
 //!
 //! Tolerance: the GPU sums in another order (cuBLAS blocks the dot products, the reductions
 //! run one thread per output) and uses its own `expf`/`logf` (a few ulp), so values agree to
@@ -25,6 +26,7 @@ mod support;
 
 use support::kernel_check::{self, positive, tensor, update_cases, CPU, GPU};
 use support::mlp;
+use support::requirement;
 
 const TOLERANCE: f32 = 1e-5;
 
@@ -33,11 +35,11 @@ fn have_gpu(test: &str) -> bool {
     match CudaProbe.scan() {
         GpuScan::Found(gpus) if !gpus.is_empty() => true,
         GpuScan::Found(_) => {
-            eprintln!("{test}: skipped, the CUDA driver reports no GPU");
+            requirement::no_gpu(test, "the CUDA driver reports no GPU");
             false
         }
         GpuScan::Unavailable { reason } => {
-            eprintln!("{test}: skipped, no GPU ({reason})");
+            requirement::no_gpu(test, &format!("no GPU ({reason})"));
             false
         }
     }
@@ -241,7 +243,7 @@ fn the_mlp_trains_on_a_gpu_tower_like_on_the_cpu() {
         .iter()
         .any(|d| d.device_type() == DeviceType::Gpu)
     {
-        eprintln!("mlp on gpu: skipped, the session found no GPU");
+        requirement::no_gpu("mlp on gpu", "the session found no GPU");
         return;
     }
     let model = mlp::tower_model(vec!["/device:GPU:0".into()]);
@@ -323,7 +325,10 @@ fn two_gpu_towers_sum_their_gradients_with_nccl() {
         GpuScan::Unavailable { .. } => 0,
     };
     if gpus < 2 {
-        eprintln!("nccl towers: skipped, {gpus} GPU(s) here and NCCL needs two");
+        requirement::no_gpu(
+            "nccl towers",
+            &format!("{gpus} GPU(s) here and NCCL needs two"),
+        );
         return;
     }
     all_reduce_towers_train_like_the_cpu(&["/device:GPU:0", "/device:GPU:1"], 2);
@@ -331,10 +336,15 @@ fn two_gpu_towers_sum_their_gradients_with_nccl() {
 
 #[test]
 fn the_kernels_compile_with_nvrtc_and_every_entry_point_is_in_the_ptx() {
-    // NVRTC needs no GPU, so this runs wherever libnvrtc is found (CI installs it).
+    // NVRTC needs no GPU, so this runs wherever libnvrtc is found (CI must have it).
     // SAFETY: only tries to open the library.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        eprintln!("nvrtc: skipped, libnvrtc not found (add its directory to LD_LIBRARY_PATH)");
+        requirement::missing(
+            "nvrtc",
+            "libnvrtc not found",
+            "scripts/test installs NVIDIA's nvidia-cuda-nvrtc-cu12 wheel and puts its lib/ on \
+             LD_LIBRARY_PATH; or add a CUDA toolkit's lib64 to LD_LIBRARY_PATH",
+        );
         return;
     }
     let ptx = tessera::kernels::cuda::gpu::compile().unwrap().to_src();

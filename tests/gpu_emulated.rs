@@ -7,7 +7,8 @@
 //!
 //! This checks the kernels' arithmetic and indexing on every machine; the launches themselves
 //! (argument passing, copies, cuBLAS) are checked on a GPU by `tests/gpu.rs`. Without a C++
-//! compiler the tests print why and pass.
+//! compiler the tests print why and pass, except under CI, where they fail
+//! (`support::requirement`).
 //!
 //! Tolerance: the host runs the kernels' float arithmetic with the same libm as the CPU
 //! kernels; sums may fold in another order or precision, so 1e-5 absolute plus relative.
@@ -31,6 +32,7 @@ use tessera::tensor::{DType, Tensor};
 mod support;
 
 use support::kernel_check::{assert_close, cpu, node, positive, tensor, update_cases, CPU};
+use support::requirement;
 
 const TOLERANCE: f32 = 1e-5;
 
@@ -63,7 +65,11 @@ fn host(test: &str) -> Option<&'static Host> {
     static HOST: OnceLock<Option<Host>> = OnceLock::new();
     let host = HOST.get_or_init(build).as_ref();
     if host.is_none() {
-        eprintln!("{test}: skipped, no C++ compiler (`c++`, or $CXX) to build the kernels");
+        requirement::missing(
+            test,
+            "no C++ compiler (`c++`, or $CXX) to build the kernels",
+            "scripts/test installs g++ where apt-get is available; or install g++ or clang",
+        );
     }
     host
 }

@@ -17,7 +17,8 @@
 //!   (gradients and optimizer included) trains on TensorFlow's runtime as on tessera's.
 //!
 //! They need a Python with TensorFlow (`$TESSERA_TF_PYTHON`, else `python3`); without one
-//! they print why and pass. CI installs `tensorflow-cpu` in a virtual environment for them.
+//! they print why and pass, except under CI, where they fail (`support::requirement`).
+//! `scripts/test` installs `tensorflow-cpu` in a virtual environment for them.
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};

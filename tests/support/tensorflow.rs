@@ -10,40 +10,81 @@ use std::thread;
 use std::time::Duration;
 
 use super::cluster::wait_with_deadline;
+use super::requirement;
 
 /// Importing TensorFlow takes seconds; a cold one on a busy two-core machine, more.
 pub const SERVE_DEADLINE: Duration = Duration::from_secs(120);
+/// How long the probe may take to import TensorFlow: `$TESSERA_IMPORT_DEADLINE` seconds
+/// (scripts/test's too), else [`SERVE_DEADLINE`].
+pub fn import_deadline() -> Duration {
+    let secs = std::env::var("TESSERA_IMPORT_DEADLINE").ok();
+    let secs = secs.and_then(|s| s.trim().parse::<u64>().ok());
+    secs.map_or(SERVE_DEADLINE, Duration::from_secs)
+}
 /// Importing TensorFlow and training a few hundred steps.
 pub const TRAIN_DEADLINE: Duration = Duration::from_secs(300);
 
-/// The Python that has TensorFlow, or `None` (said) when there is none.
+/// The Python that has TensorFlow, or `None` (said) when there is none; under CI a missing
+/// TensorFlow fails the test ([`requirement::missing`]).
 pub fn tensorflow_python(test: &str) -> Option<String> {
     python_with(test, &["tensorflow"])
 }
 
 /// The Python that can import every one of `modules` (TensorFlow and what a script needs
-/// besides), or `None` (said) when there is none.
+/// besides), or `None` (said) when there is none. The import must finish within
+/// [`import_deadline`]; one that does not is killed and counts as missing (under CI, a
+/// failure).
 pub fn python_with(test: &str, modules: &[&str]) -> Option<String> {
     let imports = format!("import {}", modules.join(", "));
     let python = std::env::var("TESSERA_TF_PYTHON").unwrap_or_else(|_| "python3".into());
-    let (tx, rx) = mpsc::channel();
-    let probe = python.clone();
-    let probe_imports = imports.clone();
-    thread::spawn(move || {
-        let found = Command::new(&probe)
-            .args(["-c", &probe_imports])
-            .env("TF_CPP_MIN_LOG_LEVEL", "3")
-            .stdin(Stdio::null())
-            .output();
-        let _ = tx.send(found.is_ok_and(|o| o.status.success()));
-    });
-    if rx.recv_timeout(SERVE_DEADLINE).unwrap_or(false) {
-        return Some(python);
-    }
-    eprintln!(
-        "{test}: skipped, `{python}` cannot `{imports}` (pip install tensorflow-cpu tf-keras \
-         scikit-learn, or set TESSERA_TF_PYTHON to a python that can)"
+    let child = Command::new(&python)
+        .args(["-c", &imports])
+        .env("TF_CPP_MIN_LOG_LEVEL", "3")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn();
+    let why = match child {
+        Err(e) => format!("cannot run `{python}` ({e})"),
+        Ok(child) => {
+            let pid = child.id() as libc::pid_t;
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let _ = tx.send(child.wait_with_output());
+            });
+            let deadline = import_deadline();
+            match rx.recv_timeout(deadline) {
+                Ok(Ok(out)) if out.status.success() => return Some(python),
+                Ok(Ok(out)) => {
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+                    let last = last.unwrap_or("no message").trim();
+                    format!("`{python}` cannot `{imports}` ({}: {last})", out.status)
+                }
+                Ok(Err(e)) => format!("waiting for `{python}` failed ({e})"),
+                Err(_) => {
+                    // SAFETY: our own child, not yet reaped (the waiter would have answered).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    format!("`{python} -c '{imports}'` did not finish within {deadline:?}")
+                }
+            }
+        }
+    };
+    let packages = modules
+        .iter()
+        .map(|m| match *m {
+            "tensorflow" => "tensorflow-cpu",
+            "tf_keras" => "tf-keras",
+            "sklearn" => "scikit-learn",
+            other => other,
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let how = format!(
+        "scripts/test installs it in target/tf-venv; or pip install {packages} and set \
+         TESSERA_TF_PYTHON to that python"
     );
+    requirement::missing(test, &why, &how);
     None
 }
 
