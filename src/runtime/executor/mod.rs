@@ -35,12 +35,13 @@
 //! (`Switch`, `Merge`, `Enter`, `Exit`, `NextIteration`, `ControlTrigger`) run on
 //! `frames.rs`, which knows dead tensors, while-loop frames and iterations; every other graph
 //! runs on `plain.rs`, lock-free, paying only for the deadness a `_Recv` may bring in from
-//! another partition. `step.rs` holds what both share: the step's bookkeeping and the one way
+//! another partition (`frame_plan.rs` is what the former knows of a plan). `step.rs` holds what both share: the step's bookkeeping and the one way
 //! a kernel is run (reference inputs read first, panics caught, memory charged).
 //!
 //! Invariant: a step's node `n` runs at most once per frame iteration, after every
 //! predecessor's outputs are set (once per step outside loops).
 
+mod frame_plan;
 mod frames;
 mod plain;
 mod step;
@@ -266,7 +267,7 @@ struct Plan {
     feeds: Vec<Feed>,
     fetches: Vec<(String, Source)>,
     /// Frames and dead-tensor bookkeeping, for plans with control-flow ops.
-    control: Option<frames::ControlPlan>,
+    control: Option<frame_plan::ControlPlan>,
     /// Whether a node may output a reference (a `VariableV2`), so inputs are checked for one.
     has_refs: bool,
     /// Whether a node may be dead (a `_Recv` may receive a dead tensor).
@@ -489,7 +490,7 @@ impl Executor {
             fetches.push((name, source));
         }
         let control = if nodes.iter().any(|n| n.kind.is_control_flow()) {
-            let control = frames::ControlPlan::new(&nodes, &control_inputs, &roots)?;
+            let control = frame_plan::ControlPlan::new(&nodes, &control_inputs, &roots)?;
             for (name, source) in &fetches {
                 if let Source::Output { node, .. } = *source {
                     control.check_fetch(name, node, nodes[node].kind)?;
