@@ -33,10 +33,11 @@
 //!
 //! Two engines run a step, chosen once per plan: graphs with TensorFlow 1 control flow
 //! (`Switch`, `Merge`, `Enter`, `Exit`, `NextIteration`, `ControlTrigger`) run on
-//! `frames.rs`, which knows dead tensors, while-loop frames and iterations; every other graph
-//! runs on `plain.rs`, lock-free, paying only for the deadness a `_Recv` may bring in from
-//! another partition (`frame_plan.rs` is what the former knows of a plan). `step.rs` holds what both share: the step's bookkeeping and the one way
-//! a kernel is run (reference inputs read first, panics caught, memory charged).
+//! `frames.rs`, which knows dead tensors, while-loop frames and iterations (`frame_plan.rs` is
+//! what it knows of a plan); every other graph runs on `plain.rs`, lock-free, paying only for
+//! the deadness a `_Recv` may bring in from another partition. `step.rs` holds what both
+//! share: the step's bookkeeping and the one way a kernel is run (reference inputs read first,
+//! panics caught, memory charged).
 //!
 //! Invariant: a step's node `n` runs at most once per frame iteration, after every
 //! predecessor's outputs are set (once per step outside loops).
