@@ -100,6 +100,8 @@ impl FrameInstance {
 pub(super) struct Tagged {
     node: usize,
     frame: usize,
+    /// The frame instance's id in rendezvous keys (0 for the root).
+    frame_id: u64,
     iter: i64,
     dead: bool,
 }
@@ -154,6 +156,7 @@ impl ControlStep {
             .map(|&node| Tagged {
                 node,
                 frame: 0,
+                frame_id: 0,
                 iter: 0,
                 dead: false,
             })
@@ -234,7 +237,7 @@ impl ControlStep {
     fn compute(&self, tagged: Tagged, slots: Vec<Option<Tensor>>) -> Option<NodeOutputs> {
         let plan = &self.common.plan;
         let node = &plan.nodes[tagged.node];
-        let frame_iter = self.frame_iter(tagged);
+        let frame_iter = (tagged.frame_id, tagged.iter);
         if node.kind == Kind::Merge {
             if tagged.dead {
                 return Some(NodeOutputs::Dead);
@@ -291,16 +294,6 @@ impl ControlStep {
             }
         }
         Some(NodeOutputs::Live(values))
-    }
-
-    /// The `(frame_id, iteration)` of rendezvous keys for a node run under `tagged`.
-    fn frame_iter(&self, tagged: Tagged) -> (u64, i64) {
-        if tagged.frame == 0 {
-            return (0, 0);
-        }
-        let frames = self.lock();
-        let id = frames.instances[tagged.frame].as_ref().map_or(0, |f| f.id);
-        (id, tagged.iter)
     }
 
     fn propagate(
@@ -493,6 +486,7 @@ impl ControlStep {
         let control = self.control();
         let is_enter = plan.nodes[node].kind == Kind::Enter;
         let instance = frames.instances[frame].as_mut().expect("alive");
+        let frame_id = instance.id;
         let iteration = instance.iteration(iter);
         let mut made_ready = |dst: usize, dst_dead: bool, iteration: &mut Iteration| {
             let dst_dead = dst_dead && plan.nodes[dst].kind != Kind::ControlTrigger;
@@ -501,6 +495,7 @@ impl ControlStep {
             ready.push(Tagged {
                 node: dst,
                 frame,
+                frame_id,
                 iter,
                 dead: dst_dead,
             });
