@@ -219,7 +219,8 @@ struct PlanNode {
     def: NodeDef,
     kernel: Arc<dyn OpKernel>,
     kind: Kind,
-    /// Per input: whether the op takes it as a reference (`Ref(T)`); empty when none is.
+    /// Per input: whether the kernel gets it as a reference (`Ref(T)`, or an `Identity`
+    /// passing a reference on); empty when none does.
     ref_inputs: Box<[bool]>,
     /// Whether a fetch reads its outputs.
     fetched: bool,
@@ -448,6 +449,12 @@ impl Executor {
             .map_err(|e| name_node(e, &def))?;
             let inline = inline_kind(&def, device.device_type());
             let ref_inputs: Box<[bool]> = match registry::lookup(&def) {
+                // An `Identity` of a reference (a variable's `read`) passes the reference on:
+                // its readers read the variable when they run, as TensorFlow's aliasing of the
+                // variable's buffer makes them see updates made in between
+                // (SyncReplicasOptimizer's tokens read the global step through its `read`
+                // after the step's increment).
+                _ if def.op == "Identity" => Box::new([true]),
                 Ok(op) if op.inputs.iter().any(|a| a.is_ref) => {
                     op.ref_inputs(&def).map_err(|e| name_node(e, &def))?.into()
                 }

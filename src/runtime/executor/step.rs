@@ -217,11 +217,7 @@ impl StepCommon {
         dead: bool,
     ) -> Option<(Vec<Option<Tensor>>, Option<Charge>)> {
         let node = &self.plan.nodes[n];
-        // An `Identity` of a reference (a variable's `read`) passes the reference on: its
-        // readers read the variable when they run, as TensorFlow's aliasing of the variable's
-        // buffer makes them see updates made in between (SyncReplicasOptimizer's tokens read
-        // the global step through its `read` after the step's increment).
-        if self.plan.has_refs && node.def.op != "Identity" {
+        if self.plan.has_refs {
             for (i, input) in inputs.iter_mut().enumerate() {
                 if input.is_ref() && !node.ref_inputs.get(i).copied().unwrap_or(false) {
                     match input.deref() {
