@@ -16,6 +16,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::const_value;
 use crate::graph::context::ControlFlow;
+use crate::graph::ops::ControlFlowOp;
 use crate::graph::registry::{self, ArgType, OpDef};
 use crate::graph::scope::{self, DeviceFn, DeviceScope};
 use crate::graph::shape_fn::ShapeCtx;
@@ -573,7 +574,7 @@ impl Graph {
             shape_value: None,
             handle_shape: None,
         };
-        let is_merge = matches!(node.op.as_str(), "Merge" | "RefMerge");
+        let is_merge = ControlFlowOp::Merge.is(&node.op);
         for (k, (input, &dtype)) in data_inputs.iter().zip(&want).enumerate() {
             let (src, idx) = parse_input(input);
             let loop_back = back_edge_meta(dtype);

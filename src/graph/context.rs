@@ -12,6 +12,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr::{self, value};
 use crate::graph::builder::{Graph, NodeSpec, Output};
 use crate::graph::grad_state::GradLoopState;
+use crate::graph::ops::is_loop_back_edge;
 use crate::graph::registry;
 use crate::tensor::{DType, PartialShape};
 
@@ -501,11 +502,7 @@ impl Graph {
                     }
                 } else {
                     for x in inputs.iter_mut() {
-                        let back_edge = matches!(op, "Merge" | "RefMerge")
-                            && matches!(
-                                self.op_type(&x.node),
-                                "NextIteration" | "RefNextIteration"
-                            );
+                        let back_edge = is_loop_back_edge(self.op_type(&x.node), op);
                         if !back_edge {
                             *x = self.cf_add_value(c, x)?;
                         }

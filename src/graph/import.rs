@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::error::{Result, Status};
 use crate::graph::builder::{parse_input, Graph};
+use crate::graph::ops::is_loop_back_edge;
 use crate::graph::registry;
 use crate::proto::GraphDef;
 
@@ -100,19 +101,12 @@ fn topological_order(graph: &GraphDef, index: &HashMap<&str, usize>) -> Result<V
     let n = graph.node.len();
     let mut pending = vec![0usize; n];
     let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let is_merge = |i: usize| matches!(graph.node[i].op.as_str(), "Merge" | "RefMerge");
-    let is_next = |i: usize| {
-        matches!(
-            graph.node[i].op.as_str(),
-            "NextIteration" | "RefNextIteration"
-        )
-    };
     for (i, node) in graph.node.iter().enumerate() {
         for input in &node.input {
             let (src, _) = parse_input(input);
             let s = index[src];
             // A while loop's back edge: the Merge does not wait for it.
-            if is_merge(i) && is_next(s) {
+            if is_loop_back_edge(&graph.node[s].op, &node.op) {
                 continue;
             }
             pending[i] += 1;
@@ -160,11 +154,7 @@ impl Graph {
                 let (src, idx) = parse_input(input);
                 let outs = &metas[index[src]];
                 // A loop's back edge into a Merge is checked once its producer is inferred.
-                let back_edge = matches!(nodes[i].op.as_str(), "Merge" | "RefMerge")
-                    && matches!(
-                        graph.node[index[src]].op.as_str(),
-                        "NextIteration" | "RefNextIteration"
-                    );
+                let back_edge = is_loop_back_edge(&graph.node[index[src]].op, &nodes[i].op);
                 if back_edge && outs.is_empty() {
                     continue;
                 }

@@ -38,6 +38,7 @@ pub mod shape_fn;
 pub use builder::{Graph, NodeSpec, Output, Variable, VariableKind};
 pub use gradients::{gradients, gradients_with, GradientOptions};
 pub use import::validate;
+pub use ops::{is_loop_back_edge, ControlFlowOp};
 pub use partitioned::{fixed_size_partitioner, PartitionedVariable, Partitioner, SaveSlice};
 pub use scope::{
     byte_size_load_fn, replica_device_setter, replica_device_setter_with, DeviceFn,

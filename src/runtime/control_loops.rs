@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Result, Status};
-use crate::graph::attr;
+use crate::graph::{attr, ControlFlowOp};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::edges::tensor_input;
 use crate::runtime::partition::new_node;
@@ -36,11 +36,7 @@ const PREFIX: &str = "_cloop";
 /// Returns `graph` with control loops for every while loop whose body spans devices, and
 /// the gating control edges; `graph` itself when no loop does. `counter` numbers new nodes.
 pub fn add_control_loops(graph: &GraphDef, counter: &mut u64) -> Result<GraphDef> {
-    if !graph
-        .node
-        .iter()
-        .any(|n| matches!(n.op.as_str(), "Enter" | "RefEnter"))
-    {
+    if !graph.node.iter().any(|n| ControlFlowOp::Enter.is(&n.op)) {
         return Ok(graph.clone());
     }
     let frames = Frames::of(graph)?;
@@ -231,8 +227,8 @@ impl Frames {
         while let Some(src) = stack.pop() {
             let node = &graph.node[src];
             let here = of[src].clone().unwrap_or_default();
-            let there = match node.op.as_str() {
-                "Enter" | "RefEnter" => {
+            let there = match ControlFlowOp::of(&node.op) {
+                Some(ControlFlowOp::Enter) => {
                     let name = attr::string_or(node, "frame_name", "")?;
                     let parallel = attr::int_or(node, "parallel_iterations", 10)?;
                     info.entry(name.clone()).or_insert(FrameInfo {
@@ -242,7 +238,7 @@ impl Frames {
                     });
                     name
                 }
-                "Exit" | "RefExit" => info
+                Some(ControlFlowOp::Exit) => info
                     .get(&here)
                     .map(|f| f.parent.clone())
                     .unwrap_or_default(),
@@ -269,8 +265,8 @@ impl Frames {
     /// The frame of `node`'s outputs: an `Enter`'s are in the frame it enters, an `Exit`'s in
     /// the parent of the frame it leaves. (A node's own frame here is that of its inputs.)
     fn output_frame<'a>(&'a self, i: usize, node: &'a NodeDef) -> &'a str {
-        match node.op.as_str() {
-            "Enter" | "RefEnter" => node
+        match ControlFlowOp::of(&node.op) {
+            Some(ControlFlowOp::Enter) => node
                 .attr
                 .get("frame_name")
                 .and_then(|a| match &a.value {
@@ -278,7 +274,9 @@ impl Frames {
                     _ => None,
                 })
                 .unwrap_or(""),
-            "Exit" | "RefExit" => self.info.get(&self.of[i]).map_or("", |f| f.parent.as_str()),
+            Some(ControlFlowOp::Exit) => {
+                self.info.get(&self.of[i]).map_or("", |f| f.parent.as_str())
+            }
             _ => &self.of[i],
         }
     }

@@ -13,6 +13,47 @@ use crate::graph::registry::{OpDef, Registry};
 use crate::graph::shape_fn::{self as sf, ShapeCtx};
 use crate::tensor::PartialShape;
 
+/// TensorFlow 1's control-flow ops that the executor, the partitioner and graph import treat
+/// specially, each standing for its `Ref` form too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlFlowOp {
+    /// `Switch`, `RefSwitch`.
+    Switch,
+    /// `Merge`, `RefMerge`.
+    Merge,
+    /// `Enter`, `RefEnter`.
+    Enter,
+    /// `Exit`, `RefExit`.
+    Exit,
+    /// `NextIteration`, `RefNextIteration`.
+    NextIteration,
+}
+
+impl ControlFlowOp {
+    /// The control-flow op `op` is, if it is one.
+    pub fn of(op: &str) -> Option<ControlFlowOp> {
+        Some(match op {
+            "Switch" | "RefSwitch" => ControlFlowOp::Switch,
+            "Merge" | "RefMerge" => ControlFlowOp::Merge,
+            "Enter" | "RefEnter" => ControlFlowOp::Enter,
+            "Exit" | "RefExit" => ControlFlowOp::Exit,
+            "NextIteration" | "RefNextIteration" => ControlFlowOp::NextIteration,
+            _ => return None,
+        })
+    }
+
+    /// Whether an op is this one (or its `Ref` form).
+    pub fn is(self, op: &str) -> bool {
+        ControlFlowOp::of(op) == Some(self)
+    }
+}
+
+/// Whether an edge from an op `src` into an op `dst` closes a while loop: a `NextIteration`
+/// feeding its `Merge`, the one cycle a graph may have, which the `Merge` does not wait for.
+pub fn is_loop_back_edge(src: &str, dst: &str) -> bool {
+    ControlFlowOp::NextIteration.is(src) && ControlFlowOp::Merge.is(dst)
+}
+
 pub(super) fn register(r: &mut Registry) {
     for (name, data) in [("Switch", "data: T"), ("RefSwitch", "data: Ref(T)")] {
         let (out_false, out_true) = if name == "Switch" {

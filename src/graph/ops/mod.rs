@@ -4,6 +4,8 @@
 
 mod array;
 mod control_flow;
+
+pub use control_flow::{is_loop_back_edge, ControlFlowOp};
 mod data_flow;
 mod functional;
 mod io;

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::error::{Result, Status};
-use crate::graph::{attr, registry};
+use crate::graph::{attr, is_loop_back_edge, registry, ControlFlowOp};
 use crate::kernels::{inline_kind, DeviceType, Inline, OpKernel};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::cancel::CancellationToken;
@@ -198,13 +198,15 @@ impl Kind {
         match op {
             "_Send" | "_HostSend" => Kind::Send,
             "_Recv" | "_HostRecv" => Kind::Recv,
-            "Switch" | "RefSwitch" => Kind::Switch,
-            "Merge" | "RefMerge" => Kind::Merge,
-            "Enter" | "RefEnter" => Kind::Enter,
-            "Exit" | "RefExit" => Kind::Exit,
-            "NextIteration" | "RefNextIteration" => Kind::NextIteration,
             "ControlTrigger" => Kind::ControlTrigger,
-            _ => Kind::Plain,
+            _ => match ControlFlowOp::of(op) {
+                Some(ControlFlowOp::Switch) => Kind::Switch,
+                Some(ControlFlowOp::Merge) => Kind::Merge,
+                Some(ControlFlowOp::Enter) => Kind::Enter,
+                Some(ControlFlowOp::Exit) => Kind::Exit,
+                Some(ControlFlowOp::NextIteration) => Kind::NextIteration,
+                None => Kind::Plain,
+            },
         }
     }
 
@@ -392,10 +394,8 @@ impl Executor {
 
         // A `NextIteration` feeding a `Merge` closes a while loop: the only cycle allowed, and
         // not an edge the Merge waits for.
-        let back_edge = |p: usize, g: usize| {
-            Kind::of(&graph.node[p].op) == Kind::NextIteration
-                && Kind::of(&graph.node[g].op) == Kind::Merge
-        };
+        let back_edge =
+            |p: usize, g: usize| is_loop_back_edge(&graph.node[p].op, &graph.node[g].op);
         let mut edges: Vec<(Vec<Source>, Vec<usize>)> = Vec::with_capacity(kept.len());
         let mut control_inputs: Vec<Vec<usize>> = Vec::with_capacity(kept.len());
         for &g in &kept {
