@@ -542,13 +542,18 @@ enum FinalDim {
 
 impl StridedSlice {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Ok(Arc::new(StridedSlice {
+        Ok(Arc::new(StridedSlice::masks(node)?))
+    }
+
+    /// The five masks of a StridedSlice or StridedSliceGrad node.
+    fn masks(node: &NodeDef) -> Result<StridedSlice> {
+        Ok(StridedSlice {
             begin_mask: attr::int_or(node, "begin_mask", 0)?,
             end_mask: attr::int_or(node, "end_mask", 0)?,
             ellipsis_mask: attr::int_or(node, "ellipsis_mask", 0)?,
             new_axis_mask: attr::int_or(node, "new_axis_mask", 0)?,
             shrink_axis_mask: attr::int_or(node, "shrink_axis_mask", 0)?,
-        }))
+        })
     }
 
     /// Computes the source indices along each input dimension and the output shape.
@@ -709,13 +714,7 @@ struct StridedSliceGrad(StridedSlice);
 
 impl StridedSliceGrad {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Ok(Arc::new(StridedSliceGrad(StridedSlice {
-            begin_mask: attr::int_or(node, "begin_mask", 0)?,
-            end_mask: attr::int_or(node, "end_mask", 0)?,
-            ellipsis_mask: attr::int_or(node, "ellipsis_mask", 0)?,
-            new_axis_mask: attr::int_or(node, "new_axis_mask", 0)?,
-            shrink_axis_mask: attr::int_or(node, "shrink_axis_mask", 0)?,
-        })))
+        Ok(Arc::new(StridedSliceGrad(StridedSlice::masks(node)?)))
     }
 }
 
