@@ -1,7 +1,8 @@
 //! Each GPU kernel against its CPU kernel on the same inputs (feature `cuda`; run with
-//! `cargo test --features cuda --test gpu`). Without a GPU every test prints why it skipped
-//! and passes, under CI too; NVRTC, which needs no GPU, is required under CI
-//! (`support::requirement`).
+//! `cargo test --features cuda --test gpu`). Without a GPU every test that runs a kernel prints
+//! why it skipped and passes, under CI too; NVRTC, which needs no GPU, is required under CI
+//! (`support::requirement`), and the check that every node placed on a GPU has a GPU kernel
+//! runs everywhere, on a stand-in GPU device.
 //!
 //! Tolerance: the GPU sums in another order (cuBLAS blocks the dot products, the reductions
 //! run one thread per output) and uses its own `expf`/`logf` (a few ulp), so values agree to
@@ -11,14 +12,18 @@
 
 #![cfg(feature = "cuda")]
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
 use tessera::client::{Session, SessionOptions};
 use tessera::device::{CudaProbe, GpuProbe, GpuScan};
 use tessera::graph::attr::value;
 use tessera::kernels::cpu::collective::Reduction;
 use tessera::kernels::cuda::nccl::reduce_on_gpus;
-use tessera::kernels::{DeviceType, OpContext};
+use tessera::kernels::{create_kernel, DeviceType, OpContext};
 use tessera::proto::{AttrValue, NodeDef};
 use tessera::runtime::resource::ResourceMgr;
+use tessera::runtime::{Device, KernelLookup};
 use tessera::tensor::{DType, Tensor};
 use tessera::train::towers::{GradientSum, TowerOptions};
 
@@ -273,6 +278,43 @@ fn the_mlp_trains_on_a_gpu_tower_like_on_the_cpu() {
     // Two forward MatMuls and their four gradients, two BiasAdds, Relu and its gradient, the
     // loss.
     assert!(placed >= 11, "{placed} tower ops on the GPU");
+}
+
+/// Every node that placement and partitioning put on a GPU has a GPU kernel, including the
+/// `_Send`s, `_Recv`s and control edges the partitioner adds there. Needs no GPU: the session
+/// has a stand-in `GPU:0` whose nodes get their GPU kernel created (not run) and then run their
+/// CPU kernel, so the tower trains as on one CPU.
+#[test]
+fn every_node_placed_on_a_gpu_tower_has_a_gpu_kernel() {
+    let on_gpu: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let seen = Arc::clone(&on_gpu);
+    let kernels: Arc<KernelLookup> = Arc::new(move |node: &NodeDef, device_type| {
+        if device_type == DeviceType::Gpu {
+            create_kernel(node, DeviceType::Gpu)?;
+            seen.lock().unwrap().insert(node.op.clone());
+        }
+        create_kernel(node, DeviceType::Cpu)
+    });
+    const LOCAL: &str = "/job:localhost/replica:0/task:0/device";
+    let devices = vec![
+        Arc::new(Device::new(format!("{LOCAL}:CPU:0"), DeviceType::Cpu)),
+        Arc::new(Device::new(format!("{LOCAL}:GPU:0"), DeviceType::Gpu)),
+    ];
+    let session = Session::on_devices(
+        devices,
+        SessionOptions {
+            kernels,
+            ..Default::default()
+        },
+    );
+    let model = mlp::tower_model(vec!["/device:GPU:0".into()]);
+    let on_stand_in = mlp::train(&session, &model);
+    let on_cpu = mlp::train(&Session::local(), &mlp::single_device_model());
+    mlp::assert_same_training(&on_stand_in, &on_cpu, 1e-5);
+    let ops = on_gpu.lock().unwrap();
+    for op in ["_Recv", "_Send", "MatMul", "SoftmaxCrossEntropyWithLogits"] {
+        assert!(ops.contains(op), "no {op} on the GPU; there were {ops:?}");
+    }
 }
 
 #[test]

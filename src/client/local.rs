@@ -182,6 +182,15 @@ impl LocalSession {
                 ))
             }));
         }
+        Self::on_devices(devices, options)
+    }
+
+    /// A session of its own on `devices` (the first is the client's, where feeds and fetches
+    /// live): placement spreads nodes over them and the step runs a partition per device, as
+    /// [`LocalSession::local_with`] does over the devices it makes. Tests use it to put a
+    /// device the host does not have, with `options.kernels` standing in for its kernels.
+    pub fn on_devices(devices: Vec<Arc<Device>>, options: SessionOptions) -> Self {
+        assert!(!devices.is_empty(), "a session needs at least one device");
         let mut session = Self::with_options(Arc::clone(&devices[0]), options);
         session.incarnations = devices
             .iter()

@@ -37,6 +37,12 @@ impl Session {
         Self::from(LocalSession::local_with(options))
     }
 
+    /// An in-process session of its own on `devices`, the first the client's
+    /// ([`LocalSession::on_devices`]).
+    pub fn on_devices(devices: Vec<Arc<Device>>, options: SessionOptions) -> Self {
+        Self::from(LocalSession::on_devices(devices, options))
+    }
+
     /// An in-process session on an existing device, sharing its variables with every other
     /// session on it.
     pub fn on_device(device: Arc<Device>) -> Self {

@@ -40,9 +40,42 @@ use crate::tensor::{DType, Shape, Tensor};
 /// arithmetic of gradient graphs, gets the CPU kernel instead: tessera's tensors are host
 /// memory, so it runs in place, as TensorFlow keeps int32 tensors of GPU ops in host memory.
 pub fn kernel_for(op: &str) -> Option<KernelFactory> {
+    if HOST_MEMORY_OPS.contains(&op) {
+        return crate::kernels::cpu::kernel_for(op);
+    }
     gpu_factory(op)?;
     Some(create)
 }
+
+/// Ops that only move, name or route tensors: the partitioner puts them on a GPU device
+/// (`_Send`/`_Recv` for each edge that crosses it, the `Const` and `Identity` of a cut control
+/// edge, the control loops of a loop that spans it), as TensorFlow registers them for GPUs.
+/// tessera's tensors are host memory, so their CPU kernels serve a GPU device unchanged, for
+/// every dtype.
+pub const HOST_MEMORY_OPS: [&str; 22] = [
+    "_Send",
+    "_Recv",
+    "_HostSend",
+    "_HostRecv",
+    "Const",
+    "Identity",
+    "IdentityN",
+    "Snapshot",
+    "StopGradient",
+    "NoOp",
+    "ControlTrigger",
+    "Enter",
+    "Exit",
+    "Switch",
+    "Merge",
+    "NextIteration",
+    "LoopCond",
+    "RefEnter",
+    "RefExit",
+    "RefSwitch",
+    "RefMerge",
+    "RefNextIteration",
+];
 
 /// Builds the GPU kernel of a float32 node, the CPU kernel of any other.
 fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
