@@ -7,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tensorflow/worker_service.proto",
         "tensorflow/tensor_bundle.proto",
         "tensorflow/checkpoint_state.proto",
+        "tensorflow/event.proto",
+        "tensorflow/example.proto",
     ];
     for entry in std::fs::read_dir("proto/tensorflow")? {
         println!("cargo:rerun-if-changed={}", entry?.path().display());

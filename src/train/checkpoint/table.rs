@@ -19,6 +19,7 @@
 use std::path::Path;
 
 use crate::error::{Result, Status};
+pub use crate::format::{mask_crc, unmask_crc};
 
 /// The magic number closing every table (LevelDB's `kTableMagicNumber`).
 pub const TABLE_MAGIC: u64 = 0xdb47_7524_8b80_fb57;
@@ -30,19 +31,6 @@ const TRAILER_LEN: usize = 5;
 const RESTART_INTERVAL: usize = 16;
 /// TensorFlow's `table::Options::block_size` (256 KiB).
 pub const DEFAULT_BLOCK_SIZE: usize = 256 * 1024;
-/// The delta LevelDB adds to rotated CRCs so that a CRC of data holding CRCs stays strong.
-const CRC_MASK_DELTA: u32 = 0xa282_ead8;
-
-/// Masks a CRC32C as LevelDB and TensorFlow store it.
-pub fn mask_crc(crc: u32) -> u32 {
-    crc.rotate_right(15).wrapping_add(CRC_MASK_DELTA)
-}
-
-/// Undoes [`mask_crc`].
-pub fn unmask_crc(masked: u32) -> u32 {
-    masked.wrapping_sub(CRC_MASK_DELTA).rotate_left(15)
-}
-
 /// Appends `v` as a base-128 varint.
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
