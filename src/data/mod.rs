@@ -10,6 +10,7 @@
 //! float32, `y: [b]` int64).
 
 pub mod csv;
+pub mod digits;
 pub mod idx;
 pub mod synthetic;
 

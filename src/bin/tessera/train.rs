@@ -41,7 +41,7 @@ pub(crate) struct TrainingFlags {
     #[arg(long, default_value = "mlp")]
     model: String,
     /// Hidden layer widths of the mlp.
-    #[arg(long, value_delimiter = ',', default_value = "64,32")]
+    #[arg(long, value_delimiter = ',', default_value = "128")]
     hidden: Vec<usize>,
     /// The optimizer: gd, momentum, adagrad, adam or rmsprop.
     #[arg(long, default_value = "adam")]
@@ -79,9 +79,10 @@ pub(crate) struct TrainingFlags {
     /// Save a checkpoint every this many global steps (and at the end).
     #[arg(long = "save_every", default_value_t = 100)]
     save_every: u64,
-    /// The data: synthetic, csv:PATH (numeric features and an integer label, the last column
-    /// unless --label_column says; a header line is detected) or idx:IMAGES,LABELS.
-    #[arg(long, default_value = "synthetic")]
+    /// The data: digits (the built-in handwritten digits), synthetic (seeded Gaussian blobs),
+    /// csv:PATH (numeric features and an integer label, the last column unless --label_column
+    /// says; a header line is detected) or idx:IMAGES,LABELS.
+    #[arg(long, default_value = "digits")]
     data: String,
     /// The CSV column holding the label: a header name or a 0-based index (default: the
     /// last column).
@@ -188,10 +189,13 @@ fn parse_tower_device(s: &str) -> anyhow::Result<DeviceType> {
 pub(crate) fn local(args: LocalArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
     // Bad flags are refused here once, not by every child (the embedded cluster has 2 workers).
-    args.training.to_spec(2)?.validate(2)?;
+    let spec = args.training.to_spec(2)?;
+    spec.validate(2)?;
     println!(
-        "tessera: local cluster of 1 ps and 2 workers training {} for {} steps",
-        args.training.model, args.training.steps
+        "tessera: local cluster of 1 ps and 2 workers training {} on {} for {} steps",
+        spec.model.describe(),
+        spec.data.describe(),
+        spec.steps
     );
     tessera::train::job::launcher::run_local(&LocalJob {
         exe,

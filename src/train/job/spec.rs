@@ -57,6 +57,17 @@ impl ModelKind {
         }
     }
 
+    /// The model in words: `softmax regression`, `an MLP (128)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Softmax => "softmax regression".into(),
+            Self::Mlp { hidden } => {
+                let widths: Vec<String> = hidden.iter().map(usize::to_string).collect();
+                format!("an MLP ({})", widths.join(", "))
+            }
+        }
+    }
+
     /// The hidden widths (empty for softmax regression).
     pub fn hidden(&self) -> &[usize] {
         match self {
@@ -69,6 +80,8 @@ impl ModelKind {
 /// Where the examples come from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DataSource {
+    /// The built-in handwritten digits (1797 8×8 images, 10 classes; [`crate::data::digits`]).
+    Digits,
     /// The built-in seeded data set: Gaussian blobs (examples, classes, features, noise).
     Synthetic {
         examples: usize,
@@ -95,10 +108,12 @@ impl DataSource {
         }
     }
 
-    /// Parses `--data`: `synthetic`, `csv:PATH` or `idx:IMAGES,LABELS`.
+    /// Parses `--data`: `digits`, `synthetic`, `csv:PATH` or `idx:IMAGES,LABELS`.
     pub fn parse(text: &str) -> Result<Self> {
-        if text == "synthetic" {
-            return Ok(Self::builtin());
+        match text {
+            "digits" => return Ok(Self::Digits),
+            "synthetic" => return Ok(Self::builtin()),
+            _ => {}
         }
         if let Some(path) = text.strip_prefix("csv:") {
             if path.is_empty() {
@@ -126,8 +141,21 @@ impl DataSource {
             )));
         }
         Err(Status::invalid_argument(format!(
-            "--data {text}: unknown data source; use synthetic, csv:PATH or idx:IMAGES,LABELS"
+            "--data {text}: unknown data source; use digits, synthetic, csv:PATH or \
+             idx:IMAGES,LABELS"
         )))
+    }
+
+    /// The data in words, for the job's first line.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Digits => "the handwritten digits (1797 8x8 images, built in)".into(),
+            Self::Synthetic {
+                examples, classes, ..
+            } => format!("{examples} synthetic examples of {classes} Gaussian blobs"),
+            Self::Csv { path, .. } => format!("the CSV file {}", path.display()),
+            Self::Idx { images, .. } => format!("the IDX images {}", images.display()),
+        }
     }
 
     /// Applies `--label_column` and `--csv_header`, which only a CSV source takes.
@@ -153,6 +181,7 @@ impl DataSource {
     /// Reads (or generates, with `seed`) every example.
     pub fn load(&self, seed: u64) -> Result<Dataset> {
         match self {
+            Self::Digits => crate::data::digits::digits(),
             Self::Synthetic {
                 examples,
                 classes,
@@ -216,13 +245,11 @@ pub struct TrainSpec {
 }
 
 impl Default for TrainSpec {
-    /// The main job's defaults: an MLP (64, 32) trained by Adam, 0.01, batches of 64, 1000
-    /// steps, asynchronously, on the built-in data set, a fifth held out.
+    /// The main job's defaults: an MLP (128) trained by Adam, 0.01, batches of 64, 1000
+    /// steps, asynchronously, on the built-in handwritten digits, a fifth held out.
     fn default() -> Self {
         Self {
-            model: ModelKind::Mlp {
-                hidden: vec![64, 32],
-            },
+            model: ModelKind::Mlp { hidden: vec![128] },
             optimizer: "adam".into(),
             learning_rate: 0.01,
             batch_size: 64,
@@ -233,7 +260,7 @@ impl Default for TrainSpec {
             sync: None,
             checkpoint_dir: None,
             save_every_steps: 100,
-            data: DataSource::builtin(),
+            data: DataSource::Digits,
             seed: 1,
             held_out_fraction: 0.2,
             wait_for_model: std::time::Duration::from_secs(120),
