@@ -13,6 +13,7 @@ pub mod csv;
 pub mod digits;
 pub mod idx;
 pub mod synthetic;
+pub mod tfrecord;
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;

@@ -81,7 +81,8 @@ pub(crate) struct TrainingFlags {
     save_every: u64,
     /// The data: digits (the built-in handwritten digits), synthetic (seeded Gaussian blobs),
     /// csv:PATH (numeric features and an integer label, the last column unless --label_column
-    /// says; a header line is detected) or idx:IMAGES,LABELS.
+    /// says; a header line is detected), tfrecord:PATH (tf.train.Examples; --feature_keys,
+    /// --label_key) or idx:IMAGES,LABELS.
     #[arg(long, default_value = "digits")]
     data: String,
     /// The CSV column holding the label: a header name or a 0-based index (default: the
@@ -92,6 +93,13 @@ pub(crate) struct TrainingFlags {
     /// flag a first row that is not all numbers is read as the header).
     #[arg(long = "csv_header")]
     csv_header: bool,
+    /// The TFRecord file's feature keys (float or int64 lists of tf.train.Example),
+    /// concatenated in this order (default: every key but the label's, in name order).
+    #[arg(long = "feature_keys", value_delimiter = ',')]
+    feature_keys: Vec<String>,
+    /// The TFRecord file's label key (an int64 class; default: label).
+    #[arg(long = "label_key")]
+    label_key: Option<String>,
     /// Seeds the data, the initial weights and the batch order.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -126,7 +134,8 @@ impl TrainingFlags {
             checkpoint_dir: self.checkpoint_dir.clone(),
             save_every_steps: self.save_every,
             data: DataSource::parse(&self.data)?
-                .with_csv_options(self.label_column.as_deref(), self.csv_header)?,
+                .with_csv_options(self.label_column.as_deref(), self.csv_header)?
+                .with_tfrecord_options(&self.feature_keys, self.label_key.as_deref())?,
             seed: self.seed,
             held_out_fraction: self.held_out,
             wait_for_model: self.wait_for_model,
@@ -165,6 +174,12 @@ impl TrainingFlags {
         }
         if self.csv_header {
             args.push("--csv_header".into());
+        }
+        if !self.feature_keys.is_empty() {
+            args.push(format!("--feature_keys={}", self.feature_keys.join(",")));
+        }
+        if let Some(label) = &self.label_key {
+            args.push(format!("--label_key={label}"));
         }
         if let Some(n) = self.replicas_to_aggregate {
             args.push(format!("--replicas_to_aggregate={n}"));
@@ -351,5 +366,45 @@ mod tests {
             (sync.replicas_to_aggregate, sync.total_num_replicas),
             (1, 2)
         );
+    }
+
+    #[test]
+    fn local_hands_its_children_the_tfrecord_keys() {
+        let given = [
+            "tessera",
+            "local",
+            "--data",
+            "tfrecord:/data/train.tfrecord",
+            "--feature_keys",
+            "pixels,extra",
+            "--label_key",
+            "digit",
+        ];
+        let Some(Command::Local(local)) = Cli::parse_from(given).command else {
+            panic!("not parsed as local");
+        };
+        let mut train = vec!["tessera".to_string(), "train".into()];
+        train.extend(local.training.to_args());
+        let Some(Command::Train(child)) = Cli::parse_from(train).command else {
+            panic!("not parsed as train");
+        };
+        let options = tessera::data::tfrecord::TfRecordOptions {
+            feature_keys: vec!["pixels".into(), "extra".into()],
+            label_key: "digit".into(),
+        };
+        assert_eq!(
+            child.training.to_spec(2).unwrap().data,
+            DataSource::TfRecord {
+                path: "/data/train.tfrecord".into(),
+                options,
+            }
+        );
+        // The keys belong to a TFRecord source only.
+        let digits = ["tessera", "local", "--label_key", "digit"];
+        let Some(Command::Local(local)) = Cli::parse_from(digits).command else {
+            panic!("not parsed as local");
+        };
+        let err = local.training.to_spec(2).unwrap_err().to_string();
+        assert!(err.contains("--data tfrecord:PATH only"), "{err}");
     }
 }

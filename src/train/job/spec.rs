@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
 use crate::data::idx::read_mnist;
+use crate::data::tfrecord::{read_tfrecord, TfRecordOptions};
 use crate::data::{blobs, BlobOptions, Dataset};
 use crate::error::{Result, Status};
 use crate::kernels::DeviceType;
@@ -94,6 +95,11 @@ pub enum DataSource {
     Csv { path: PathBuf, options: CsvOptions },
     /// MNIST's IDX files: images, labels.
     Idx { images: PathBuf, labels: PathBuf },
+    /// A TFRecord file of `tf.train.Example`s ([`crate::data::tfrecord`]).
+    TfRecord {
+        path: PathBuf,
+        options: TfRecordOptions,
+    },
 }
 
 impl DataSource {
@@ -126,6 +132,17 @@ impl DataSource {
                 options: CsvOptions::default(),
             });
         }
+        if let Some(path) = text.strip_prefix("tfrecord:") {
+            if path.is_empty() {
+                return Err(Status::invalid_argument(
+                    "--data tfrecord: needs a file, as tfrecord:PATH",
+                ));
+            }
+            return Ok(Self::TfRecord {
+                path: PathBuf::from(path),
+                options: TfRecordOptions::default(),
+            });
+        }
         if let Some(rest) = text.strip_prefix("idx:") {
             if let Some((images, labels)) = rest.split_once(',') {
                 if !images.is_empty() && !labels.is_empty() {
@@ -141,8 +158,8 @@ impl DataSource {
             )));
         }
         Err(Status::invalid_argument(format!(
-            "--data {text}: unknown data source; use digits, synthetic, csv:PATH or \
-             idx:IMAGES,LABELS"
+            "--data {text}: unknown data source; use digits, synthetic, csv:PATH, \
+             tfrecord:PATH or idx:IMAGES,LABELS"
         )))
     }
 
@@ -155,6 +172,35 @@ impl DataSource {
             } => format!("{examples} synthetic examples of {classes} Gaussian blobs"),
             Self::Csv { path, .. } => format!("the CSV file {}", path.display()),
             Self::Idx { images, .. } => format!("the IDX images {}", images.display()),
+            Self::TfRecord { path, .. } => format!("the TFRecord file {}", path.display()),
+        }
+    }
+
+    /// Applies `--feature_keys` and `--label_key`, which only a TFRecord source takes.
+    pub fn with_tfrecord_options(
+        self,
+        feature_keys: &[String],
+        label_key: Option<&str>,
+    ) -> Result<Self> {
+        match self {
+            Self::TfRecord { path, mut options } => {
+                if let Some(bad) = feature_keys.iter().find(|k| k.trim().is_empty()) {
+                    return Err(Status::invalid_argument(format!(
+                        "--feature_keys {feature_keys:?} has an empty key `{bad}`; list the \
+                         Example's keys, comma-separated"
+                    )));
+                }
+                options.feature_keys = feature_keys.to_vec();
+                if let Some(label) = label_key {
+                    options.label_key = label.to_string();
+                }
+                Ok(Self::TfRecord { path, options })
+            }
+            other if feature_keys.is_empty() && label_key.is_none() => Ok(other),
+            _ => Err(Status::invalid_argument(
+                "--feature_keys and --label_key apply to --data tfrecord:PATH only; remove \
+                 them or read a TFRecord file",
+            )),
         }
     }
 
@@ -194,6 +240,7 @@ impl DataSource {
             ),
             Self::Csv { path, options } => read_csv(path, options),
             Self::Idx { images, labels } => read_mnist(images, labels),
+            Self::TfRecord { path, options } => read_tfrecord(path, options),
         }
     }
 }
