@@ -316,11 +316,11 @@ fn the_chiefs_checkpoint_restores_into_a_fresh_cluster_bit_for_bit() {
         .keys()
         .map(|name| (name.clone(), bundle.read(name).unwrap()))
         .collect();
-    // The model (3 layers of weights and biases), Adam's two slots per variable, its two
-    // powers, and the global step.
+    // The default MLP's 2 layers of weights and biases, Adam's two slots per variable, its
+    // two powers, and the global step.
     assert_eq!(
         expected.len(),
-        6 * 3 + 2 + 1,
+        4 * 3 + 2 + 1,
         "{:?}",
         bundle.entries().keys()
     );

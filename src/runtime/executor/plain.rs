@@ -133,8 +133,24 @@ impl StepState {
             .sum()
     }
 
-    /// The step's first error, or its fetches in fetch order.
+    /// The step's first error, or its fetches in fetch order. On a device with a memory
+    /// budget the step's other outputs, and their charges, are dropped here, before the
+    /// caller has its answer: a thread that ran the last node may still hold the step for a
+    /// moment, and the budget must not count a finished step.
     pub(super) fn result(&self) -> Result<Vec<Tensor>> {
+        let result = self.fetches();
+        if self.common.plan.device.memory().is_none() {
+            return result;
+        }
+        for outputs in self.outputs.iter() {
+            let mut outputs = outputs.lock().unwrap_or_else(|e| e.into_inner());
+            outputs.values = Vec::new();
+            outputs.charge = None;
+        }
+        result
+    }
+
+    fn fetches(&self) -> Result<Vec<Tensor>> {
         if let Some(status) = self.common.take_error() {
             return Err(status);
         }

@@ -377,7 +377,10 @@ mod tests {
 
     #[test]
     fn variables_go_to_the_ps_and_the_computation_to_the_worker() {
-        let spec = TrainSpec::default();
+        let spec = TrainSpec {
+            model: two_hidden_layers(),
+            ..TrainSpec::default()
+        };
         let placement = Placement {
             num_ps: 2,
             worker_index: 1,
@@ -406,6 +409,13 @@ mod tests {
         assert!(built.saved.contains(&"layer2/w".to_string()));
     }
 
+    /// An MLP of three layers (two hidden).
+    fn two_hidden_layers() -> crate::train::job::ModelKind {
+        crate::train::job::ModelKind::Mlp {
+            hidden: vec![64, 32],
+        }
+    }
+
     /// Worker 1's graph in a cluster of 1 ps and 2 workers, for 4 features and 3 classes.
     fn worker_1_of_2(spec: &TrainSpec) -> TrainGraph {
         let placement = Placement {
@@ -422,6 +432,7 @@ mod tests {
             towers: 2,
             tower_device: DeviceType::Gpu,
             all_reduce: true,
+            model: two_hidden_layers(),
             ..TrainSpec::default()
         };
         let built = worker_1_of_2(&spec);
