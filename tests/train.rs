@@ -108,10 +108,13 @@ fn spawn_train(
     args: &[&str],
 ) -> Child {
     let mut command = socket_activated(Path::new(BIN), listener);
+    command.args(["train", "--config"]).arg(config).args(args);
+    // The chief's event files go next to the cluster file, never into the checkout.
+    if !args.contains(&"--logdir") {
+        let runs = config.parent().expect("the cluster file's directory");
+        command.arg("--logdir").arg(runs.join("runs"));
+    }
     command
-        .args(["train", "--config"])
-        .arg(config)
-        .args(args)
         .env("TESSERA__TASK__JOB", job)
         .env("TESSERA__TASK__INDEX", index.to_string())
         .env("RUST_LOG", "warn")
@@ -370,8 +373,10 @@ fn the_chiefs_checkpoint_restores_into_a_fresh_cluster_bit_for_bit() {
 
 #[test]
 fn tessera_local_runs_the_embedded_cluster_to_the_end_and_exits_0() {
+    let runs = tempfile::tempdir().unwrap();
     let child = Command::new(BIN)
-        .args(["local", "--steps", "60", "--timeout", "150s"])
+        .args(["local", "--steps", "60", "--timeout", "150s", "--logdir"])
+        .arg(runs.path())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -410,10 +415,12 @@ fn run_chief_alone(args: &[&str]) -> Ended {
         "[cluster]\nps = [\"127.0.0.1:0\"]\nworker = [\"127.0.0.1:0\"]\n[devices]\ngpu = 0\n",
     )
     .unwrap();
-    let child = Command::new(BIN)
-        .args(["train", "--config"])
-        .arg(&config)
-        .args(args)
+    let mut command = Command::new(BIN);
+    command.args(["train", "--config"]).arg(&config).args(args);
+    if !args.contains(&"--logdir") {
+        command.arg("--logdir").arg(dir.path().join("runs"));
+    }
+    let child = command
         .env("TESSERA__TASK__JOB", "worker")
         .env("TESSERA__TASK__INDEX", "0")
         .env("RUST_LOG", "warn")
@@ -743,7 +750,8 @@ fn tessera_local_names_the_task_that_failed_and_how() {
     let missing = dir.path().join("missing.csv");
     let data = format!("csv:{}", missing.display());
     let child = Command::new(BIN)
-        .args(["local", "--data", &data, "--timeout", "120s"])
+        .args(["local", "--data", &data, "--timeout", "120s", "--logdir"])
+        .arg(dir.path().join("runs"))
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
