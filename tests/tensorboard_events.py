@@ -16,7 +16,9 @@ Usage:
       Scaffold's merge_all, trained by MonitoredTrainingSession(summary_dir=DIR,
       save_summaries_steps=5) to step 30. The summary ops run on the cluster's tasks, the
       chief's hook writes their output to DIR. --alone: on stock TensorFlow servers (a ps and a
-      worker) in this process. Prints what `read DIR` prints.
+      worker) in this process. Prints what `read DIR` prints and "curve", the loss of every
+      step. (Which steps the hook writes depends on timing: it reads the global step again
+      after a step that wrote a summary.)
   tensorboard_events.py v2 --logdir DIR (--master grpc://HOST:PORT | --alone)
       A graph with TensorFlow 2's tf.summary.create_file_writer(DIR) and
       tf.summary.scalar("value", v, step=s) for s in 0..9 (v = 0.5 * s - 1), the writer and its
@@ -86,6 +88,7 @@ def v1(args):
             for job in ("ps", "worker")
         ]
     master = "grpc://" + worker if args.alone else args.master
+    curve = []
     rng = np.random.RandomState(0)
     xs = rng.uniform(-1, 1, size=(64, 4)).astype(np.float32)
     ys = (xs @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32) + 0.25).astype(np.float32)
@@ -115,10 +118,11 @@ def v1(args):
             config=config,
         ) as session:
             while not session.should_stop():
-                session.run(train_op, {x: xs, y: ys})
+                value, _ = session.run([loss, train_op], {x: xs, y: ys})
+                curve.append(float(value))
     tf.compat.v1.summary.FileWriterCache.clear()
     del servers
-    return read(args.logdir)
+    return dict(read(args.logdir), curve=curve)
 
 
 def v2(args):
