@@ -553,6 +553,40 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 #[test]
+fn an_unwritable_logdir_is_refused_before_training_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A path whose parent is a file: no process can create the directory, root included.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"precious").unwrap();
+    let under_file = file.join("runs");
+    let logdir = under_file.to_str().unwrap();
+    let ended = run_chief_alone(&["--logdir", logdir]);
+    assert_fails_with(&ended, &["not writable", "--logdir", logdir]);
+    assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+    assert!(
+        !ended.stdout.contains("tessera: serving"),
+        "refused before the daemon started:\n{}",
+        ended.stdout
+    );
+    // `tessera local` refuses it before starting any task.
+    let child = Command::new(BIN)
+        .args(["local", "--timeout", "60s", "--logdir", logdir])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = wait_all(vec![("tessera local".into(), child)]);
+    assert_fails_with(&ended[0], &["not writable", "--logdir", logdir]);
+    assert!(
+        !ended[0].stdout.contains("tessera: serving"),
+        "{}",
+        ended[0].stdout
+    );
+}
+
+#[test]
 fn an_unwritable_checkpoint_dir_is_refused_before_training_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     // A path whose parent is a file: no process can create the directory, root included.
