@@ -49,8 +49,10 @@ fn assert_same_examples(data: &Dataset, python: &Trained) {
 
 /// `tessera local` trains on `data_args` and reaches `accuracy` held out.
 fn trains(data_args: &[&str], accuracy: f64) {
+    let runs = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
-        .args(["local", "--steps", "300", "--timeout", "150s"])
+        .args(["local", "--steps", "300", "--timeout", "150s", "--logdir"])
+        .arg(runs.path())
         .args(data_args)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())

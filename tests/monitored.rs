@@ -13,15 +13,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tessera::client::{Session, SessionOptions};
+use tessera::format::events::read_events;
 use tessera::graph::builder::{Graph, NodeSpec};
 use tessera::kernels::{DeviceType, OpContext, OpKernel};
-use tessera::proto::{GraphDef, NodeDef};
+use tessera::proto::event::What;
+use tessera::proto::{summary, GraphDef, NodeDef};
 use tessera::runtime::{Device, KernelLookup};
 use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::train::monitored::{
     CheckpointSaverHook, Clock, CreateSession, Every, Hook, LoggingTensorHook, ManualClock,
     MonitoredSession, NanTensorHook, ReadyOp, RetryPolicy, SaveFn, Scaffold, SessionManager,
-    StepCounterHook, StepRate, StopAt, StopAtStepHook, SummarySaverHook, TrainingConfig,
+    StepCounterHook, StepRate, StopAt, StopAtStepHook, SummaryFile, SummarySaverHook,
+    TrainingConfig,
 };
 use tessera::{Code, Result, Status};
 
@@ -511,18 +514,20 @@ fn step_counter_and_logging_hooks_record_their_values() {
 }
 
 #[test]
-fn summaries_are_appended_as_json_lines() {
+fn summaries_are_written_to_a_tensorboard_event_file() {
     let dir = tempfile::tempdir().unwrap();
     let setup = Setup::new();
+    let file = SummaryFile::create(&dir.path().join("train")).unwrap();
     let hook = SummarySaverHook::new(
-        &dir.path().join("train"),
+        file.clone(),
         GLOBAL_STEP,
         &[("loss", "Identity:0")],
         Every::Steps(2),
         setup.clock.clone(),
     )
-    .unwrap();
-    let path = hook.path().to_path_buf();
+    .unwrap()
+    .with_histograms(&[("w", "w/Read/ReadVariableOp:0")]);
+    let path = hook.path();
     let mut session = setup.chief(vec![Box::new(hook)], 3).unwrap();
     // The global step moves between monitored runs (not inside them), so the step each run
     // reads is exactly i.
@@ -536,19 +541,43 @@ fn summaries_are_appended_as_json_lines() {
             .run(&[], &[], &["train"])
             .unwrap();
     }
+    file.scalar(4, "accuracy", 0.75).unwrap();
     session.close().unwrap();
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let events = read_events(&path).unwrap();
+    assert_eq!(
+        events[0].what,
+        Some(What::FileVersion("brain.Event:2".into()))
+    );
+    // Written on the first run and then every 2 steps, at the step the run read: the loss
+    // and the histogram of `w` each time, then what the trainer added.
+    let written: Vec<(i64, String, Option<f32>)> = events[1..]
+        .iter()
+        .map(|e| {
+            let Some(What::Summary(s)) = &e.what else {
+                panic!("not a summary: {e:?}");
+            };
+            let v = &s.value[0];
+            let simple = match &v.value {
+                Some(summary::value::Value::SimpleValue(x)) => Some(*x),
+                Some(summary::value::Value::Histo(h)) => {
+                    assert!(h.num >= 1.0, "{h:?}");
+                    None
+                }
+                other => panic!("{other:?}"),
+            };
+            (e.step, v.tag.clone(), simple)
+        })
         .collect();
-    // Written on the first run and then every 2 steps, at the step the run read.
-    let tags: Vec<&str> = lines.iter().map(|l| l["tag"].as_str().unwrap()).collect();
-    assert_eq!(tags, ["loss", "loss"]);
-    let steps: Vec<i64> = lines.iter().map(|l| l["step"].as_i64().unwrap()).collect();
-    assert_eq!(steps, [0, 2]);
-    let values: Vec<f64> = lines.iter().map(|l| l["value"].as_f64().unwrap()).collect();
-    assert_eq!(values, [0.5, 2.5]);
+    assert_eq!(
+        written,
+        [
+            (0, "loss".into(), Some(0.5)),
+            (0, "w".into(), None),
+            (2, "loss".into(), Some(2.5)),
+            (2, "w".into(), None),
+            (4, "accuracy".into(), Some(0.75)),
+        ]
+    );
 }
 
 #[test]

@@ -106,10 +106,13 @@ fn spawn_train(
     args: &[&str],
 ) -> Child {
     let mut command = socket_activated(Path::new(BIN), listener);
+    command.args(["train", "--config"]).arg(config).args(args);
+    // The chief's event files go next to the cluster file, never into the checkout.
+    if !args.contains(&"--logdir") {
+        let runs = config.parent().expect("the cluster file's directory");
+        command.arg("--logdir").arg(runs.join("runs"));
+    }
     command
-        .args(["train", "--config"])
-        .arg(config)
-        .args(args)
         .env("TESSERA__TASK__JOB", job)
         .env("TESSERA__TASK__INDEX", index.to_string())
         .env("RUST_LOG", "warn")
@@ -368,8 +371,10 @@ fn the_chiefs_checkpoint_restores_into_a_fresh_cluster_bit_for_bit() {
 
 #[test]
 fn tessera_local_runs_the_embedded_cluster_to_the_end_and_exits_0() {
+    let runs = tempfile::tempdir().unwrap();
     let child = Command::new(BIN)
-        .args(["local", "--steps", "60", "--timeout", "150s"])
+        .args(["local", "--steps", "60", "--timeout", "150s", "--logdir"])
+        .arg(runs.path())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -408,10 +413,12 @@ fn run_chief_alone(args: &[&str]) -> Ended {
         "[cluster]\nps = [\"127.0.0.1:0\"]\nworker = [\"127.0.0.1:0\"]\n[devices]\ngpu = 0\n",
     )
     .unwrap();
-    let child = Command::new(BIN)
-        .args(["train", "--config"])
-        .arg(&config)
-        .args(args)
+    let mut command = Command::new(BIN);
+    command.args(["train", "--config"]).arg(&config).args(args);
+    if !args.contains(&"--logdir") {
+        command.arg("--logdir").arg(dir.path().join("runs"));
+    }
+    let child = command
         .env("TESSERA__TASK__JOB", "worker")
         .env("TESSERA__TASK__INDEX", "0")
         .env("RUST_LOG", "warn")
@@ -541,6 +548,40 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         .collect();
     files.sort();
     files
+}
+
+#[test]
+fn an_unwritable_logdir_is_refused_before_training_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A path whose parent is a file: no process can create the directory, root included.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"precious").unwrap();
+    let under_file = file.join("runs");
+    let logdir = under_file.to_str().unwrap();
+    let ended = run_chief_alone(&["--logdir", logdir]);
+    assert_fails_with(&ended, &["not writable", "--logdir", logdir]);
+    assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+    assert!(
+        !ended.stdout.contains("tessera: serving"),
+        "refused before the daemon started:\n{}",
+        ended.stdout
+    );
+    // `tessera local` refuses it before starting any task.
+    let child = Command::new(BIN)
+        .args(["local", "--timeout", "60s", "--logdir", logdir])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = wait_all(vec![("tessera local".into(), child)]);
+    assert_fails_with(&ended[0], &["not writable", "--logdir", logdir]);
+    assert!(
+        !ended[0].stdout.contains("tessera: serving"),
+        "{}",
+        ended[0].stdout
+    );
 }
 
 #[test]
@@ -741,7 +782,8 @@ fn tessera_local_names_the_task_that_failed_and_how() {
     let missing = dir.path().join("missing.csv");
     let data = format!("csv:{}", missing.display());
     let child = Command::new(BIN)
-        .args(["local", "--data", &data, "--timeout", "120s"])
+        .args(["local", "--data", &data, "--timeout", "120s", "--logdir"])
+        .arg(dir.path().join("runs"))
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -851,9 +893,12 @@ fn sync_training_with_two_towers_per_worker_reaches_the_stated_accuracy_and_exit
 
 #[test]
 fn the_main_job_trains_the_default_mlp_on_the_digits_to_97_percent() {
-    // `cargo run --release` with no flags: the defaults, on the embedded cluster.
+    // `cargo run --release` with no flags: the defaults, on the embedded cluster, in a
+    // directory of its own (the default --logdir is runs/<time> under it).
+    let cwd = tempfile::tempdir().unwrap();
     let child = Command::new(BIN)
         .args(["local", "--timeout", "150s"])
+        .current_dir(cwd.path())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -878,4 +923,19 @@ fn the_main_job_trains_the_default_mlp_on_the_digits_to_97_percent() {
     );
     assert!(local.stdout.contains("on 359 examples"), "{}", local.stdout);
     assert!(local.stdout.contains(" steps/s)"), "{}", local.stdout);
+    // Where TensorBoard finds the run: one event file under runs/<time>.
+    let logdir = local
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera: tensorboard --logdir "))
+        .unwrap_or_else(|| panic!("no tensorboard line:\n{}", local.stdout));
+    assert!(logdir.starts_with("runs/"), "{logdir}");
+    let events: Vec<_> = std::fs::read_dir(cwd.path().join(logdir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        events.len() == 1 && events[0].starts_with("events.out.tfevents."),
+        "{events:?}"
+    );
 }

@@ -79,6 +79,14 @@ pub(crate) struct TrainingFlags {
     /// Save a checkpoint every this many global steps (and at the end).
     #[arg(long = "save_every", default_value_t = 100)]
     save_every: u64,
+    /// The chief writes TensorBoard event files here (default: runs/<YYYYmmdd-HHMMSS>, UTC,
+    /// under the working directory).
+    #[arg(long)]
+    logdir: Option<PathBuf>,
+    /// The chief writes summaries (loss, global steps/s, the variables' histograms) every
+    /// this many global steps.
+    #[arg(long = "summary_every", default_value_t = 10)]
+    summary_every: u64,
     /// The data: digits (the built-in handwritten digits), synthetic (seeded Gaussian blobs),
     /// csv:PATH (numeric features and an integer label, the last column unless --label_column
     /// says; a header line is detected), tfrecord:PATH (tf.train.Examples; --feature_keys,
@@ -133,6 +141,8 @@ impl TrainingFlags {
             sync,
             checkpoint_dir: self.checkpoint_dir.clone(),
             save_every_steps: self.save_every,
+            logdir: Some(self.logdir.clone().unwrap_or_else(default_logdir)),
+            summary_every_steps: self.summary_every,
             data: DataSource::parse(&self.data)?
                 .with_csv_options(self.label_column.as_deref(), self.csv_header)?
                 .with_tfrecord_options(&self.feature_keys, self.label_key.as_deref())?,
@@ -158,6 +168,7 @@ impl TrainingFlags {
             ),
             format!("--steps={}", self.steps),
             format!("--save_every={}", self.save_every),
+            format!("--summary_every={}", self.summary_every),
             format!("--data={}", self.data),
             format!("--seed={}", self.seed),
             format!("--held_out={}", self.held_out),
@@ -187,8 +198,41 @@ impl TrainingFlags {
         if let Some(dir) = &self.checkpoint_dir {
             args.push(format!("--checkpoint_dir={}", dir.display()));
         }
+        if let Some(dir) = &self.logdir {
+            args.push(format!("--logdir={}", dir.display()));
+        }
         args
     }
+}
+
+/// `runs/<YYYYmmdd-HHMMSS>` (UTC, now) under the working directory: where the chief writes
+/// its event files without `--logdir`.
+fn default_logdir() -> PathBuf {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from("runs").join(utc_stamp(now))
+}
+
+/// `YYYYmmdd-HHMMSS` of a Unix time, in UTC.
+fn utc_stamp(unix_seconds: u64) -> String {
+    let (days, secs) = (unix_seconds / 86_400, unix_seconds % 86_400);
+    // Howard Hinnant's days-to-civil, for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// `--tower_device`: `cpu` or `gpu`.
@@ -201,11 +245,16 @@ fn parse_tower_device(s: &str) -> anyhow::Result<DeviceType> {
 }
 
 /// `tessera local` (and `tessera` alone): the embedded cluster as child processes.
-pub(crate) fn local(args: LocalArgs) -> anyhow::Result<()> {
+pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
+    // Every task gets the same log directory: the default is chosen once, here.
+    if args.training.logdir.is_none() {
+        args.training.logdir = Some(default_logdir());
+    }
     // Bad flags are refused here once, not by every child (the embedded cluster has 2 workers).
     let spec = args.training.to_spec(2)?;
     spec.validate(2)?;
+    spec.check_logdir()?;
     println!(
         "tessera: local cluster of 1 ps and 2 workers training {} on {} for {} steps",
         spec.model.describe(),
@@ -297,6 +346,9 @@ fn print_report(report: &ChiefReport) {
     if let Some(checkpoint) = &report.checkpoint {
         println!("tessera: checkpoint {}", checkpoint.display());
     }
+    if let Some(logdir) = &report.logdir {
+        println!("tessera: tensorboard --logdir {}", logdir.display());
+    }
     if !report.missing_workers.is_empty() {
         println!(
             "tessera: workers {:?} did not report their last step",
@@ -311,6 +363,16 @@ mod tests {
 
     use super::*;
     use crate::{Cli, Command};
+
+    #[test]
+    fn the_default_logdir_is_named_by_the_utc_time() {
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        // 2024-02-29 23:59:58 UTC, a leap day.
+        assert_eq!(utc_stamp(1_709_251_198), "20240229-235958");
+        assert_eq!(utc_stamp(1_795_697_343), "20261126-124903");
+        let dir = default_logdir();
+        assert!(dir.starts_with("runs"), "{}", dir.display());
+    }
 
     #[test]
     fn local_hands_its_children_the_training_flags_it_was_given() {
@@ -339,6 +401,10 @@ mod tests {
             "--all_reduce",
             "--batch_size",
             "32",
+            "--logdir",
+            "/tmp/runs/a",
+            "--summary_every",
+            "5",
         ];
         let Some(Command::Local(local)) = Cli::parse_from(given).command else {
             panic!("not parsed as local");
@@ -356,6 +422,8 @@ mod tests {
         assert_eq!(spec.tower_device, tessera::kernels::DeviceType::Gpu);
         assert!(spec.all_reduce);
         assert_eq!(spec.wait_for_model, Duration::from_secs(3));
+        assert_eq!(spec.logdir, Some(PathBuf::from("/tmp/runs/a")));
+        assert_eq!(spec.summary_every_steps, 5);
         assert_eq!(
             spec.model.hidden(),
             &[] as &[usize],

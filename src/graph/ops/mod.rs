@@ -14,6 +14,7 @@ mod math;
 mod nn;
 mod slicing;
 mod state;
+mod summary;
 mod tensor_array;
 mod training;
 
@@ -33,6 +34,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     nn::register(r);
     slicing::register(r);
     state::register(r);
+    summary::register(r);
     io::register(r);
     data_flow::register(r);
     functional::register(r);

@@ -3,8 +3,8 @@
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
 //! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
 //! `list_tensor`, `control_flow`, `variable`, `ref_variable`, `training`, `io`, `queue`,
-//! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`) exposes its
-//! own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
+//! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
+//! exposes its own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
 //! broadcasting), `numeric` (element arithmetic traits), `items` (element types that can be
 //! moved around, strings included) and `rows` (cutting and joining tensors along dimension 0,
 //! for the TensorArray and TensorList kernels). Kernels that need no attrs are [`Stateless`]
@@ -101,6 +101,7 @@ mod rows;
 mod sendrecv;
 mod slicing;
 mod stack;
+pub mod summary;
 mod tensor_array;
 mod tensor_array_ops;
 pub mod training;
@@ -138,9 +139,10 @@ const COMPUTING: [Family; 9] = [
 ];
 
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of
-/// an all-reduce, a queue or accumulator, a file; and those that keep a step's state
-/// (TensorArrays, stacks), which only take a short lock but change what later nodes see.
-const MAY_WAIT: [Family; 10] = [
+/// an all-reduce, a queue or accumulator, a file (checkpoints, event files); and those that
+/// keep a step's state (TensorArrays, stacks), which only take a short lock but change what
+/// later nodes see.
+const MAY_WAIT: [Family; 11] = [
     variable::kernel_for,
     ref_variable::kernel_for,
     collective::kernel_for,
@@ -151,6 +153,7 @@ const MAY_WAIT: [Family; 10] = [
     accumulator::kernel_for,
     tensor_array_ops::kernel_for,
     stack::kernel_for,
+    summary::kernel_for,
 ];
 
 /// Whether a node may run inline on the thread that starts its step (see [`Inline`]). Only

@@ -80,6 +80,8 @@ pub struct TrainGraph {
     pub ready: ReadyOp,
     /// Names of the variables the checkpoints hold.
     pub saved: Vec<String>,
+    /// The trainable variables: `(name, a read of its value)`, input side first.
+    pub trainable: Vec<(String, String)>,
     /// The saver's ops.
     pub saver: SaverDef,
 }
@@ -144,9 +146,19 @@ pub fn build(
             let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
             (loss, train)
         };
-        Ok((global_step, logits, loss, train))
+        let trainable: Vec<(String, String)> = layers
+            .iter()
+            .enumerate()
+            .flat_map(|(layer, (w, b))| {
+                [
+                    (format!("layer{layer}/w"), w.value.name()),
+                    (format!("layer{layer}/b"), b.value.name()),
+                ]
+            })
+            .collect();
+        Ok((global_step, logits, loss, train, trainable))
     })?;
-    let (global_step, logits, loss, train) = built;
+    let (global_step, logits, loss, train, trainable) = built;
     let saved = saved_variables(&g)?;
     let saver = build_saver_ops(&mut g, &saved)?;
     let init_op = g.global_variables_initializer()?;
@@ -176,6 +188,7 @@ pub fn build(
         local_init_op,
         ready,
         saved: saved.keys().cloned().collect(),
+        trainable,
         saver,
     })
 }

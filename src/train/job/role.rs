@@ -28,7 +28,7 @@ use crate::train::checkpoint::saver::Saver;
 use crate::train::checkpoint::state::latest_checkpoint;
 use crate::train::monitored::{
     Every, Hook, MonitoredSession, NanTensorHook, Scaffold, SessionManager, StopAt, StopAtStepHook,
-    TrainingConfig,
+    SummaryFile, SummarySaverHook, SystemClock, TrainingConfig,
 };
 use crate::train::sync_replicas::ChiefQueueRunner;
 
@@ -63,6 +63,8 @@ pub struct ChiefReport {
     pub restored_from: Option<PathBuf>,
     /// Workers that did not report their last step in time.
     pub missing_workers: Vec<u32>,
+    /// The directory of the chief's TensorBoard event file, when summaries are on.
+    pub logdir: Option<PathBuf>,
 }
 
 /// How a task's part of the job ended.
@@ -107,6 +109,7 @@ pub fn check(config: &TaskConfig, spec: &TrainSpec) -> Result<()> {
     spec.validate(num_workers)?;
     if config.task.job == "worker" && config.task.index == 0 {
         spec.check_checkpoint_dir()?;
+        spec.check_logdir()?;
     }
     Ok(())
 }
@@ -221,7 +224,11 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
     } else {
         None
     };
-    let mut session = monitored_session(config, target, spec, &built, is_chief)?;
+    let summaries = match (&spec.logdir, is_chief) {
+        (Some(dir), true) => Some(SummaryFile::create(dir)?),
+        _ => None,
+    };
+    let mut session = monitored_session(config, target, spec, &built, summaries.clone())?;
     if let Some(prefix) = &restored_from {
         tracing::info!(checkpoint = %prefix.display(), "restored the model");
     }
@@ -267,6 +274,9 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
         .collect();
     let held_out_accuracy = evaluate(&session, &built, &held_out)?;
     let final_step = read_step(&session, &built)?.unwrap_or(global_step);
+    if let Some(file) = &summaries {
+        file.scalar(final_step, "accuracy", held_out_accuracy as f32)?;
+    }
     // Closing runs the checkpoint saver's `end`: the final checkpoint.
     session.close()?;
     let checkpoint = match &spec.checkpoint_dir {
@@ -285,18 +295,21 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
         checkpoint,
         restored_from,
         missing_workers,
+        logdir: summaries.and(spec.logdir.clone()),
     }))
 }
 
-/// The monitored session: StopAtStep and NanTensor on every worker; the chief's step counter
-/// and checkpoint saver (restoring the latest checkpoint first) on the chief.
+/// The monitored session: StopAtStep and NanTensor on every worker; the chief's step counter,
+/// checkpoint saver (restoring the latest checkpoint first) and, given `summaries`, summary
+/// saver on the chief.
 fn monitored_session(
     config: &TaskConfig,
     target: &str,
     spec: &TrainSpec,
     built: &TrainGraph,
-    is_chief: bool,
+    summaries: Option<SummaryFile>,
 ) -> Result<MonitoredSession> {
+    let is_chief = config.task.job == "worker" && config.task.index == 0;
     let graph = built.graph.clone();
     let target_owned = target.to_string();
     let options = connect_options(config);
@@ -330,13 +343,30 @@ fn monitored_session(
         }
         training.log_step_count = Some(Every::Steps(1000));
     }
-    let hooks: Vec<Box<dyn Hook>> = vec![
+    let mut hooks: Vec<Box<dyn Hook>> = vec![
         Box::new(StopAtStepHook::new(
             &built.global_step,
             StopAt::LastStep(spec.steps),
         )),
         Box::new(NanTensorHook::new(&built.loss, true)),
     ];
+    if let Some(file) = summaries {
+        let histograms: Vec<(&str, &str)> = built
+            .trainable
+            .iter()
+            .map(|(tag, tensor)| (tag.as_str(), tensor.as_str()))
+            .collect();
+        let hook = SummarySaverHook::new(
+            file,
+            &built.global_step,
+            &[("loss", &built.loss)],
+            Every::Steps(spec.summary_every_steps.max(1)),
+            Arc::new(SystemClock),
+        )?
+        .with_histograms(&histograms)
+        .with_step_rate();
+        hooks.push(Box::new(hook));
+    }
     training.hooks = hooks;
     MonitoredSession::training(manager, training)
 }

@@ -1,6 +1,6 @@
 //! What a training job is asked to do: the [`TrainSpec`] every task of a job is started with
-//! (the model, the optimizer, the data, the schedule, synchronous or not, checkpoints), and
-//! the checks that refuse bad input before any task starts training.
+//! (the model, the optimizer, the data, the schedule, synchronous or not, checkpoints,
+//! summaries), and the checks that refuse bad input before any task starts training.
 //!
 //! Every task of a job gets the same spec (the same flags), so every worker builds the same
 //! graph and reads the same data set, of which it trains on its own shard.
@@ -281,6 +281,11 @@ pub struct TrainSpec {
     pub checkpoint_dir: Option<PathBuf>,
     /// Save every this many global steps (and at the end).
     pub save_every_steps: u64,
+    /// Where the chief writes its TensorBoard event files (`None`: no summaries).
+    pub logdir: Option<PathBuf>,
+    /// The chief writes its summaries (loss, steps per second, the variables' histograms)
+    /// every this many global steps.
+    pub summary_every_steps: u64,
     /// The examples.
     pub data: DataSource,
     /// Seeds the data, the initial weights and the batch order.
@@ -307,6 +312,8 @@ impl Default for TrainSpec {
             sync: None,
             checkpoint_dir: None,
             save_every_steps: 100,
+            logdir: None,
+            summary_every_steps: 10,
             data: DataSource::Digits,
             seed: 1,
             held_out_fraction: 0.2,
@@ -363,6 +370,11 @@ impl TrainSpec {
                 self.held_out_fraction
             )));
         }
+        if self.summary_every_steps == 0 {
+            return Err(Status::invalid_argument(
+                "--summary_every 0: summaries need a period of at least one step",
+            ));
+        }
         if let Some(sync) = &self.sync {
             if sync.replicas_to_aggregate == 0 || sync.replicas_to_aggregate > num_workers {
                 return Err(Status::invalid_argument(format!(
@@ -397,6 +409,26 @@ impl TrainSpec {
             Some(dir) => ensure_writable(dir),
             None => Ok(()),
         }
+    }
+
+    /// The chief's check before training: the log directory exists (or can be created) and
+    /// takes new files. Nothing already in it is touched.
+    pub fn check_logdir(&self) -> Result<()> {
+        let Some(dir) = &self.logdir else {
+            return Ok(());
+        };
+        let fail = |e: std::io::Error| {
+            Status::permission_denied(format!(
+                "log directory {} is not writable: {e}; choose a directory this process can \
+                 create files in (--logdir)",
+                dir.display()
+            ))
+        };
+        std::fs::create_dir_all(dir).map_err(fail)?;
+        let probe = dir.join(format!(".tessera-write-test-{}", rand::random::<u64>()));
+        std::fs::write(&probe, b"").map_err(fail)?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(())
     }
 
     /// Loads the data and splits it: `(training set, held-out set)`, the same split on every

@@ -1,5 +1,6 @@
 //! Session run hooks (TensorFlow's `basic_session_run_hooks`): stop at a step, save
-//! checkpoints, count steps per second, log tensors, catch NaN losses, save scalar summaries.
+//! checkpoints, count steps per second, log tensors, catch NaN losses, save TensorBoard
+//! summaries (scalars and histograms, in an event file: `format::events`).
 //!
 //! Every hook is a [`Hook`]: `begin` before the first session, `after_create_session` after
 //! each (also after a recovery), `before_run` returning the [`RunArgs`] to add to the step,
@@ -8,14 +9,13 @@
 //! (step rates, logged tensors) also keep records, shared through an `Arc`, so a caller can
 //! use them without parsing logs.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::client::Session;
 use crate::error::{Result, Status};
+use crate::format::events::EventFileWriter;
 use crate::tensor::{DType, Tensor};
 
 use super::{Clock, SystemClock};
@@ -553,91 +553,144 @@ impl Hook for NanTensorHook {
     }
 }
 
-/// Writes scalar summaries as JSON lines `{"step":S,"tag":T,"value":V}` appended to
-/// `<output_dir>/summaries.jsonl`, every N steps or seconds. TensorFlow's event-file format
-/// (TensorBoard) is out of scope: the lines are for scripts and plots.
+/// An event file that hooks and the trainer share: the summary hook writes its summaries
+/// into it, and the trainer adds what it learns outside the steps (the held-out accuracy).
+#[derive(Clone)]
+pub struct SummaryFile(Arc<Mutex<EventFileWriter>>);
+
+impl SummaryFile {
+    /// Opens a new TensorBoard event file in `logdir` (created when missing).
+    pub fn create(logdir: &Path) -> Result<Self> {
+        Ok(Self(Arc::new(Mutex::new(EventFileWriter::create(
+            logdir, "",
+        )?))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, EventFileWriter> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The event file's path.
+    pub fn path(&self) -> PathBuf {
+        self.lock().path().to_path_buf()
+    }
+
+    /// Appends the scalar `tag` = `value` at `step`.
+    pub fn scalar(&self, step: i64, tag: &str, value: f32) -> Result<()> {
+        self.lock().write_scalar(step, tag, value)
+    }
+
+    /// Appends a histogram of `values` as `tag` at `step`.
+    pub fn histogram(&self, step: i64, tag: &str, values: &[f64]) -> Result<()> {
+        self.lock()
+            .write_histogram(step, tag, values.iter().copied())
+    }
+
+    /// Writes what is buffered to the file.
+    pub fn flush(&self) -> Result<()> {
+        self.lock().flush()
+    }
+}
+
+/// Writes TensorBoard summaries into a [`SummaryFile`] every N steps or seconds (TensorFlow's
+/// `SummarySaverHook` with `StepCounterHook`'s rate): the scalar tensors as `simple_value`s,
+/// the others as histograms, and, when asked, `global_step/sec` between two writes. Each
+/// event carries the global step the step read.
 pub struct SummarySaverHook {
+    file: SummaryFile,
     global_step: String,
     scalars: Vec<(String, String)>,
+    histograms: Vec<(String, String)>,
+    step_rate: bool,
     timer: SecondOrStepTimer,
-    path: PathBuf,
-    file: Option<File>,
     next_step: Option<i64>,
     fetching: bool,
 }
 
 impl SummarySaverHook {
-    /// Saves `(tag, scalar tensor)` pairs every `every` into `output_dir`.
+    /// Writes `(tag, scalar tensor)` pairs every `every` into `file`.
     pub fn new(
-        output_dir: &Path,
+        file: SummaryFile,
         global_step: &str,
         scalars: &[(&str, &str)],
         every: Every,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
-        Ok(Self {
-            global_step: global_step.to_string(),
-            scalars: scalars
+        let owned = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
                 .iter()
                 .map(|(t, n)| (t.to_string(), n.to_string()))
-                .collect(),
+                .collect()
+        };
+        Ok(Self {
+            file,
+            global_step: global_step.to_string(),
+            scalars: owned(scalars),
+            histograms: Vec::new(),
+            step_rate: false,
             timer: SecondOrStepTimer::new(every, clock)?,
-            path: output_dir.join("summaries.jsonl"),
-            file: None,
             next_step: None,
             fetching: false,
         })
     }
 
-    /// The file the summaries go to.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Also writes histograms of these `(tag, tensor)` pairs (the trainable variables).
+    pub fn with_histograms(mut self, histograms: &[(&str, &str)]) -> Self {
+        self.histograms = histograms
+            .iter()
+            .map(|(t, n)| (t.to_string(), n.to_string()))
+            .collect();
+        self
     }
 
-    fn write(&mut self, step: i64, values: &[Tensor]) -> Result<()> {
-        let path = self.path.display().to_string();
-        let mut lines = String::new();
-        for ((tag, name), value) in self.scalars.iter().zip(values) {
+    /// Also writes `global_step/sec`, the global steps per second since the last write.
+    pub fn with_step_rate(mut self) -> Self {
+        self.step_rate = true;
+        self
+    }
+
+    /// The event file the summaries go to.
+    pub fn path(&self) -> PathBuf {
+        self.file.path()
+    }
+
+    fn write(&mut self, step: i64, values: &[Tensor], rate: Option<(f64, i64)>) -> Result<()> {
+        let (scalars, histograms) = values.split_at(self.scalars.len().min(values.len()));
+        for ((tag, name), value) in self.scalars.iter().zip(scalars) {
             let v = float_scalar(value, &format!("summary `{tag}` (`{name}`)"))?;
-            let line = serde_json::json!({ "step": step, "tag": tag, "value": v });
-            lines.push_str(&line.to_string());
-            lines.push('\n');
+            self.file.scalar(step, tag, v as f32)?;
         }
-        let file = self.file.as_mut().ok_or_else(|| {
-            Status::internal(format!(
-                "summary file `{path}` written before it was opened"
-            ))
-        })?;
-        file.write_all(lines.as_bytes())
-            .map_err(|e| Status::unknown(format!("cannot write summaries to `{path}`: {e}")))
+        for ((tag, name), value) in self.histograms.iter().zip(histograms) {
+            let what = || format!("histogram `{tag}` (`{name}`)");
+            let numbers: Vec<f64> = match value.dtype() {
+                DType::Float => value
+                    .values::<f32>()?
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect(),
+                DType::Double => value.values::<f64>()?.into_owned(),
+                other => {
+                    return Err(Status::invalid_argument(format!(
+                        "{}: a histogram needs a float tensor, got {other:?}",
+                        what()
+                    )))
+                }
+            };
+            self.file
+                .histogram(step, tag, &numbers)
+                .map_err(|e| e.context(what()))?;
+        }
+        if let (true, Some((secs, steps))) = (self.step_rate, rate) {
+            if secs > 0.0 {
+                self.file
+                    .scalar(step, "global_step/sec", (steps as f64 / secs) as f32)?;
+            }
+        }
+        Ok(())
     }
 }
 
 impl Hook for SummarySaverHook {
-    fn begin(&mut self) -> Result<()> {
-        let path = self.path.display().to_string();
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                Status::permission_denied(format!(
-                    "cannot create the summary directory `{}`: {e}; choose a writable \
-                     output directory",
-                    dir.display()
-                ))
-            })?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| {
-                Status::permission_denied(format!(
-                    "cannot open the summary file `{path}`: {e}; choose a writable output \
-                     directory"
-                ))
-            })?;
-        self.file = Some(file);
-        Ok(())
-    }
     fn before_run(&mut self, _context: &RunContext<'_>) -> Result<RunArgs> {
         self.fetching = self
             .next_step
@@ -645,25 +698,21 @@ impl Hook for SummarySaverHook {
         let mut fetches = vec![self.global_step.as_str()];
         if self.fetching {
             fetches.extend(self.scalars.iter().map(|(_, n)| n.as_str()));
+            fetches.extend(self.histograms.iter().map(|(_, n)| n.as_str()));
         }
         Ok(RunArgs::fetch(&fetches))
     }
     fn after_run(&mut self, _context: &mut RunContext<'_>, values: &[Tensor]) -> Result<()> {
         let stale = int_scalar(first(values, "the global step")?, "global step")?;
         if self.fetching {
-            self.write(stale, &values[1..])?;
-            self.timer.update_last_triggered_step(stale);
+            let rate = self.timer.update_last_triggered_step(stale);
+            self.write(stale, &values[1..], rate)?;
         }
         self.next_step = Some(stale + 1);
         Ok(())
     }
     fn end(&mut self, _session: &Session) -> Result<()> {
-        if let Some(file) = &mut self.file {
-            file.flush().map_err(|e| {
-                Status::unknown(format!("cannot flush `{}`: {e}", self.path.display()))
-            })?;
-        }
-        Ok(())
+        self.file.flush()
     }
 }
 

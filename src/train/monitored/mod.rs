@@ -28,7 +28,7 @@ use crate::tensor::Tensor;
 pub use hooks::{
     CheckpointSaverHook, Every, Hook, LoggedTensors, LoggingTensorHook, NanTensorHook, RunArgs,
     RunContext, SaveFn, SecondOrStepTimer, StepCounterHook, StepRate, StopAt, StopAtStepHook,
-    SummarySaverHook,
+    SummaryFile, SummarySaverHook,
 };
 pub use session_manager::{CreateSession, ReadyOp, RestoreFn, Scaffold, SessionManager};
 
