@@ -41,7 +41,9 @@ fn cnn(g: &mut Graph, x: &Output, labels: &Output, params: &[Output]) -> (Output
     let h = g.conv2d(x, &params[0], &[1, 1, 1, 1], "SAME").unwrap();
     let h = g.bias_add(&h, &params[1]).unwrap();
     let h = g.relu(&h).unwrap();
-    let h = g.max_pool(&h, &[1, 2, 2, 1], &[1, 2, 2, 1], "VALID").unwrap();
+    let h = g
+        .max_pool(&h, &[1, 2, 2, 1], &[1, 2, 2, 1], "VALID")
+        .unwrap();
     assert_eq!(h.shape.to_string(), format!("[?,4,4,{filters}]"));
     let h = g.reshape_to(&h, &[-1, 16 * filters]).unwrap();
     let logits = g.matmul(&h, &params[2]).unwrap();
@@ -82,7 +84,7 @@ fn probe(dtype: DType, filters: usize) -> Probe {
         .map(|(i, s)| g.placeholder(&format!("p{i}"), dtype, known(s)).unwrap())
         .collect();
     let (_, loss) = cnn(&mut g, &x, &labels, &params);
-    let grads = gradients(&mut g, &[loss.clone()], &params, None)
+    let grads = gradients(&mut g, std::slice::from_ref(&loss), &params, None)
         .unwrap()
         .into_iter()
         .map(|g| g.expect("every parameter reaches the loss"))
@@ -136,7 +138,9 @@ fn cnn_gradients_match_central_differences() {
     let session = Session::local();
     session.extend(&p.graph.to_graph_def()).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    let x: Vec<f64> = (0..batch * 64).map(|_| rng.random_range(0.0..1.0)).collect();
+    let x: Vec<f64> = (0..batch * 64)
+        .map(|_| rng.random_range(0.0..1.0))
+        .collect();
     let x = Tensor::from_vec([batch, 8, 8, 1], x).unwrap();
     let labels = Tensor::from_vec([batch, CLASSES], one_hot::<f64>(&[3, 1, 4, 1])).unwrap();
     let shapes = param_shapes(filters);
@@ -280,7 +284,12 @@ fn a_cnn_learns_the_handwritten_digits() {
     let images = |b: &tessera::data::Batch| {
         let n = b.len();
         let x = b.x.values::<f32>().unwrap().into_owned();
-        let labels: Vec<usize> = b.y.values::<i64>().unwrap().iter().map(|&l| l as usize).collect();
+        let labels: Vec<usize> =
+            b.y.values::<i64>()
+                .unwrap()
+                .iter()
+                .map(|&l| l as usize)
+                .collect();
         (
             Tensor::from_vec([n, 8, 8, 1], x).unwrap(),
             Tensor::from_vec([n, CLASSES], one_hot::<f32>(&labels)).unwrap(),

@@ -86,13 +86,13 @@ fn check_conv(case: &Value) {
     let y_shape = dims(&case["y_shape"]);
     let dy = Tensor::from_vec(y_shape.clone(), floats(&case["dy"])).unwrap();
     let y = run1(conv_node("Conv2D", case), vec![x.clone(), f.clone()]);
-    assert_close(
-        &format!("Conv2D {what}"),
-        &y,
-        &y_shape,
-        &floats(&case["y"]),
-    );
-    let sizes = |t: &Tensor| i32s(&[4], &t.dims().iter().map(|&d| d as i32).collect::<Vec<_>>());
+    assert_close(&format!("Conv2D {what}"), &y, &y_shape, &floats(&case["y"]));
+    let sizes = |t: &Tensor| {
+        i32s(
+            &[4],
+            &t.dims().iter().map(|&d| d as i32).collect::<Vec<_>>(),
+        )
+    };
     let dx = run1(
         conv_node("Conv2DBackpropInput", case),
         vec![sizes(&x), f.clone(), dy.clone()],

@@ -190,7 +190,9 @@ fn conv2d_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
 fn pool_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let attrs = PoolAttrs::of(ctx.node)?;
     let input = nhwc_dims(ctx, 0, "input", attrs.format)?;
-    windowed(ctx, attrs.format, input, input[3], |h, w| attrs.dims([h, w]))
+    windowed(ctx, attrs.format, input, input[3], |h, w| {
+        attrs.dims([h, w])
+    })
 }
 
 fn max_pool_v2_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
@@ -219,9 +221,7 @@ fn sizes_shape(ctx: &ShapeCtx<'_>, i: usize) -> Result<Vec<PartialShape>> {
     match s.rank() {
         None => Ok(vec![PartialShape::unknown_dims(4)]),
         Some(4) => Ok(vec![s]),
-        Some(r) => Err(ctx.error(format!(
-            "input {i} must hold a 4-D shape, got {r} values"
-        ))),
+        Some(r) => Err(ctx.error(format!("input {i} must hold a 4-D shape, got {r} values"))),
     }
 }
 
@@ -312,9 +312,13 @@ mod tests {
         assert_eq!(y.shape.to_string(), "[?,4,4,5]");
         let y = g.conv2d(&x, &f, &[1, 1, 1, 1], "VALID").unwrap();
         assert_eq!(y.shape.to_string(), "[?,6,5,5]");
-        let p = g.max_pool(&y, &[1, 2, 2, 1], &[1, 2, 2, 1], "VALID").unwrap();
+        let p = g
+            .max_pool(&y, &[1, 2, 2, 1], &[1, 2, 2, 1], "VALID")
+            .unwrap();
         assert_eq!(p.shape.to_string(), "[?,3,2,5]");
-        let p = g.avg_pool(&y, &[1, 2, 2, 1], &[1, 2, 2, 1], "SAME").unwrap();
+        let p = g
+            .avg_pool(&y, &[1, 2, 2, 1], &[1, 2, 2, 1], "SAME")
+            .unwrap();
         assert_eq!(p.shape.to_string(), "[?,3,3,5]");
     }
 
@@ -331,7 +335,8 @@ mod tests {
             .unwrap();
         let err = g.conv2d(&x, &f, &[1, 1, 1, 1], "SAME").unwrap_err();
         assert!(
-            err.message().contains("evenly divisible by filter depth: 4 vs 3"),
+            err.message()
+                .contains("evenly divisible by filter depth: 4 vs 3"),
             "{err}"
         );
         let f = g

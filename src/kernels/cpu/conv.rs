@@ -110,7 +110,12 @@ impl Geometry {
 impl Conv2D {
     /// Checks the filter against the input's `NHWC` dims and computes the geometry, with
     /// TensorFlow's messages.
-    fn geometry(&self, ctx: &OpContext<'_>, input: [usize; 4], filter: &[usize]) -> Result<Geometry> {
+    fn geometry(
+        &self,
+        ctx: &OpContext<'_>,
+        input: [usize; 4],
+        filter: &[usize],
+    ) -> Result<Geometry> {
         let [batch, in_h, in_w, in_c] = input;
         let filter = [filter[0], filter[1], filter[2], filter[3]];
         let depth = filter[2];
@@ -250,8 +255,8 @@ impl Conv2D {
                 let cols = s![.., group * og..(group + 1) * og];
                 patches.clear();
                 patches.resize(rows * k, T::zero());
-                let mut p = ArrayViewMut2::from_shape((rows, k), &mut patches[..])
-                    .expect("patch matrix");
+                let mut p =
+                    ArrayViewMut2::from_shape((rows, k), &mut patches[..]).expect("patch matrix");
                 general_mat_mul(
                     T::one(),
                     &d.slice(cols),
@@ -339,10 +344,7 @@ impl OpKernel for Conv2D {
 /// Fails unless `t` is 4-D, naming it as TensorFlow does.
 pub(super) fn check_rank4(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<()> {
     if t.rank() != 4 {
-        return Err(ctx.invalid(format!(
-            "{what} must be 4-dimensional: {}",
-            t.shape()
-        )));
+        return Err(ctx.invalid(format!("{what} must be 4-dimensional: {}", t.shape())));
     }
     Ok(())
 }

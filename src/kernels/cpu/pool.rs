@@ -97,7 +97,12 @@ impl Geometry {
     }
 
     fn out_nhwc(&self) -> [usize; 4] {
-        [self.batch, self.dims[0].output, self.dims[1].output, self.depth]
+        [
+            self.batch,
+            self.dims[0].output,
+            self.dims[1].output,
+            self.depth,
+        ]
     }
 
     fn in_nhwc(&self) -> [usize; 4] {
@@ -166,7 +171,10 @@ impl Pool {
         let xv = x.values::<T>()?;
         let (out, _) = max_with_argmax(&to_nhwc(attrs.format, x.dims(), &xv), &g);
         let dims = attrs.format.from_nhwc(out_nhwc);
-        Tensor::from_vec(Shape::new(dims.to_vec()), from_nhwc(attrs.format, out_nhwc, out))
+        Tensor::from_vec(
+            Shape::new(dims.to_vec()),
+            from_nhwc(attrs.format, out_nhwc, out),
+        )
     }
 
     fn max_grad<T: Real>(
@@ -224,10 +232,18 @@ impl Pool {
             }
         }
         let dims = attrs.format.from_nhwc(out_nhwc);
-        Tensor::from_vec(Shape::new(dims.to_vec()), from_nhwc(attrs.format, out_nhwc, out))
+        Tensor::from_vec(
+            Shape::new(dims.to_vec()),
+            from_nhwc(attrs.format, out_nhwc, out),
+        )
     }
 
-    fn avg_grad<T: Real>(&self, ctx: &OpContext<'_>, sizes: &Tensor, dy: &Tensor) -> Result<Tensor> {
+    fn avg_grad<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        sizes: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Tensor> {
         let attrs = self.attrs(ctx, 2)?;
         if sizes.rank() != 1 {
             return Err(ctx.invalid(format!(
