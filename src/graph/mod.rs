@@ -17,6 +17,8 @@
 //!   is built inside them, and the gradient loops of while loops (counters, stacks of forward
 //!   values, accumulators).
 //! - [`gradients()`]: the backward graph, with per-op functions in `grads/`.
+//! - [`window`]: the sliding-window geometry of convolutions and pooling (output sizes,
+//!   padding, attr checks), shared by their shape functions and kernels.
 
 pub mod attr;
 pub mod builder;
@@ -34,6 +36,7 @@ pub mod partitioned;
 pub mod registry;
 pub mod scope;
 pub mod shape_fn;
+pub mod window;
 
 pub use builder::{Graph, NodeSpec, Output, Variable, VariableKind};
 pub use gradients::{gradients, gradients_with, GradientOptions};

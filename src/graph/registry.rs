@@ -442,6 +442,19 @@ fn parse_attr(op: &str, spec: &str) -> AttrDef {
                 Value::Shape(PartialShape::unknown().to_proto())
             }
             t if t.starts_with("list(") && d == "[]" => Value::List(ListValue::default()),
+            // A list of ints with values (`dilations: list(int) = [1, 1, 1, 1]`).
+            "list(int)" => {
+                let items = d.strip_prefix('[').and_then(|d| d.strip_suffix(']'));
+                let i = items
+                    .unwrap_or_else(|| bad())
+                    .split(',')
+                    .map(|v| v.trim().parse().unwrap_or_else(|_| bad()))
+                    .collect();
+                Value::List(ListValue {
+                    i,
+                    ..Default::default()
+                })
+            }
             _ => bad(),
         };
         AttrValue { value: Some(value) }

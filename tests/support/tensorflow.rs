@@ -206,8 +206,15 @@ impl Client {
         );
     }
 
-    /// Reads to the end; the script must exit 0 with a JSON line last.
-    pub fn finish(mut self) -> Trained {
+    /// Reads to the end; the script must exit 0 with a JSON line last, which is printed.
+    pub fn finish(self) -> Trained {
+        let trained = self.finish_quietly();
+        eprintln!("trained: {}", trained.json);
+        trained
+    }
+
+    /// [`Client::finish`] without printing the JSON (for scripts that print many numbers).
+    pub fn finish_quietly(mut self) -> Trained {
         while self.next_line(TRAIN_DEADLINE).is_some() {}
         let child = self.child.take().expect("a running script");
         let status = wait_with_deadline(child, "the TensorFlow script");
@@ -218,7 +225,6 @@ impl Client {
         );
         let line = self.seen.last().cloned().unwrap_or_default();
         let json = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {:?}", self.seen));
-        eprintln!("trained: {json}");
         Trained { json }
     }
 }

@@ -98,3 +98,85 @@ pub fn sparse_softmax_xent(g: &mut Graph, c: &GradCtx) -> Grads {
 pub fn l2_loss(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, c.input(0)?, c.grad(0)?)?)])
 }
+
+/// Copies the listed attrs of the forward node onto a gradient node.
+fn with_attrs(mut spec: NodeSpec, c: &GradCtx, names: &[&str]) -> NodeSpec {
+    for name in names {
+        if let Some(v) = c.node.attr.get(*name) {
+            spec = spec.attr(name, v.clone());
+        }
+    }
+    spec
+}
+
+/// The attrs `Conv2D` passes on to its backprops.
+const CONV_ATTRS: [&str; 6] = [
+    "strides",
+    "padding",
+    "explicit_paddings",
+    "use_cudnn_on_gpu",
+    "data_format",
+    "dilations",
+];
+
+/// `Conv2D`: `Conv2DBackpropInput(shape(input), filter, grad)` and
+/// `Conv2DBackpropFilter(input, shape(filter), grad)`, with the forward node's attrs.
+pub fn conv2d(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (x, f, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());
+    let sx = g.shape_of(&x)?;
+    let sf = g.shape_of(&f)?;
+    let dx = g.add1(with_attrs(
+        NodeSpec::new("Conv2DBackpropInput")
+            .input(&sx)
+            .input(&f)
+            .input(&gr),
+        c,
+        &CONV_ATTRS,
+    ))?;
+    let df = g.add1(with_attrs(
+        NodeSpec::new("Conv2DBackpropFilter")
+            .input(&x)
+            .input(&sf)
+            .input(&gr),
+        c,
+        &CONV_ATTRS,
+    ))?;
+    Ok(vec![Some(dx), Some(df)])
+}
+
+/// `MaxPool`: `MaxPoolGrad(input, output, grad)` with the forward node's attrs.
+pub fn max_pool(g: &mut Graph, c: &GradCtx) -> Grads {
+    let spec = NodeSpec::new("MaxPoolGrad")
+        .input(c.input(0)?)
+        .input(c.output(0)?)
+        .input(c.grad(0)?);
+    let names = [
+        "ksize",
+        "strides",
+        "padding",
+        "explicit_paddings",
+        "data_format",
+    ];
+    Ok(vec![Some(g.add1(with_attrs(spec, c, &names))?)])
+}
+
+/// `MaxPoolV2`: `MaxPoolGradV2(input, output, grad, ksize, strides)`; none for the window
+/// and strides.
+pub fn max_pool_v2(g: &mut Graph, c: &GradCtx) -> Grads {
+    let spec = NodeSpec::new("MaxPoolGradV2")
+        .input(c.input(0)?)
+        .input(c.output(0)?)
+        .input(c.grad(0)?)
+        .input(c.input(1)?)
+        .input(c.input(2)?);
+    let dx = g.add1(with_attrs(spec, c, &["padding", "data_format"]))?;
+    Ok(vec![Some(dx), None, None])
+}
+
+/// `AvgPool`: `AvgPoolGrad(shape(input), grad)` with the forward node's attrs.
+pub fn avg_pool(g: &mut Graph, c: &GradCtx) -> Grads {
+    let s = g.shape_of(c.input(0)?)?;
+    let spec = NodeSpec::new("AvgPoolGrad").input(&s).input(c.grad(0)?);
+    let names = ["ksize", "strides", "padding", "data_format"];
+    Ok(vec![Some(g.add1(with_attrs(spec, c, &names))?)])
+}

@@ -4,6 +4,7 @@
 
 mod array;
 mod control_flow;
+mod conv;
 
 pub use control_flow::{is_loop_back_edge, ControlFlowOp};
 mod data_flow;
@@ -32,6 +33,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     control_flow::register(r);
     math::register(r);
     nn::register(r);
+    conv::register(r);
     slicing::register(r);
     state::register(r);
     summary::register(r);

@@ -1,7 +1,7 @@
 //! CPU kernels, one file per op family; math through ndarray.
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
-//! (`math`, `matmul`, `nn`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
+//! (`math`, `matmul`, `nn` with `conv` and `pool`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
 //! `list_tensor`, `control_flow`, `variable`, `ref_variable`, `training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
 //! exposes its own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
@@ -85,6 +85,7 @@ pub mod broadcast;
 pub mod collective;
 mod compare;
 mod control_flow;
+mod conv;
 mod io;
 mod items;
 mod list;
@@ -93,6 +94,7 @@ mod math;
 mod matmul;
 pub(crate) mod nn;
 mod numeric;
+mod pool;
 mod queue;
 mod random;
 pub(crate) mod reduce;

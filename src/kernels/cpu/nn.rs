@@ -1,5 +1,6 @@
 //! Neural-network ops: activations and their gradients (Relu, Sigmoid, Tanh), BiasAdd and its
-//! gradient, Softmax / LogSoftmax, the two softmax cross-entropy losses, and L2Loss.
+//! gradient, Softmax / LogSoftmax, the two softmax cross-entropy losses, and L2Loss; the
+//! convolutions (`conv`) and pooling (`pool`) are listed here too.
 //!
 //! Softmaxes subtract the row maximum before exponentiating so large logits do not overflow.
 
@@ -7,6 +8,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::broadcast::{broadcast_shape, broadcast_to, incompatible};
+use super::conv::Conv2D;
+use super::pool::Pool;
 use num_traits::Zero;
 
 use super::numeric::{Float, Real};
@@ -33,6 +36,13 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "SoftmaxCrossEntropyWithLogits" => |_| stateless(softmax_xent),
         "SparseSoftmaxCrossEntropyWithLogits" => |_| stateless(sparse_softmax_xent),
         "L2Loss" => |_| stateless(l2_loss),
+        "Conv2D" => Conv2D::create,
+        "Conv2DBackpropInput" => Conv2D::create_backprop_input,
+        "Conv2DBackpropFilter" => Conv2D::create_backprop_filter,
+        "MaxPool" | "MaxPoolV2" => Pool::create_max,
+        "MaxPoolGrad" | "MaxPoolGradV2" => Pool::create_max_grad,
+        "AvgPool" => Pool::create_avg,
+        "AvgPoolGrad" => Pool::create_avg_grad,
         _ => return None,
     };
     Some(factory)

@@ -1,0 +1,472 @@
+//! 2-D convolutions: `Conv2D` and its two gradients, `Conv2DBackpropInput` and
+//! `Conv2DBackpropFilter`, for float32 and float64, in `NHWC` and `NCHW`, with strides,
+//! dilations, `SAME` / `VALID` / `EXPLICIT` padding and grouped filters (an input depth that is
+//! a multiple of the filter's).
+//!
+//! Each is one matrix product per group through ndarray's GEMM (`matrixmultiply`) on an
+//! im2col matrix: one row per output pixel, one column per filter tap and input channel
+//! (`kh, kw, c`, the order of a `HWIO` filter, so the filter is that matrix as it lies).
+//! Forward: `patches @ filter`; filter gradient: `patches^T @ out_backprop`; input gradient:
+//! `out_backprop @ filter^T` scattered back onto the input (col2im). The patches of a few
+//! images at a time are built, so memory stays bounded for any batch. `NCHW` values are
+//! transposed to `NHWC` and back around the same code.
+//!
+//! Geometry and attr checks live in [`crate::graph::window`], shared with the shape functions.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{s, ArrayView2, ArrayViewMut2};
+
+use super::numeric::Real;
+use super::{checked_elements, input, int_values, same_dtype};
+use crate::error::Result;
+use crate::graph::window::{ConvAttrs, DataFormat, WindowDim};
+use crate::kernels::{OpContext, OpKernel};
+use crate::proto::NodeDef;
+use crate::tensor::{Shape, Tensor};
+
+/// The most elements of patches built at once (16 Mi: 64 MiB of float32).
+const PATCH_ELEMENTS: usize = 1 << 24;
+
+/// Which of the three convolution ops a [`Conv2D`] kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    Forward,
+    BackpropInput,
+    BackpropFilter,
+}
+
+/// `Conv2D`, `Conv2DBackpropInput` or `Conv2DBackpropFilter`, with its checked attrs.
+pub(super) struct Conv2D {
+    attrs: ConvAttrs,
+    pass: Pass,
+}
+
+impl Conv2D {
+    fn parse(node: &NodeDef, pass: Pass) -> Result<Arc<dyn OpKernel>> {
+        Ok(Arc::new(Conv2D {
+            attrs: ConvAttrs::of(node)?,
+            pass,
+        }))
+    }
+
+    pub(super) fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Self::parse(node, Pass::Forward)
+    }
+
+    pub(super) fn create_backprop_input(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Self::parse(node, Pass::BackpropInput)
+    }
+
+    pub(super) fn create_backprop_filter(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Self::parse(node, Pass::BackpropFilter)
+    }
+}
+
+/// The sizes of one convolution, in `NHWC` terms.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    batch: usize,
+    in_h: usize,
+    in_w: usize,
+    in_c: usize,
+    /// The filter's (height, width, input depth, output depth).
+    filter: [usize; 4],
+    groups: usize,
+    dims: [WindowDim; 2],
+}
+
+impl Geometry {
+    fn out_h(&self) -> usize {
+        self.dims[0].output
+    }
+    fn out_w(&self) -> usize {
+        self.dims[1].output
+    }
+    fn out_c(&self) -> usize {
+        self.filter[3]
+    }
+    /// Columns of the patch matrix: taps times the input channels of one group.
+    fn k(&self) -> usize {
+        self.filter[0] * self.filter[1] * self.filter[2]
+    }
+    /// Output channels per group.
+    fn group_out(&self) -> usize {
+        self.out_c() / self.groups
+    }
+    /// Images whose patches are built at once.
+    fn images_per_chunk(&self) -> usize {
+        let per_image = self.out_h() * self.out_w() * self.k();
+        (PATCH_ELEMENTS / per_image.max(1)).max(1)
+    }
+    /// The output's (or out_backprop's) dims in `format`.
+    fn output_dims(&self, format: DataFormat) -> [usize; 4] {
+        format.from_nhwc([self.batch, self.out_h(), self.out_w(), self.out_c()])
+    }
+}
+
+impl Conv2D {
+    /// Checks the filter against the input's `NHWC` dims and computes the geometry, with
+    /// TensorFlow's messages.
+    fn geometry(
+        &self,
+        ctx: &OpContext<'_>,
+        input: [usize; 4],
+        filter: &[usize],
+    ) -> Result<Geometry> {
+        let [batch, in_h, in_w, in_c] = input;
+        let filter = [filter[0], filter[1], filter[2], filter[3]];
+        let depth = filter[2];
+        if depth == 0 {
+            return Err(ctx.invalid(format!(
+                "filter depth must be stricly positive, got 0 (filter shape {})",
+                Shape::new(filter.to_vec())
+            )));
+        }
+        if in_c % depth != 0 {
+            return Err(ctx.invalid(format!(
+                "input depth must be evenly divisible by filter depth: {in_c} vs {depth}"
+            )));
+        }
+        let groups = in_c / depth;
+        if groups == 0 || filter[3] % groups != 0 {
+            return Err(ctx.invalid(format!(
+                "output depth must be evenly divisible by number of groups: {} vs {groups}",
+                filter[3]
+            )));
+        }
+        let dims = self
+            .attrs
+            .dims([in_h, in_w], [filter[0], filter[1]])
+            .map_err(|e| ctx.named(e))?;
+        Ok(Geometry {
+            batch,
+            in_h,
+            in_w,
+            in_c,
+            filter,
+            groups,
+            dims,
+        })
+    }
+
+    /// Checks that `out_backprop` has the dims the forward convolution would give.
+    fn check_out_backprop(&self, ctx: &OpContext<'_>, g: &Geometry, dy: &Tensor) -> Result<()> {
+        let op = &ctx.node().op;
+        let format = self.attrs.format;
+        let [n, h, w, c] = format.nhwc(dy.dims());
+        if n != g.batch {
+            return Err(ctx.invalid(format!(
+                "{op}: input and out_backprop must have the same batch size. Input batch: {}, \
+                 outbackprop batch: {n}, batch_dim: 0",
+                g.batch
+            )));
+        }
+        for (a, actual) in [h, w].into_iter().enumerate() {
+            let d = &g.dims[a];
+            if actual != d.output {
+                return Err(ctx.invalid(format!(
+                    "{op}: Size of out_backprop doesn't match computed: actual = {actual}, \
+                     computed = {} spatial_dim: {} input: {} filter: {} output: {actual} \
+                     stride: {} dilation: {}",
+                    d.output,
+                    format.axes()[a + 1],
+                    d.input,
+                    d.window,
+                    d.stride,
+                    d.dilation
+                )));
+            }
+        }
+        if c != g.out_c() {
+            return Err(ctx.invalid(format!(
+                "{op}: filter and out_backprop must have the same out_depth ({} vs. {c})",
+                g.out_c()
+            )));
+        }
+        Ok(())
+    }
+
+    fn forward<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor, f: &Tensor) -> Result<Tensor> {
+        let format = self.attrs.format;
+        check_rank4(ctx, x, "input")?;
+        check_rank4(ctx, f, "filter")?;
+        let g = self.geometry(ctx, format.nhwc(x.dims()), f.dims())?;
+        let out_dims = g.output_dims(format);
+        checked_elements(ctx, &out_dims)?;
+        let xv = x.values::<T>()?;
+        let xs = to_nhwc(format, x.dims(), &xv);
+        let fv = f.values::<T>()?;
+        let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
+        let mut out = vec![T::zero(); g.batch * m_img * oc];
+        let mut patches = Vec::new();
+        for_chunks(&g, |n0, n1| {
+            let rows = (n1 - n0) * m_img;
+            let chunk = &mut out[n0 * m_img * oc..n1 * m_img * oc];
+            for group in 0..g.groups {
+                im2col(&xs, &g, n0, n1, group, &mut patches);
+                let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
+                let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
+                let w = w.slice(s![.., group * og..(group + 1) * og]);
+                let o = ArrayViewMut2::from_shape((rows, oc), &mut *chunk).expect("output rows");
+                let mut o = o.slice_move(s![.., group * og..(group + 1) * og]);
+                general_mat_mul(T::one(), &a, &w, T::zero(), &mut o);
+            }
+        });
+        let nhwc = [g.batch, g.out_h(), g.out_w(), oc];
+        Tensor::from_vec(Shape::new(out_dims.to_vec()), from_nhwc(format, nhwc, out))
+    }
+
+    fn backprop_input<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        sizes: &Tensor,
+        f: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Tensor> {
+        let format = self.attrs.format;
+        let op = &ctx.node().op;
+        if sizes.rank() != 1 {
+            return Err(ctx.invalid(format!(
+                "{op}: input_sizes input must be 1-dim, not {}",
+                sizes.rank()
+            )));
+        }
+        let input_dims = sizes_of(ctx, sizes, "input_sizes")?;
+        check_rank4(ctx, f, "filter")?;
+        check_rank4(ctx, dy, "out_backprop")?;
+        checked_elements(ctx, &input_dims)?;
+        let g = self.geometry(ctx, format.nhwc(&input_dims), f.dims())?;
+        self.check_out_backprop(ctx, &g, dy)?;
+        let fv = f.values::<T>()?;
+        let dyv = dy.values::<T>()?;
+        let dys = to_nhwc(format, dy.dims(), &dyv);
+        let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
+        let mut dx = vec![T::zero(); g.batch * g.in_h * g.in_w * g.in_c];
+        let mut patches = Vec::new();
+        for_chunks(&g, |n0, n1| {
+            let rows = (n1 - n0) * m_img;
+            let d = ArrayView2::from_shape((rows, oc), &dys[n0 * m_img * oc..n1 * m_img * oc])
+                .expect("out_backprop rows");
+            let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
+            for group in 0..g.groups {
+                let cols = s![.., group * og..(group + 1) * og];
+                patches.clear();
+                patches.resize(rows * k, T::zero());
+                let mut p =
+                    ArrayViewMut2::from_shape((rows, k), &mut patches[..]).expect("patch matrix");
+                general_mat_mul(
+                    T::one(),
+                    &d.slice(cols),
+                    &w.slice(cols).t(),
+                    T::zero(),
+                    &mut p,
+                );
+                col2im(&patches, &g, n0, n1, group, &mut dx);
+            }
+        });
+        let nhwc = [g.batch, g.in_h, g.in_w, g.in_c];
+        Tensor::from_vec(Shape::new(input_dims), from_nhwc(format, nhwc, dx))
+    }
+
+    fn backprop_filter<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        x: &Tensor,
+        sizes: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Tensor> {
+        let format = self.attrs.format;
+        let op = &ctx.node().op;
+        if sizes.rank() != 1 {
+            return Err(ctx.invalid(format!(
+                "{op}: filter_sizes input must be 1-dim, not {}",
+                sizes.rank()
+            )));
+        }
+        let filter_dims = sizes_of(ctx, sizes, "filter_sizes")?;
+        check_rank4(ctx, x, "input")?;
+        check_rank4(ctx, dy, "out_backprop")?;
+        checked_elements(ctx, &filter_dims)?;
+        let g = self.geometry(ctx, format.nhwc(x.dims()), &filter_dims)?;
+        self.check_out_backprop(ctx, &g, dy)?;
+        let xv = x.values::<T>()?;
+        let xs = to_nhwc(format, x.dims(), &xv);
+        let dyv = dy.values::<T>()?;
+        let dys = to_nhwc(format, dy.dims(), &dyv);
+        let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
+        let mut dw = vec![T::zero(); k * oc];
+        let mut patches = Vec::new();
+        for_chunks(&g, |n0, n1| {
+            let rows = (n1 - n0) * m_img;
+            let d = ArrayView2::from_shape((rows, oc), &dys[n0 * m_img * oc..n1 * m_img * oc])
+                .expect("out_backprop rows");
+            for group in 0..g.groups {
+                let cols = s![.., group * og..(group + 1) * og];
+                im2col(&xs, &g, n0, n1, group, &mut patches);
+                let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
+                let w = ArrayViewMut2::from_shape((k, oc), &mut dw[..]).expect("filter matrix");
+                let mut w = w.slice_move(cols);
+                general_mat_mul(T::one(), &a.t(), &d.slice(cols), T::one(), &mut w);
+            }
+        });
+        Tensor::from_vec(Shape::new(filter_dims), dw)
+    }
+}
+
+impl OpKernel for Conv2D {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let (a, b, c) = match self.pass {
+            Pass::Forward => (input(ctx, 0)?, input(ctx, 1)?, None),
+            _ => (input(ctx, 0)?, input(ctx, 1)?, Some(input(ctx, 2)?)),
+        };
+        let out = match (self.pass, c) {
+            (Pass::BackpropInput, Some(dy)) => {
+                same_dtype(ctx, &b, &dy)?;
+                dispatch_float!(ctx, b.dtype(), T => self.backprop_input::<T>(ctx, &a, &b, &dy)?)
+            }
+            (Pass::BackpropFilter, Some(dy)) => {
+                same_dtype(ctx, &a, &dy)?;
+                dispatch_float!(ctx, a.dtype(), T => self.backprop_filter::<T>(ctx, &a, &b, &dy)?)
+            }
+            _ => {
+                same_dtype(ctx, &a, &b)?;
+                dispatch_float!(ctx, a.dtype(), T => self.forward::<T>(ctx, &a, &b)?)
+            }
+        };
+        ctx.set_output(0, out);
+        Ok(())
+    }
+}
+
+/// Fails unless `t` is 4-D, naming it as TensorFlow does.
+pub(super) fn check_rank4(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<()> {
+    if t.rank() != 4 {
+        return Err(ctx.invalid(format!("{what} must be 4-dimensional: {}", t.shape())));
+    }
+    Ok(())
+}
+
+/// Reads a 4-element shape input (`input_sizes`, `filter_sizes`, `orig_input_shape`).
+pub(super) fn sizes_of(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<Vec<usize>> {
+    let values = int_values(ctx, t, what)?;
+    if values.len() != 4 || values.iter().any(|&v| v < 0) {
+        return Err(ctx.invalid(format!(
+            "{what} must hold 4 non-negative sizes, got {values:?}"
+        )));
+    }
+    Ok(values.into_iter().map(|v| v as usize).collect())
+}
+
+/// Calls `f(n0, n1)` for consecutive ranges of images, each small enough that its patches
+/// stay within [`PATCH_ELEMENTS`].
+fn for_chunks(g: &Geometry, mut f: impl FnMut(usize, usize)) {
+    let step = g.images_per_chunk();
+    let mut n0 = 0;
+    while n0 < g.batch {
+        let n1 = (n0 + step).min(g.batch);
+        f(n0, n1);
+        n0 = n1;
+    }
+}
+
+/// Builds the patch matrix of images `n0..n1` for one group's input channels: a row per output
+/// pixel, `(kh, kw, c)` columns, zeros where a tap falls in the padding.
+fn im2col<T: Real>(x: &[T], g: &Geometry, n0: usize, n1: usize, group: usize, out: &mut Vec<T>) {
+    let [kh, kw, depth, _] = g.filter;
+    let (oh, ow, k) = (g.out_h(), g.out_w(), g.k());
+    let c0 = group * depth;
+    out.clear();
+    out.resize((n1 - n0) * oh * ow * k, T::zero());
+    let mut rows = out.chunks_exact_mut(k.max(1));
+    for n in n0..n1 {
+        for y in 0..oh {
+            for x_ in 0..ow {
+                let Some(row) = rows.next() else { return };
+                for i in 0..kh {
+                    let Some(ih) = g.dims[0].tap(y, i) else {
+                        continue;
+                    };
+                    for j in 0..kw {
+                        let Some(iw) = g.dims[1].tap(x_, j) else {
+                            continue;
+                        };
+                        let src = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
+                        let dst = (i * kw + j) * depth;
+                        row[dst..dst + depth].copy_from_slice(&x[src..src + depth]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds a patch matrix (as [`im2col`] lays it out) back onto the input positions it came from.
+fn col2im<T: Real>(patches: &[T], g: &Geometry, n0: usize, n1: usize, group: usize, dx: &mut [T]) {
+    let [kh, kw, depth, _] = g.filter;
+    let (oh, ow, k) = (g.out_h(), g.out_w(), g.k());
+    let c0 = group * depth;
+    let mut rows = patches.chunks_exact(k.max(1));
+    for n in n0..n1 {
+        for y in 0..oh {
+            for x_ in 0..ow {
+                let Some(row) = rows.next() else { return };
+                for i in 0..kh {
+                    let Some(ih) = g.dims[0].tap(y, i) else {
+                        continue;
+                    };
+                    for j in 0..kw {
+                        let Some(iw) = g.dims[1].tap(x_, j) else {
+                            continue;
+                        };
+                        let dst = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
+                        let src = (i * kw + j) * depth;
+                        for (d, &v) in dx[dst..dst + depth].iter_mut().zip(&row[src..src + depth]) {
+                            *d = Real::add(*d, v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The values of a 4-D tensor in `format`, laid out `NHWC` (borrowed when they already are).
+pub(super) fn to_nhwc<'a, T: Copy>(format: DataFormat, dims: &[usize], v: &'a [T]) -> Cow<'a, [T]> {
+    match format {
+        DataFormat::Nhwc => Cow::Borrowed(v),
+        DataFormat::Nchw => {
+            let [n, c, h, w] = [dims[0], dims[1], dims[2], dims[3]];
+            let mut out = Vec::with_capacity(v.len());
+            for b in 0..n {
+                for y in 0..h {
+                    for x in 0..w {
+                        out.extend((0..c).map(|ch| v[((b * c + ch) * h + y) * w + x]));
+                    }
+                }
+            }
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// Lays out `NHWC` values of dims `nhwc` in `format`.
+pub(super) fn from_nhwc<T: Copy>(format: DataFormat, nhwc: [usize; 4], v: Vec<T>) -> Vec<T> {
+    match format {
+        DataFormat::Nhwc => v,
+        DataFormat::Nchw => {
+            let [n, h, w, c] = nhwc;
+            let mut out = Vec::with_capacity(v.len());
+            for b in 0..n {
+                for ch in 0..c {
+                    for y in 0..h {
+                        out.extend((0..w).map(|x| v[((b * h + y) * w + x) * c + ch]));
+                    }
+                }
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! 2-D pooling: `MaxPool`, `MaxPoolV2` (window and strides as inputs), their gradients
+//! `MaxPoolGrad` and `MaxPoolGradV2`, `AvgPool` and `AvgPoolGrad`, in `NHWC` and `NCHW`, with
+//! `SAME` and `VALID` padding (and `EXPLICIT` for `MaxPool`).
+//!
+//! Max pooling skips padded positions; its gradient goes to the first maximum of each window
+//! in row-major window order (the earliest row, then column), as TensorFlow's CPU kernel
+//! (`SpatialMaxPoolWithArgMaxHelper`) breaks ties. Average pooling divides by the number of
+//! window positions inside the input, not the window's size, so `SAME` borders average only
+//! real values; its gradient spreads each output's gradient evenly over those positions.
+//! `NCHW` values are transposed to `NHWC` and back.
+
+use std::sync::Arc;
+
+use super::conv::{check_rank4, from_nhwc, sizes_of, to_nhwc};
+use super::numeric::Real;
+use super::{checked_elements, input, int_values, same_dtype};
+use crate::error::Result;
+use crate::graph::window::{PoolAttrs, WindowDim};
+use crate::kernels::{OpContext, OpKernel};
+use crate::proto::NodeDef;
+use crate::tensor::{Shape, Tensor};
+
+/// Which pooling op a [`Pool`] kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolOp {
+    Max,
+    MaxGrad,
+    Avg,
+    AvgGrad,
+}
+
+/// A pooling kernel; `attrs` is `None` for the V2 ops, which read `ksize` and `strides` from
+/// their inputs at every run.
+pub(super) struct Pool {
+    op: PoolOp,
+    attrs: Option<PoolAttrs>,
+}
+
+impl Pool {
+    fn parse(node: &NodeDef, op: PoolOp) -> Result<Arc<dyn OpKernel>> {
+        let attrs = if node.op.ends_with("V2") {
+            None
+        } else {
+            Some(PoolAttrs::of(node)?)
+        };
+        Ok(Arc::new(Pool { op, attrs }))
+    }
+
+    pub(super) fn create_max(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Self::parse(node, PoolOp::Max)
+    }
+
+    pub(super) fn create_max_grad(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Self::parse(node, PoolOp::MaxGrad)
+    }
+
+    pub(super) fn create_avg(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Self::parse(node, PoolOp::Avg)
+    }
+
+    pub(super) fn create_avg_grad(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Self::parse(node, PoolOp::AvgGrad)
+    }
+
+    /// The attrs, read from inputs `first` (ksize) and `first + 1` (strides) for V2 ops.
+    fn attrs(&self, ctx: &OpContext<'_>, first: usize) -> Result<PoolAttrs> {
+        if let Some(a) = &self.attrs {
+            return Ok(a.clone());
+        }
+        let ksize = int_values(ctx, ctx.input(first)?, "ksize")?;
+        let strides = int_values(ctx, ctx.input(first + 1)?, "strides")?;
+        PoolAttrs::from_lists(ctx.node(), &ksize, &strides)
+    }
+}
+
+/// The sizes of one pooling, in `NHWC` terms.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    batch: usize,
+    in_h: usize,
+    in_w: usize,
+    depth: usize,
+    dims: [WindowDim; 2],
+}
+
+impl Geometry {
+    fn new(ctx: &OpContext<'_>, attrs: &PoolAttrs, input_dims: &[usize]) -> Result<Geometry> {
+        let [batch, in_h, in_w, depth] = attrs.format.nhwc(input_dims);
+        let dims = attrs.dims([in_h, in_w]).map_err(|e| ctx.named(e))?;
+        Ok(Geometry {
+            batch,
+            in_h,
+            in_w,
+            depth,
+            dims,
+        })
+    }
+
+    fn out_nhwc(&self) -> [usize; 4] {
+        [
+            self.batch,
+            self.dims[0].output,
+            self.dims[1].output,
+            self.depth,
+        ]
+    }
+
+    fn in_nhwc(&self) -> [usize; 4] {
+        [self.batch, self.in_h, self.in_w, self.depth]
+    }
+
+    /// Calls `f(output pixel, input pixel)` for every window position inside the input, in
+    /// row-major window order per output pixel; pixels are `NHWC` offsets of channel 0.
+    fn for_each_tap(&self, mut f: impl FnMut(usize, usize)) {
+        let [n, oh, ow, c] = self.out_nhwc();
+        for b in 0..n {
+            for y in 0..oh {
+                for x in 0..ow {
+                    let o = ((b * oh + y) * ow + x) * c;
+                    for i in 0..self.dims[0].window {
+                        let Some(iy) = self.dims[0].tap(y, i) else {
+                            continue;
+                        };
+                        for j in 0..self.dims[1].window {
+                            let Some(ix) = self.dims[1].tap(x, j) else {
+                                continue;
+                            };
+                            f(o, ((b * self.in_h + iy) * self.in_w + ix) * c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Max pooling of `NHWC` values: the maxima, and for each the input index it came from (the
+/// first maximum in window order; `usize::MAX` for a window wholly in the padding).
+fn max_with_argmax<T: Real>(x: &[T], g: &Geometry) -> (Vec<T>, Vec<usize>) {
+    let len = g.out_nhwc().iter().product();
+    let mut out = vec![T::LOWEST; len];
+    let mut arg = vec![usize::MAX; len];
+    g.for_each_tap(|o, i| {
+        for c in 0..g.depth {
+            let v = x[i + c];
+            // TensorFlow's test: `output < input || unset`, so ties keep the earlier position.
+            if out[o + c] < v || arg[o + c] == usize::MAX {
+                out[o + c] = v;
+                arg[o + c] = i + c;
+            }
+        }
+    });
+    (out, arg)
+}
+
+/// The number of window positions inside the input, per output pixel.
+fn window_counts(g: &Geometry) -> Vec<usize> {
+    let [n, oh, ow, _] = g.out_nhwc();
+    let mut counts = vec![0usize; n * oh * ow];
+    g.for_each_tap(|o, _| counts[o / g.depth.max(1)] += 1);
+    counts
+}
+
+impl Pool {
+    fn max<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor) -> Result<Tensor> {
+        let attrs = self.attrs(ctx, 1)?;
+        check_rank4(ctx, x, "tensor_in")?;
+        let g = Geometry::new(ctx, &attrs, x.dims())?;
+        let out_nhwc = g.out_nhwc();
+        checked_elements(ctx, &out_nhwc)?;
+        let xv = x.values::<T>()?;
+        let (out, _) = max_with_argmax(&to_nhwc(attrs.format, x.dims(), &xv), &g);
+        let dims = attrs.format.from_nhwc(out_nhwc);
+        Tensor::from_vec(
+            Shape::new(dims.to_vec()),
+            from_nhwc(attrs.format, out_nhwc, out),
+        )
+    }
+
+    fn max_grad<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        x: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Tensor> {
+        let attrs = self.attrs(ctx, 3)?;
+        check_rank4(ctx, x, "tensor_in")?;
+        check_rank4(ctx, y, "tensor_out")?;
+        check_rank4(ctx, dy, "out_backprop")?;
+        let g = Geometry::new(ctx, &attrs, x.dims())?;
+        let expected = Shape::new(attrs.format.from_nhwc(g.out_nhwc()).to_vec());
+        for (name, t) in [("orig_output", y), ("grad", dy)] {
+            if t.shape() != &expected {
+                return Err(ctx.invalid(format!(
+                    "Expected {name} shape to be {expected}, but got {}",
+                    t.shape()
+                )));
+            }
+        }
+        let xv = x.values::<T>()?;
+        let (_, arg) = max_with_argmax(&to_nhwc(attrs.format, x.dims(), &xv), &g);
+        let dyv = dy.values::<T>()?;
+        let dys = to_nhwc(attrs.format, dy.dims(), &dyv);
+        let mut dx = vec![T::zero(); x.num_elements()];
+        for (&a, &d) in arg.iter().zip(dys.iter()) {
+            if a != usize::MAX {
+                dx[a] = Real::add(dx[a], d);
+            }
+        }
+        Tensor::from_vec(x.shape().clone(), from_nhwc(attrs.format, g.in_nhwc(), dx))
+    }
+
+    fn avg<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor) -> Result<Tensor> {
+        let attrs = self.attrs(ctx, 1)?;
+        check_rank4(ctx, x, "tensor_in")?;
+        let g = Geometry::new(ctx, &attrs, x.dims())?;
+        let out_nhwc = g.out_nhwc();
+        checked_elements(ctx, &out_nhwc)?;
+        let xv = x.values::<T>()?;
+        let xs = to_nhwc(attrs.format, x.dims(), &xv);
+        let mut out = vec![T::zero(); out_nhwc.iter().product()];
+        g.for_each_tap(|o, i| {
+            for c in 0..g.depth {
+                out[o + c] = Real::add(out[o + c], xs[i + c]);
+            }
+        });
+        let counts = window_counts(&g);
+        for (pixel, &n) in out.chunks_mut(g.depth.max(1)).zip(&counts) {
+            for v in pixel {
+                *v = Real::div_count(*v, n.max(1));
+            }
+        }
+        let dims = attrs.format.from_nhwc(out_nhwc);
+        Tensor::from_vec(
+            Shape::new(dims.to_vec()),
+            from_nhwc(attrs.format, out_nhwc, out),
+        )
+    }
+
+    fn avg_grad<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        sizes: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Tensor> {
+        let attrs = self.attrs(ctx, 2)?;
+        if sizes.rank() != 1 {
+            return Err(ctx.invalid(format!(
+                "orig_input_shape must be 1-dimensional and 4 elements, got shape {}",
+                sizes.shape()
+            )));
+        }
+        let input_dims = sizes_of(ctx, sizes, "orig_input_shape")?;
+        check_rank4(ctx, dy, "out_backprop")?;
+        checked_elements(ctx, &input_dims)?;
+        let g = Geometry::new(ctx, &attrs, &input_dims)?;
+        let expected = Shape::new(attrs.format.from_nhwc(g.out_nhwc()).to_vec());
+        if dy.shape() != &expected {
+            return Err(ctx.invalid(format!(
+                "Expected grad shape to be {expected}, but got {}",
+                dy.shape()
+            )));
+        }
+        let dyv = dy.values::<T>()?;
+        let dys = to_nhwc(attrs.format, dy.dims(), &dyv);
+        let counts = window_counts(&g);
+        let mut dx = vec![T::zero(); input_dims.iter().product()];
+        let depth = g.depth.max(1);
+        g.for_each_tap(|o, i| {
+            let n = counts[o / depth].max(1);
+            for c in 0..g.depth {
+                dx[i + c] = Real::add(dx[i + c], Real::div_count(dys[o + c], n));
+            }
+        });
+        Tensor::from_vec(
+            Shape::new(input_dims),
+            from_nhwc(attrs.format, g.in_nhwc(), dx),
+        )
+    }
+}
+
+impl OpKernel for Pool {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let out = match self.op {
+            PoolOp::Max => {
+                let x = input(ctx, 0)?;
+                dispatch_real!(ctx, x.dtype(), T => self.max::<T>(ctx, &x)?)
+            }
+            PoolOp::MaxGrad => {
+                let (x, y, dy) = (input(ctx, 0)?, input(ctx, 1)?, input(ctx, 2)?);
+                same_dtype(ctx, &x, &y)?;
+                same_dtype(ctx, &x, &dy)?;
+                dispatch_real!(ctx, x.dtype(), T => self.max_grad::<T>(ctx, &x, &y, &dy)?)
+            }
+            PoolOp::Avg => {
+                let x = input(ctx, 0)?;
+                dispatch_float!(ctx, x.dtype(), T => self.avg::<T>(ctx, &x)?)
+            }
+            PoolOp::AvgGrad => {
+                let (sizes, dy) = (input(ctx, 0)?, input(ctx, 1)?);
+                dispatch_float!(ctx, dy.dtype(), T => self.avg_grad::<T>(ctx, &sizes, &dy)?)
+            }
+        };
+        ctx.set_output(0, out);
+        Ok(())
+    }
+}
