@@ -428,3 +428,57 @@ fn every_trace_level_above_no_trace_traces() {
         assert!(metadata.partition_graphs.is_empty());
     }
 }
+
+#[test]
+fn a_monitored_session_traces_one_step_with_its_hooks() {
+    use std::time::Duration;
+    use tessera::train::monitored::{
+        MonitoredSession, ReadyOp, RetryPolicy, Scaffold, SessionManager, StopAt, StopAtStepHook,
+    };
+
+    let mut g = Graph::new();
+    let zero = g.constant(&Tensor::scalar(0i64)).unwrap();
+    let step = g.variable("global_step", &zero).unwrap();
+    let one = g.constant(&Tensor::scalar(1i64)).unwrap();
+    let train = g.assign_add_variable(&step.handle, &one).unwrap();
+    let init = g.global_variables_initializer().unwrap();
+    let graph = g.to_graph_def();
+    let ready = ReadyOp::for_variables(&[&step]);
+    let manager = SessionManager::new(
+        Box::new(move || {
+            let session = Session::local();
+            session.extend(&graph)?;
+            Ok(session)
+        }),
+        Scaffold {
+            init_op: Some(init),
+            local_init_op: None,
+            ready_op: ready,
+        },
+        true,
+    );
+    let global_step = step.value.name();
+    let hooks: Vec<Box<dyn tessera::train::monitored::Hook>> = vec![Box::new(StopAtStepHook::new(
+        &global_step,
+        StopAt::LastStep(2),
+    ))];
+    let retry = RetryPolicy {
+        max_attempts: 1,
+        initial_backoff: Duration::from_millis(10),
+        multiplier: 2.0,
+        max_backoff: Duration::from_millis(10),
+    };
+    let mut session = MonitoredSession::new(manager, hooks, retry).unwrap();
+
+    session.run(&[], &[], &[&train]).unwrap();
+    // The second step, traced: the hook still counts it and stops training after it.
+    let (out, metadata) = session
+        .run_with_options(&[], &[&global_step], &[&train], &full_trace())
+        .unwrap();
+    assert_eq!(out.len(), 1);
+    let stats = metadata.step_stats.unwrap();
+    let nodes = &by_device(&stats)[LOCAL_CPU];
+    assert!(nodes.contains_key(train.as_str()), "{:?}", nodes.keys());
+    assert!(session.should_stop());
+    session.close().unwrap();
+}
