@@ -247,7 +247,7 @@ impl RemoteSession {
                 ms if ms > 0 => ms.min(session_ms),
                 _ => session_ms,
             },
-            ..options.clone()
+            ..*options
         };
         self.run_step(feeds, fetches, targets, options)
     }

@@ -69,7 +69,7 @@ use crate::runtime::pool::ThreadPool;
 use crate::runtime::rendezvous::{ParsedKey, Received, Rendezvous};
 use crate::tensor::{DType, PartialShape, Tensor};
 
-pub use stats::{timeline_label, StepStatsCollector};
+pub use stats::StepStatsCollector;
 
 /// How much of a step [`Executor::spawn`]'s caller may run itself (see [`Inline`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

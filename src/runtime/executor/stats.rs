@@ -15,7 +15,6 @@
 //!
 //! [`StepOptions::stats`]: super::StepOptions::stats
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -81,9 +80,9 @@ impl StepStatsCollector {
         let mut devices: Vec<DeviceStepStats> = self.lock().drain().map(|(_, d)| d).collect();
         devices.sort_by(|a, b| a.device.cmp(&b.device));
         for device in &mut devices {
-            device
-                .node_stats
-                .sort_by_key(|n| (n.all_start_nanos, n.node_name.clone()));
+            device.node_stats.sort_by(|a, b| {
+                (a.all_start_nanos, &a.node_name).cmp(&(b.all_start_nanos, &b.node_name))
+            });
         }
         StepStats { dev_stats: devices }
     }
@@ -176,7 +175,7 @@ fn node_exec_stats(
 /// TensorFlow's timeline label, `name = Op(input, input)` (the form `timeline.py` parses into
 /// the op and its inputs); a `_Send` names its tensor and where it goes, a `_Recv` its tensor
 /// and where it comes from: `name = _Recv(tensor @/job:ps/...)`.
-pub fn timeline_label(node: &NodeDef) -> String {
+fn timeline_label(node: &NodeDef) -> String {
     let peer = match node.op.as_str() {
         "_Send" | "_HostSend" => Some("recv_device"),
         "_Recv" | "_HostRecv" => Some("send_device"),
@@ -215,19 +214,15 @@ fn node_output(slot: usize, tensor: &Tensor) -> NodeOutput {
 fn current_thread() -> (u32, String) {
     static NEXT: AtomicU32 = AtomicU32::new(1);
     thread_local! {
-        static ID: Cell<u32> = const { Cell::new(0) };
+        static THREAD: (u32, String) = {
+            let id = NEXT.fetch_add(1, Ordering::Relaxed);
+            let name = std::thread::current()
+                .name()
+                .map_or_else(|| format!("thread {id}"), str::to_string);
+            (id, name)
+        };
     }
-    let id = ID.with(|id| {
-        if id.get() == 0 {
-            id.set(NEXT.fetch_add(1, Ordering::Relaxed));
-        }
-        id.get()
-    });
-    let thread = std::thread::current();
-    let name = thread
-        .name()
-        .map_or_else(|| format!("thread {id}"), str::to_string);
-    (id, name)
+    THREAD.with(|(id, name)| (*id, name.clone()))
 }
 
 #[cfg(test)]
