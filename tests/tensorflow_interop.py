@@ -22,7 +22,7 @@ Usage:
       MonitoredTrainingSession to global step 20. The chief prints "ready" once the model is
       initialised; each prints one JSON line at the end: the worker, its local steps and the
       last global step it saw.
-  tensorflow_interop.py trace --ps ADDR --worker ADDR
+  tensorflow_interop.py trace --ps ADDR --worker ADDR [--no-cluster-def]
       Builds the MLP as `train` does (variables on the ps, compute on the worker), initialises
       it and runs one training step with RunOptions(trace_level=FULL_TRACE) through
       tf.compat.v1.Session("grpc://WORKER"); draws the step's RunMetadata.step_stats with
@@ -148,7 +148,9 @@ def trace(args):
     spec = cluster(args)
     setter = tf.compat.v1.train.replica_device_setter(cluster=spec, worker_device="/job:worker/task:0")
     graph, ops = build(setter)
-    config = tf.compat.v1.ConfigProto(cluster_def=spec.as_cluster_def())
+    config = None if args.no_cluster_def else tf.compat.v1.ConfigProto(
+        cluster_def=spec.as_cluster_def()
+    )
     xs = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
     feed = {ops["x"]: xs, ops["y"]: (xs[:, 0] > 0).astype(np.int64)}
     with tf.compat.v1.Session("grpc://" + args.worker.split(",")[0], graph=graph, config=config) as session:
@@ -308,6 +310,7 @@ def main():
     replica = commands.add_parser("sync")
     replica.add_argument("--index", type=int, required=True)
     tracer = commands.add_parser("trace")
+    tracer.add_argument("--no-cluster-def", action="store_true")
     for command in (server, trainer, chief, replica, tracer):
         command.add_argument("--ps", default="", help="none: a cluster of workers alone")
         command.add_argument("--worker", required=True)
