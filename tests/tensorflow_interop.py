@@ -22,6 +22,14 @@ Usage:
       MonitoredTrainingSession to global step 20. The chief prints "ready" once the model is
       initialised; each prints one JSON line at the end: the worker, its local steps and the
       last global step it saw.
+  tensorflow_interop.py trace --ps ADDR --worker ADDR [--no-cluster-def]
+      Builds the MLP as `train` does (variables on the ps, compute on the worker), initialises
+      it and runs one training step with RunOptions(trace_level=FULL_TRACE) through
+      tf.compat.v1.Session("grpc://WORKER"); draws the step's RunMetadata.step_stats with
+      TensorFlow's own timeline.Timeline(...).generate_chrome_trace_format(), checks that the
+      trace has op events on a device of each task, and prints one JSON line: the devices in
+      the step stats, the trace's processes with their op events, the node count and the
+      _Recv nodes with their output bytes.
   tensorflow_interop.py monitored --ps ADDR --worker ADDR --checkpoint-dir DIR --last-step N
       Trains a softmax regression (momentum, a global step) as TensorFlow 1 programs do, with
       tf.compat.v1.train.MonitoredTrainingSession as chief: it initialises or restores from
@@ -127,6 +135,60 @@ def train(args):
                 "reference_last_loss": reference[-1],
                 "global_step": step,
                 "accuracy": accuracy,
+            }
+        ),
+        flush=True,
+    )
+
+
+def trace(args):
+    from tensorflow.python.client import timeline
+
+    tf.compat.v1.disable_eager_execution()
+    spec = cluster(args)
+    setter = tf.compat.v1.train.replica_device_setter(cluster=spec, worker_device="/job:worker/task:0")
+    graph, ops = build(setter)
+    config = None if args.no_cluster_def else tf.compat.v1.ConfigProto(
+        cluster_def=spec.as_cluster_def()
+    )
+    xs = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    feed = {ops["x"]: xs, ops["y"]: (xs[:, 0] > 0).astype(np.int64)}
+    with tf.compat.v1.Session("grpc://" + args.worker.split(",")[0], graph=graph, config=config) as session:
+        session.run(ops["init"])
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        metadata = tf.compat.v1.RunMetadata()
+        session.run([ops["loss"], ops["train_op"]], feed, options=options, run_metadata=metadata)
+        # Untraced, a step returns no step stats.
+        untraced = tf.compat.v1.RunMetadata()
+        session.run(ops["loss"], feed, run_metadata=untraced)
+    stats = metadata.step_stats
+    chrome = json.loads(timeline.Timeline(stats).generate_chrome_trace_format())
+    names = {e["pid"]: e["args"]["name"] for e in chrome["traceEvents"] if e.get("name") == "process_name"}
+    ops_per_process = {}
+    for event in chrome["traceEvents"]:
+        if event.get("ph") == "X":
+            process = names[event["pid"]]
+            ops_per_process[process] = ops_per_process.get(process, 0) + 1
+    for task in ("/job:ps/", "/job:worker/"):
+        assert any(task in p and n > 0 for p, n in ops_per_process.items()), (task, ops_per_process)
+    assert not untraced.step_stats.dev_stats, untraced
+    recvs = [
+        {
+            "device": d.device,
+            "node": n.node_name,
+            "bytes": [o.tensor_description.allocation_description.requested_bytes for o in n.output],
+        }
+        for d in stats.dev_stats
+        for n in d.node_stats
+        if " = _Recv(" in n.timeline_label
+    ]
+    print(
+        json.dumps(
+            {
+                "devices": [d.device for d in stats.dev_stats],
+                "processes": ops_per_process,
+                "nodes": sum(len(d.node_stats) for d in stats.dev_stats),
+                "recvs": recvs,
             }
         ),
         flush=True,
@@ -247,11 +309,14 @@ def main():
     chief.add_argument("--last-step", type=int, required=True)
     replica = commands.add_parser("sync")
     replica.add_argument("--index", type=int, required=True)
-    for command in (server, trainer, chief, replica):
+    tracer = commands.add_parser("trace")
+    tracer.add_argument("--no-cluster-def", action="store_true")
+    for command in (server, trainer, chief, replica, tracer):
         command.add_argument("--ps", default="", help="none: a cluster of workers alone")
         command.add_argument("--worker", required=True)
     args = parser.parse_args()
-    {"server": serve, "train": train, "monitored": monitored, "sync": sync}[args.command](args)
+    handlers = {"server": serve, "train": train, "monitored": monitored, "sync": sync, "trace": trace}
+    handlers[args.command](args)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,11 @@
 //! - two TensorFlow workers training synchronously with `SyncReplicasOptimizer` (its
 //!   accumulators, token queue and chief queue runner) on a tessera ps and workers;
 //! - tessera's Rust client on TensorFlow's server: a graph built with tessera's builder
-//!   (gradients and optimizer included) trains on TensorFlow's runtime as on tessera's.
+//!   (gradients and optimizer included) trains on TensorFlow's runtime as on tessera's;
+//! - a TensorFlow client traces a training step on a tessera cluster
+//!   (`RunOptions(trace_level=FULL_TRACE)`) and draws it with TensorFlow's own `timeline`:
+//!   both tasks' devices are in the trace; and the same with TensorFlow's master and worker
+//!   over a tessera ps, whose step stats TensorFlow's master merges.
 //!
 //! They need a Python with TensorFlow (`$TESSERA_TF_PYTHON`, else `python3`); without one
 //! they print why and pass, except under CI, where they fail (`support::requirement`).
@@ -116,6 +120,62 @@ fn a_tensorflow_client_trains_on_a_tessera_cluster() {
         let cpu = format!("{task}/device:CPU:0");
         assert!(devices.contains(&cpu), "{cpu} not in {devices:?}");
     }
+}
+
+/// Checks what the script's `trace` printed: op events on both tasks' devices in TensorFlow's
+/// timeline, and a `_Recv` on each of `recv_tasks` with the bytes it received (TensorFlow's own
+/// worker labels its receives otherwise).
+fn assert_traced(traced: &Trained, recv_tasks: &[&str]) {
+    let devices = traced.strings("devices");
+    eprintln!("traced devices: {devices:?}");
+    for task in ["/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"] {
+        let cpu = format!("{task}/device:CPU:0");
+        assert!(devices.contains(&cpu), "{cpu} not in {devices:?}");
+        let events = traced.json["processes"][format!("{cpu} Compute")].as_u64();
+        assert!(events.is_some_and(|n| n > 0), "{}", traced.json);
+    }
+    // The variables come from the ps and the gradients go to it: receives on both sides, each
+    // with the bytes of what it received.
+    let recvs = traced.json["recvs"].as_array().unwrap();
+    for task in recv_tasks {
+        assert!(
+            recvs
+                .iter()
+                .any(|r| r["device"].as_str().unwrap().contains(task)),
+            "no _Recv on {task}: {}",
+            traced.json
+        );
+    }
+    for recv in recvs {
+        let bytes = recv["bytes"].as_array().unwrap();
+        assert!(bytes.len() == 1 && bytes[0].as_i64() > Some(0), "{recv}");
+    }
+}
+
+#[test]
+fn a_tensorflow_client_traces_a_step_on_a_tessera_cluster() {
+    let Some(python) = tensorflow_python("tensorflow trace") else {
+        return;
+    };
+    let cluster = Cluster::start(&[("ps", 1), ("worker", 1)]);
+    let (ps, worker) = (cluster.addr("ps", 0), cluster.addr("worker", 0));
+    // The script asserts that TensorFlow's timeline drew op events on a device of each task.
+    let traced = client(&python, ps, worker, &["trace".to_string()]);
+    assert_traced(&traced, &["/job:ps/", "/job:worker/"]);
+}
+
+#[test]
+fn a_tensorflow_master_traces_a_step_on_a_tessera_ps() {
+    let Some(python) = tensorflow_python("tensorflow master trace") else {
+        return;
+    };
+    let bound = Bound::bind(&[("ps", 1)]);
+    let ps = bound.addr("ps", 0);
+    let worker = tf_server(&python, "worker", &ps.to_string(), "127.0.0.1:0");
+    let _cluster = bound.start(&[("worker", 0, worker.addr)], TEST_TIMEOUTS);
+    // TensorFlow's master asks tessera's worker for its timeline and merges it with its own.
+    let args = ["trace".to_string(), "--no-cluster-def".into()];
+    assert_traced(&client(&python, ps, worker.addr, &args), &["/job:ps/"]);
 }
 
 #[test]

@@ -12,6 +12,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 
@@ -938,4 +939,65 @@ fn the_main_job_trains_the_default_mlp_on_the_digits_to_97_percent() {
         events.len() == 1 && events[0].starts_with("events.out.tfevents."),
         "{events:?}"
     );
+}
+
+#[test]
+fn trace_step_writes_a_chrome_trace_of_one_step_on_every_task_beside_the_event_files() {
+    let runs = tempfile::tempdir().unwrap();
+    let logdir = runs.path().join("run");
+    let logdir_arg = logdir.to_str().unwrap();
+    let ended = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &[
+            "--steps",
+            "60",
+            "--trace_step",
+            "20",
+            "--logdir",
+            logdir_arg,
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let chief = chief(&ended);
+    let path = chief
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera: step trace "))
+        .and_then(|rest| rest.split(" (open").next())
+        .unwrap_or_else(|| panic!("no step trace line:\n{}", chief.stdout));
+    let name = Path::new(path).file_name().unwrap().to_str().unwrap();
+    let at: i64 = name
+        .strip_prefix("trace-step-")
+        .and_then(|n| n.strip_suffix(".json"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{name}"));
+    assert!((20..60).contains(&at), "traced at global step {at}");
+    assert_eq!(Path::new(path).parent().unwrap(), logdir);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    // A process per device of the step: the ps's and the chief's.
+    let processes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    for device in [
+        "/job:ps/replica:0/task:0/device:CPU:0",
+        "/job:worker/replica:0/task:0/device:CPU:0",
+    ] {
+        assert!(
+            processes.iter().any(|p| p.starts_with(device)),
+            "{device} not in {processes:?}"
+        );
+    }
+    // Ops ran on both: the gradients' MatMuls on the worker, the update on the ps.
+    let ops: BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .filter_map(|e| e["args"]["op"].as_str())
+        .collect();
+    for op in ["MatMul", "_Recv", "_Send", "ResourceApplyAdam"] {
+        assert!(ops.contains(op), "no {op} in {ops:?}");
+    }
 }

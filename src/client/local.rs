@@ -25,7 +25,8 @@ use super::multi_device::{LocalDevices, MultiDeviceStep};
 use crate::device::{CudaProbe, GpuProbe, GpuScan};
 use crate::error::{Result, Status};
 use crate::kernels::DeviceType;
-use crate::proto::{CallableOptions, DeviceAttributes, GraphDef};
+use crate::proto::{CallableOptions, DeviceAttributes, GraphDef, RunMetadata, RunOptions};
+use crate::runtime::executor::StepStatsCollector;
 use crate::runtime::placement::{place, registered_kernel, PlacementOptions};
 use crate::runtime::{CancellationToken, Device, Executor, KernelLookup, StepOptions, TensorRef};
 use crate::tensor::Tensor;
@@ -105,6 +106,46 @@ impl Runner {
             Runner::Single(executor) => executor.run(feeds, options),
             Runner::Multi(step) => step.run(feeds, options),
         }
+    }
+
+    /// What each device runs, one graph per device.
+    fn partition_graphs(&self) -> Vec<GraphDef> {
+        let graph = |e: &Executor| GraphDef {
+            node: e.nodes().cloned().collect(),
+            ..Default::default()
+        };
+        match self {
+            Runner::Single(executor) => vec![graph(executor)],
+            Runner::Multi(step) => step.executors().iter().map(|e| graph(e)).collect(),
+        }
+    }
+
+    /// Runs one step as `options` ask: within `timeout_in_ms` when set, recording a trace when
+    /// `trace_level` is above `NO_TRACE`, returning the partition graphs when
+    /// `output_partition_graphs`.
+    fn run_with_options(
+        &self,
+        feeds: Vec<Tensor>,
+        mut step: StepOptions,
+        options: &RunOptions,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
+        if options.timeout_in_ms > 0 {
+            let deadline = Instant::now() + Duration::from_millis(options.timeout_in_ms as u64);
+            step.deadline = Some(step.deadline.map_or(deadline, |d| d.min(deadline)));
+        }
+        let stats = (options.trace_level > 0).then(|| Arc::new(StepStatsCollector::new()));
+        step.stats = stats.clone();
+        let fetched = self.run(feeds, &step)?;
+        let metadata = RunMetadata {
+            step_stats: stats.map(|s| s.finish()),
+            partition_graphs: if options.output_partition_graphs {
+                self.partition_graphs()
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        };
+        Ok((fetched, metadata))
     }
 }
 
@@ -302,6 +343,35 @@ impl LocalSession {
         targets: &[&str],
     ) -> Result<Vec<Tensor>> {
         let _running = self.enter()?;
+        let (executor, tensors) = self.prepare_run(feeds, fetches, targets)?;
+        executor.run(tensors, &self.step_options())
+    }
+
+    /// Runs one step as [`run`](Self::run) does, as `options` ask (TensorFlow's
+    /// `session.run(..., options=, run_metadata=)`): `trace_level` above `NO_TRACE` returns
+    /// the step's [`StepStats`](crate::proto::StepStats) in the metadata, one
+    /// `DeviceStepStats` per device with every node that ran;
+    /// `output_partition_graphs` returns the graph each device ran; `timeout_in_ms` bounds the
+    /// step (the session's own step timeout still applies).
+    pub fn run_with_options(
+        &self,
+        feeds: &[(&str, Tensor)],
+        fetches: &[&str],
+        targets: &[&str],
+        options: &RunOptions,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
+        let _running = self.enter()?;
+        let (executor, tensors) = self.prepare_run(feeds, fetches, targets)?;
+        executor.run_with_options(tensors, self.step_options(), options)
+    }
+
+    /// The runner of a step's signature and its feeds in the runner's order.
+    fn prepare_run(
+        &self,
+        feeds: &[(&str, Tensor)],
+        fetches: &[&str],
+        targets: &[&str],
+    ) -> Result<(Arc<Runner>, Vec<Tensor>)> {
         let mut named = Vec::with_capacity(feeds.len());
         for (name, tensor) in feeds {
             let r = TensorRef::parse(name).map_err(|e| e.context("feed"))?;
@@ -320,8 +390,7 @@ impl LocalSession {
             fetches: fetches.iter().map(|s| s.to_string()).collect(),
             targets: targets.iter().map(|s| s.to_string()).collect(),
         };
-        let executor = self.executor(signature)?;
-        executor.run(tensors, &self.step_options())
+        Ok((self.executor(signature)?, tensors))
     }
 
     /// Builds an executor for `options` once and returns a handle to run it with

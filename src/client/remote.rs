@@ -36,7 +36,7 @@ use crate::proto::master_service_client::MasterServiceClient;
 use crate::proto::{
     CallableOptions, CloseSessionRequest, ConfigProto, CreateSessionRequest, DeviceAttributes,
     ExtendSessionRequest, GraphDef, ListDevicesRequest, MakeCallableRequest,
-    ReleaseCallableRequest, RunCallableRequest, RunOptions, RunStepRequest,
+    ReleaseCallableRequest, RunCallableRequest, RunMetadata, RunOptions, RunStepRequest,
 };
 use crate::runtime::TensorRef;
 use crate::security::{AuthChannel, ClusterToken, Security, TlsConfig};
@@ -222,6 +222,44 @@ impl RemoteSession {
         fetches: &[&str],
         targets: &[&str],
     ) -> Result<Vec<Tensor>> {
+        let options = RunOptions {
+            timeout_in_ms: self.step_timeout_ms(),
+            ..Default::default()
+        };
+        self.run_step(feeds, fetches, targets, options)
+            .map(|(tensors, _)| tensors)
+    }
+
+    /// Runs one step in the master as `options` ask and returns the master's `RunMetadata`
+    /// with the fetches: with `trace_level` above `NO_TRACE`, the step stats of every device
+    /// of every task the step ran on; with `output_partition_graphs`, the graphs they ran. A
+    /// `timeout_in_ms` longer than the session's step timeout is cut to it.
+    pub fn run_with_options(
+        &self,
+        feeds: &[(&str, Tensor)],
+        fetches: &[&str],
+        targets: &[&str],
+        options: &RunOptions,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
+        let session_ms = self.step_timeout_ms();
+        let options = RunOptions {
+            timeout_in_ms: match options.timeout_in_ms {
+                ms if ms > 0 => ms.min(session_ms),
+                _ => session_ms,
+            },
+            ..*options
+        };
+        self.run_step(feeds, fetches, targets, options)
+    }
+
+    /// RunStep with `options`; the fetches in `fetches` order and the metadata.
+    fn run_step(
+        &self,
+        feeds: &[(&str, Tensor)],
+        fetches: &[&str],
+        targets: &[&str],
+        options: RunOptions,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
         let session = self.session()?;
         let request = RunStepRequest {
             session_handle: session,
@@ -231,10 +269,7 @@ impl RemoteSession {
                 .collect(),
             fetch: unique_fetches(fetches),
             target: targets.iter().map(|t| t.to_string()).collect(),
-            options: Some(RunOptions {
-                timeout_in_ms: self.step_timeout_ms(),
-                ..Default::default()
-            }),
+            options: Some(options),
             store_errors_in_response_body: true,
             request_id: new_request_id(),
             ..Default::default()
@@ -256,7 +291,7 @@ impl RemoteSession {
             })?;
             returned.insert(name, tensor);
         }
-        fetches
+        let tensors = fetches
             .iter()
             .map(|fetch| {
                 returned
@@ -276,7 +311,8 @@ impl RemoteSession {
                         ))
                     })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok((tensors, reply.metadata.unwrap_or_default()))
     }
 
     /// Makes a callable in the master; returns its handle.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::local::{LocalSession, SessionOptions};
 use super::remote::{ConnectOptions, RemoteSession};
 use crate::error::Result;
-use crate::proto::{CallableOptions, GraphDef};
+use crate::proto::{CallableOptions, GraphDef, RunMetadata, RunOptions};
 use crate::runtime::Device;
 use crate::tensor::Tensor;
 
@@ -134,6 +134,27 @@ impl Session {
         match &self.inner {
             Inner::Local(s) => s.run(feeds, fetches, targets),
             Inner::Remote(s) => s.run(feeds, fetches, targets),
+        }
+    }
+
+    /// Runs one step as `options` ask and returns the step's `RunMetadata` with the fetches:
+    /// TensorFlow's `session.run(fetches, feed_dict, options=run_options,
+    /// run_metadata=metadata)`. `trace_level` above `NO_TRACE` (software, hardware and full
+    /// traces are one here) fills `step_stats`: a `DeviceStepStats` per device the step ran
+    /// on, with every node's times, thread, timeline label and output sizes
+    /// ([`chrome_trace`](super::timeline::chrome_trace) turns it into a Chrome trace);
+    /// `output_partition_graphs` fills `partition_graphs`; `timeout_in_ms` bounds the step.
+    /// Steps run with [`run`](Self::run) record nothing.
+    pub fn run_with_options(
+        &self,
+        feeds: &[(&str, Tensor)],
+        fetches: &[&str],
+        targets: &[&str],
+        options: &RunOptions,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
+        match &self.inner {
+            Inner::Local(s) => s.run_with_options(feeds, fetches, targets, options),
+            Inner::Remote(s) => s.run_with_options(feeds, fetches, targets, options),
         }
     }
 

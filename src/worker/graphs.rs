@@ -87,6 +87,19 @@ impl RegisteredGraph {
     pub fn executors(&self) -> &[Arc<Executor>] {
         &self.executors
     }
+
+    /// Returns what each device runs, one graph per device in device-name order (with the
+    /// `_Send`/`_Recv` pairs between local devices): RunGraph's `partition_graph` when the
+    /// master asks for them (`RunOptions.output_partition_graphs`).
+    pub fn partition_graphs(&self) -> Vec<GraphDef> {
+        self.executors
+            .iter()
+            .map(|e| GraphDef {
+                node: e.nodes().cloned().collect(),
+                ..Default::default()
+            })
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for RegisteredGraph {

@@ -32,7 +32,7 @@ use crate::proto::{
 };
 use crate::runtime::cancel::CancellationToken;
 use crate::runtime::device::Device;
-use crate::runtime::executor::{RemoteRecv, StepOptions};
+use crate::runtime::executor::{RemoteRecv, StepOptions, StepStatsCollector};
 use crate::runtime::rendezvous::{check_incarnation, ParsedKey, RendezvousMgr};
 use crate::runtime::resource::ResourceMgr;
 use crate::tensor::Tensor;
@@ -438,12 +438,16 @@ impl WorkerState {
             .map(|k| ParsedKey::parse(k).map_err(|e| e.context("RunGraph recv_key")))
             .collect::<Result<Vec<_>>>()?;
         let deadline = Instant::now() + budget;
+        let exec_opts = request.exec_opts.unwrap_or_default();
+        let stats = (exec_opts.record_timeline || exec_opts.record_costs)
+            .then(|| Arc::new(StepStatsCollector::new()));
         let options = StepOptions {
             step_id,
             cancellation: Some(CancellationToken::new()),
             deadline: Some(deadline),
             rendezvous: Some(Arc::clone(&rendezvous)),
             remote_recv: Some(Arc::clone(&self.inner.remote) as Arc<dyn RemoteRecv>),
+            stats: stats.clone(),
         };
         run_executors(graph.executors(), options).await?;
         let mut recv = Vec::with_capacity(recv_keys.len());
@@ -457,6 +461,12 @@ impl WorkerState {
         }
         Ok(RunGraphResponse {
             recv,
+            step_stats: stats.map(|s| s.finish()),
+            partition_graph: if exec_opts.record_partition_graphs {
+                graph.partition_graphs()
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         })
     }

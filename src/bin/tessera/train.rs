@@ -87,6 +87,10 @@ pub(crate) struct TrainingFlags {
     /// this many global steps.
     #[arg(long = "summary_every", default_value_t = 10)]
     summary_every: u64,
+    /// The chief traces its first step at or after this global step (every task, FULL_TRACE)
+    /// and writes it beside the event files as a Chrome trace (LOGDIR/trace-step-N.json).
+    #[arg(long = "trace_step")]
+    trace_step: Option<i64>,
     /// The data: digits (the built-in handwritten digits), synthetic (seeded Gaussian blobs),
     /// csv:PATH (numeric features and an integer label, the last column unless --label_column
     /// says; a header line is detected), tfrecord:PATH (tf.train.Examples; --feature_keys,
@@ -143,6 +147,7 @@ impl TrainingFlags {
             save_every_steps: self.save_every,
             logdir: Some(self.logdir.clone().unwrap_or_else(default_logdir)),
             summary_every_steps: self.summary_every,
+            trace_step: self.trace_step,
             data: DataSource::parse(&self.data)?
                 .with_csv_options(self.label_column.as_deref(), self.csv_header)?
                 .with_tfrecord_options(&self.feature_keys, self.label_key.as_deref())?,
@@ -200,6 +205,9 @@ impl TrainingFlags {
         }
         if let Some(dir) = &self.logdir {
             args.push(format!("--logdir={}", dir.display()));
+        }
+        if let Some(step) = self.trace_step {
+            args.push(format!("--trace_step={step}"));
         }
         args
     }
@@ -348,6 +356,12 @@ fn print_report(report: &ChiefReport) {
     }
     if let Some(logdir) = &report.logdir {
         println!("tessera: tensorboard --logdir {}", logdir.display());
+    }
+    if let Some(trace) = &report.trace {
+        println!(
+            "tessera: step trace {} (open it in chrome://tracing or ui.perfetto.dev)",
+            trace.display()
+        );
     }
     if !report.missing_workers.is_empty() {
         println!(

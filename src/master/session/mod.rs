@@ -28,6 +28,7 @@ use tracing::{debug, warn};
 use self::graph::{canonical, DeviceSet, SessionGraph, Signature};
 use self::step::{
     deregister, new_step_id, register, run_step, step_deadline, Registered, SessionContext,
+    StepOutput, StepTrace,
 };
 use super::{
     CloseSession, ExtendSession, ListDevices, MakeCallable, ReleaseCallable, RunCallable, RunStep,
@@ -37,7 +38,7 @@ use crate::peer::CallOptions;
 use crate::proto::{
     CloseSessionResponse, DeleteWorkerSessionRequest, ExtendSessionResponse, ListDevicesResponse,
     MakeCallableResponse, NamedTensorProto, ReleaseCallableResponse, RunCallableResponse,
-    RunMetadata, RunStepResponse, TensorProto,
+    RunStepResponse, TensorProto,
 };
 
 /// How long close waits for running steps to notice the cancellation.
@@ -46,10 +47,11 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// How long DeregisterGraph and DeleteWorkerSession may take at close (TensorFlow: 10 s).
 const CLOSE_RPC: Duration = Duration::from_secs(10);
 
-/// A callable: a signature and the order its feeds arrive in.
+/// A callable: a signature, the order its feeds arrive in and what its runs record.
 struct Callable {
     feeds: Vec<String>,
     signature: Signature,
+    trace: StepTrace,
 }
 
 /// The actor shell around a session's graph, devices and caches.
@@ -139,13 +141,15 @@ impl MasterSession {
         })
     }
 
-    /// Starts a step: returns the future that registers (if needed) and runs it.
+    /// Starts a step: returns the future that registers (if needed) and runs it, recording
+    /// what `trace` asks for.
     fn start_step(
         &mut self,
         signature: Signature,
         feeds: HashMap<String, TensorProto>,
+        trace: StepTrace,
         options: CallOptions,
-    ) -> Result<impl std::future::Future<Output = Result<HashMap<String, TensorProto>>>> {
+    ) -> Result<impl std::future::Future<Output = Result<StepOutput>>> {
         self.check_open()?;
         let prepared = self.prepare(signature)?;
         Ok(async move {
@@ -175,6 +179,7 @@ impl MasterSession {
                 &context,
                 new_step_id(),
                 &feeds,
+                trace,
                 options,
                 cancel,
             )
@@ -242,11 +247,12 @@ impl Handler<RunStep> for MasterSession {
                 self.context.config.operation_timeout_in_ms,
                 self.rpc_timeout,
             );
-            self.start_step(signature, feeds, options)
+            let trace = StepTrace::from_options(request.options.as_ref());
+            self.start_step(signature, feeds, trace, options)
         })();
         let fetch_names = request.fetch;
         Box::pin(async move {
-            let fetched = started?.await?;
+            let StepOutput { fetched, metadata } = started?.await?;
             let mut tensor = Vec::with_capacity(fetch_names.len());
             for name in fetch_names {
                 // Answered under the name the client used; a tensor fetched twice, twice.
@@ -258,7 +264,7 @@ impl Handler<RunStep> for MasterSession {
             }
             Ok(RunStepResponse {
                 tensor,
-                metadata: Some(RunMetadata::default()),
+                metadata: Some(metadata),
                 ..Default::default()
             })
         })
@@ -285,7 +291,15 @@ impl Handler<MakeCallable> for MasterSession {
             .collect::<Result<_>>()?;
         let handle = self.next_callable;
         self.next_callable += 1;
-        self.callables.insert(handle, Callable { feeds, signature });
+        let trace = StepTrace::from_options(options.run_options.as_ref());
+        self.callables.insert(
+            handle,
+            Callable {
+                feeds,
+                signature,
+                trace,
+            },
+        );
         Ok(MakeCallableResponse { handle })
     }
 }
@@ -322,23 +336,24 @@ impl Handler<RunCallable> for MasterSession {
             let feeds = callable.feeds.iter().cloned().zip(request.feed).collect();
             let fetches = callable.signature.fetches.clone();
             let signature = callable.signature.clone();
+            let trace = callable.trace;
             let options = step_deadline(
                 0,
                 self.context.config.operation_timeout_in_ms,
                 self.rpc_timeout,
             );
-            Ok((fetches, self.start_step(signature, feeds, options)?))
+            Ok((fetches, self.start_step(signature, feeds, trace, options)?))
         })();
         Box::pin(async move {
             let (fetches, step) = started?;
-            let fetched = step.await?;
+            let StepOutput { fetched, metadata } = step.await?;
             let fetch = fetches
                 .iter()
                 .map(|name| fetched.get(name).cloned().unwrap_or_default())
                 .collect();
             Ok(RunCallableResponse {
                 fetch,
-                metadata: Some(RunMetadata::default()),
+                metadata: Some(metadata),
             })
         })
     }

@@ -15,6 +15,11 @@
 //!   then CleanupGraph(step_id) ──► every partition's task, fire and forget
 //! ```
 //!
+//! A traced step (`RunOptions.trace_level`, [`StepTrace`]) asks every task to record its
+//! timeline (`exec_opts.record_timeline`, `record_costs`) and merges the `DeviceStepStats` the
+//! tasks return into one `StepStats`; `output_partition_graphs` asks for the graphs each
+//! device ran. An untraced step sends default `exec_opts` and merges nothing.
+//!
 //! When a task fails a step, the master asks it for GetStatus: a task whose incarnation changed
 //! since the session started has restarted and lost the session's graphs and variables, which
 //! the client hears as ABORTED (TensorFlow's "recreate the session" code).
@@ -34,7 +39,8 @@ use crate::error::{Code, Result, Status};
 use crate::peer::{CallOptions, Peer};
 use crate::proto::{
     CleanupGraphRequest, ConfigProto, DeregisterGraphRequest, ExecutorOpts, GetStatusRequest,
-    GraphOptions, NamedTensorProto, RegisterGraphRequest, RunGraphRequest, TensorProto,
+    GraphOptions, NamedTensorProto, RegisterGraphRequest, RunGraphRequest, RunMetadata, RunOptions,
+    StepStats, TensorProto,
 };
 
 /// How long a CANCELLED first failure waits for the error that caused it.
@@ -174,17 +180,60 @@ pub fn new_step_id() -> i64 {
     (rand::random::<u64>() >> 7) as i64
 }
 
-/// Runs one step of `graph`: feeds by canonical name, returns fetches by canonical name.
+/// What a step records besides its fetches, from the client's `RunOptions`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepTrace {
+    /// Each node's times, thread and outputs (any `trace_level` above `NO_TRACE`: software,
+    /// hardware and full traces are one here).
+    pub timeline: bool,
+    /// The graphs each device ran (`output_partition_graphs`).
+    pub partition_graphs: bool,
+}
+
+impl StepTrace {
+    /// What `options` asks for; nothing when there are none.
+    pub fn from_options(options: Option<&RunOptions>) -> Self {
+        options.map_or_else(Self::default, |o| Self {
+            timeline: o.trace_level > 0,
+            partition_graphs: o.output_partition_graphs,
+        })
+    }
+
+    /// The executor options each partition's RunGraph carries.
+    fn exec_opts(self) -> ExecutorOpts {
+        ExecutorOpts {
+            record_costs: self.timeline,
+            record_timeline: self.timeline,
+            record_partition_graphs: self.partition_graphs,
+            ..Default::default()
+        }
+    }
+}
+
+/// A finished step: the fetches by canonical name and what the step recorded.
+#[derive(Debug, Default)]
+pub struct StepOutput {
+    /// The fetched tensors, by canonical name.
+    pub fetched: HashMap<String, TensorProto>,
+    /// The merged step stats and partition graphs of every task, as far as the step's
+    /// [`StepTrace`] asked; empty otherwise.
+    pub metadata: RunMetadata,
+}
+
+/// Runs one step of `graph`: feeds by canonical name, returns fetches by canonical name and,
+/// when `trace` asks, the step's stats and partition graphs from every task.
 /// Fails with the first partition's failure (see the module docs), or with the reason sent on
 /// `cancel` (session closed) as soon as it arrives. CleanupGraph goes out either way.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_step(
     graph: &Registered,
     session: &SessionContext,
     step_id: i64,
     feeds: &HashMap<String, TensorProto>,
+    trace: StepTrace,
     options: CallOptions,
     mut cancel: watch::Receiver<Option<Status>>,
-) -> Result<HashMap<String, TensorProto>> {
+) -> Result<StepOutput> {
     let mut calls = FuturesUnordered::new();
     for (i, part) in graph.partitions.iter().enumerate() {
         let mut send = Vec::with_capacity(part.feeds.len());
@@ -202,7 +251,7 @@ pub async fn run_step(
             create_worker_session_called: true,
             graph_handle: part.graph_handle.clone(),
             step_id,
-            exec_opts: Some(ExecutorOpts::default()),
+            exec_opts: Some(trace.exec_opts()),
             send,
             recv_key: part.fetches.iter().map(|(_, key)| key.clone()).collect(),
             store_errors_in_response_body: true,
@@ -213,6 +262,7 @@ pub async fn run_step(
     }
 
     let mut fetched = HashMap::new();
+    let mut metadata = RunMetadata::default();
     let mut cancelled_first: Option<(Status, Option<TaskId>)> = None;
     let mut failure: Option<(Status, Option<TaskId>)> = None;
     // Armed only when a CANCELLED failure arrives first (a timer armed every step would cost
@@ -229,6 +279,12 @@ pub async fn run_step(
                             e.code(),
                             format!("From {}:\n{}", part.task.device_prefix(), e.message()),
                         ));
+                    }
+                    if trace.timeline {
+                        merge_step_stats(&mut metadata, resp.step_stats.unwrap_or_default());
+                    }
+                    if trace.partition_graphs {
+                        metadata.partition_graphs.extend(resp.partition_graph);
                     }
                     Ok(resp.recv)
                 });
@@ -289,7 +345,30 @@ pub async fn run_step(
             }
         }
     }
-    Ok(fetched)
+    if trace.timeline {
+        let stats = metadata.step_stats.get_or_insert_with(StepStats::default);
+        stats.dev_stats.sort_by(|a, b| a.device.cmp(&b.device));
+    }
+    Ok(StepOutput { fetched, metadata })
+}
+
+/// Adds one task's step stats to the step's: each device's entry as the task sent it (a
+/// device reported twice, which one task never does, has its nodes joined).
+fn merge_step_stats(metadata: &mut RunMetadata, task: StepStats) {
+    let merged = metadata.step_stats.get_or_insert_with(StepStats::default);
+    for device in task.dev_stats {
+        match merged
+            .dev_stats
+            .iter_mut()
+            .find(|d| d.device == device.device)
+        {
+            Some(known) => {
+                known.node_stats.extend(device.node_stats);
+                known.thread_names.extend(device.thread_names);
+            }
+            None => merged.dev_stats.push(device),
+        }
+    }
 }
 
 /// Sends CleanupGraph(step_id) to every partition's task without waiting; errors are logged.

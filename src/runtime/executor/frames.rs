@@ -104,6 +104,8 @@ pub(super) struct Tagged {
     frame_id: u64,
     iter: i64,
     dead: bool,
+    /// When it became ready, on the trace clock (0 in a step without a trace).
+    scheduled: u64,
 }
 
 /// The frames of one step.
@@ -149,6 +151,7 @@ impl ControlStep {
 
     /// The roots, tagged in the root frame.
     pub(super) fn roots(&self) -> Vec<Tagged> {
+        let scheduled = self.common.trace_clock();
         self.common
             .plan
             .roots
@@ -159,6 +162,7 @@ impl ControlStep {
                 frame_id: 0,
                 iter: 0,
                 dead: false,
+                scheduled,
             })
             .collect()
     }
@@ -235,6 +239,7 @@ impl ControlStep {
 
     /// Computes a node's outputs: `Ok(None)` for a dead node, `None` when the step failed.
     fn compute(&self, tagged: Tagged, slots: Vec<Option<Tensor>>) -> Option<NodeOutputs> {
+        let all_start = self.common.trace_start();
         let plan = &self.common.plan;
         let node = &plan.nodes[tagged.node];
         let frame_iter = (tagged.frame_id, tagged.iter);
@@ -253,7 +258,10 @@ impl ControlStep {
                 });
             return Some(match live {
                 Some((i, value)) => {
-                    NodeOutputs::Live(vec![Some(value), Some(Tensor::scalar(i as i32))])
+                    let values = vec![Some(value), Some(Tensor::scalar(i as i32))];
+                    self.common
+                        .trace_node(tagged.node, tagged.scheduled, all_start, &values);
+                    NodeOutputs::Live(values)
                 }
                 None => NodeOutputs::Dead,
             });
@@ -280,9 +288,14 @@ impl ControlStep {
             }
         }
         // The memory of outputs in loops is not held against the budget past the check.
-        let (values, _charge) =
-            self.common
-                .run_kernel(tagged.node, inputs, frame_iter, tagged.dead)?;
+        let (values, _charge) = self.common.run_kernel(
+            tagged.node,
+            inputs,
+            frame_iter,
+            tagged.dead,
+            tagged.scheduled,
+            all_start,
+        )?;
         let may_leave_unset = matches!(node.kind, Kind::Switch | Kind::Recv);
         if node.kind == Kind::Recv && values.iter().all(Option::is_none) {
             return Some(NodeOutputs::Dead);
@@ -488,6 +501,7 @@ impl ControlStep {
         let instance = frames.instances[frame].as_mut().expect("alive");
         let frame_id = instance.id;
         let iteration = instance.iteration(iter);
+        let scheduled = self.common.trace_clock();
         let mut made_ready = |dst: usize, dst_dead: bool, iteration: &mut Iteration| {
             let dst_dead = dst_dead && plan.nodes[dst].kind != Kind::ControlTrigger;
             iteration.outstanding += 1;
@@ -498,6 +512,7 @@ impl ControlStep {
                 frame_id,
                 iter,
                 dead: dst_dead,
+                scheduled,
             });
         };
         for edge in &control.data_out[node] {

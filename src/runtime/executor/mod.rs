@@ -39,12 +39,17 @@
 //! share: the step's bookkeeping and the one way a kernel is run (reference inputs read first,
 //! panics caught, memory charged).
 //!
+//! Traces: a step whose [`StepOptions::stats`] holds a [`StepStatsCollector`] records each
+//! node's times, thread and outputs there (`stats.rs`); a step without one pays a branch per
+//! node.
+//!
 //! Invariant: a step's node `n` runs at most once per frame iteration, after every
 //! predecessor's outputs are set (once per step outside loops).
 
 mod frame_plan;
 mod frames;
 mod plain;
+mod stats;
 mod step;
 
 use std::collections::{HashMap, HashSet};
@@ -63,6 +68,8 @@ use crate::runtime::device::Device;
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::rendezvous::{ParsedKey, Received, Rendezvous};
 use crate::tensor::{DType, PartialShape, Tensor};
+
+pub use stats::StepStatsCollector;
 
 /// How much of a step [`Executor::spawn`]'s caller may run itself (see [`Inline`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +111,9 @@ pub struct StepOptions {
     pub rendezvous: Option<Arc<Rendezvous>>,
     /// Pulls a tensor another task produced (RecvTensor), for `_Recv` of a cross-task edge.
     pub remote_recv: Option<Arc<dyn RemoteRecv>>,
+    /// Where the step's executors record each node's times and outputs (a trace, TensorFlow's
+    /// `RunOptions.trace_level`); `None`, the default, records nothing.
+    pub stats: Option<Arc<StepStatsCollector>>,
 }
 
 /// Fetches the tensor another task's `_Send` left under a rendezvous key, for the `_Recv`

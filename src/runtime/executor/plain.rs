@@ -6,7 +6,7 @@
 //! after it is dead (not run, its successors told so) except `_Send`s, which pass the deadness
 //! on to the next partition.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ pub(super) struct StepState {
     dead_in: Option<Box<[AtomicBool]>>,
     /// Per node: its outputs, set once when it finishes, dropped after their last reader.
     outputs: Box<[Mutex<Outputs>]>,
+    /// Per node: when it became ready, on the trace clock (allocated only in traced steps).
+    scheduled: Option<Box<[AtomicU64]>>,
 }
 
 impl StepState {
@@ -64,6 +66,10 @@ impl StepState {
                     })
                 })
                 .collect(),
+            scheduled: common.options.stats.as_ref().map(|_| {
+                let start = common.trace_clock();
+                plan.nodes.iter().map(|_| AtomicU64::new(start)).collect()
+            }),
             common,
         })
     }
@@ -81,6 +87,9 @@ impl StepState {
                         }
                     }
                     if self.pending[s].fetch_sub(1, Ordering::AcqRel) == 1 {
+                        if let Some(scheduled) = &self.scheduled {
+                            scheduled[s].store(self.common.trace_clock(), Ordering::Relaxed);
+                        }
                         self.common.add_outstanding();
                         ready(s);
                     }
@@ -222,6 +231,7 @@ impl StepState {
     /// Runs node `n`'s kernel; `Some(dead)` when it finished (dead: its outputs are dead),
     /// `None` after recording its error (naming the node).
     fn compute(&self, n: usize) -> Option<bool> {
+        let all_start = self.common.trace_start();
         let plan = &self.common.plan;
         let node = &plan.nodes[n];
         let dead = self
@@ -256,7 +266,13 @@ impl StepState {
                 }
             }
         }
-        let (values, charge) = self.common.run_kernel(n, inputs, (0, 0), dead)?;
+        let scheduled = self
+            .scheduled
+            .as_ref()
+            .map_or(0, |s| s[n].load(Ordering::Relaxed));
+        let (values, charge) =
+            self.common
+                .run_kernel(n, inputs, (0, 0), dead, scheduled, all_start)?;
         let dead = node.kind == Kind::Recv && values.iter().all(Option::is_none);
         let mut outputs = self.outputs[n].lock().unwrap_or_else(|e| e.into_inner());
         outputs.values = values;

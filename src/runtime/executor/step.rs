@@ -1,6 +1,7 @@
 //! What both of the executor's engines keep per step: the feeds, the count of nodes ready or
 //! running, the first error, the wake-up of whoever waits for the step, and the one way a
-//! node's kernel is run (reference inputs read, panics caught, cost measured, memory charged).
+//! node's kernel is run (reference inputs read, panics caught, cost measured, memory charged,
+//! and, in a traced step, its times and outputs saved).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::frames::ControlStep;
+use super::stats::NodeTimes;
 use super::{name_node, Plan, StepOptions};
 use crate::device::memory::Charge;
 use crate::error::{Result, Status};
@@ -205,16 +207,61 @@ impl StepCommon {
             .ok_or_else(|| dead_fetch(name))
     }
 
+    /// The trace clock's reading now (nanoseconds since the step's collector started), for
+    /// when a node becomes ready; 0 in a step without a trace, which reads no clock.
+    pub(super) fn trace_clock(&self) -> u64 {
+        match &self.options.stats {
+            Some(stats) => stats.now(),
+            None => 0,
+        }
+    }
+
+    /// Saves a node that ran without its kernel (a `Merge`) in a traced step: taken up at
+    /// `all_start`, done now.
+    pub(super) fn trace_node(
+        &self,
+        n: usize,
+        scheduled: u64,
+        all_start: Option<Instant>,
+        outputs: &[Option<Tensor>],
+    ) {
+        if let (Some(stats), Some(all_start)) = (&self.options.stats, all_start) {
+            let start = stats.nanos_at(all_start);
+            let end = stats.now();
+            let times = NodeTimes {
+                scheduled,
+                all_start: start,
+                op_start: start,
+                op_end: end,
+                all_end: end,
+            };
+            stats.save(
+                self.plan.device.name(),
+                &self.plan.nodes[n].def,
+                times,
+                outputs,
+            );
+        }
+    }
+
+    /// When a node was taken up, in a traced step (`None` otherwise, reading no clock).
+    pub(super) fn trace_start(&self) -> Option<Instant> {
+        self.options.stats.as_ref().map(|_| Instant::now())
+    }
+
     /// Runs node `n`'s kernel on `inputs` in iteration `frame_iter`: reference inputs the op
     /// reads as values are read first; `dead` tells a transfer node its input is dead. Returns
     /// the outputs and the memory they hold, or `None` after recording the error (naming the
-    /// node).
+    /// node). In a traced step the node's times (`scheduled` and `all_start` given by the
+    /// engine: when it became ready and when its thread took it up) and outputs are saved.
     pub(super) fn run_kernel(
         &self,
         n: usize,
         mut inputs: Vec<Tensor>,
         frame_iter: (u64, i64),
         dead: bool,
+        scheduled: u64,
+        all_start: Option<Instant>,
     ) -> Option<(Vec<Option<Tensor>>, Option<Charge>)> {
         let node = &self.plan.nodes[n];
         if self.plan.has_refs {
@@ -249,11 +296,23 @@ impl StepCommon {
         }));
         match result {
             Ok(Ok(())) => {
-                node.cost
-                    .nanos
-                    .store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                let ended = Instant::now();
+                node.cost.nanos.store(
+                    ended.saturating_duration_since(started).as_nanos() as u64,
+                    Ordering::Relaxed,
+                );
                 node.cost.input_bytes.store(input_bytes, Ordering::Relaxed);
                 let values = ctx.take_outputs();
+                if let Some(stats) = &self.options.stats {
+                    let times = NodeTimes {
+                        scheduled,
+                        all_start: stats.nanos_at(all_start.unwrap_or(started)),
+                        op_start: stats.nanos_at(started),
+                        op_end: stats.nanos_at(ended),
+                        all_end: stats.now(),
+                    };
+                    stats.save(device.name(), &node.def, times, &values);
+                }
                 let charge = match device.memory() {
                     Some(budget) => {
                         let bytes = allocated_bytes(ctx.inputs(), &values);

@@ -18,12 +18,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{ConnectOptions, Session};
+use crate::client::{chrome_trace, ConnectOptions, Session};
 use crate::cluster::{TaskConfig, TaskId};
 use crate::data::{BatchOptions, Dataset};
 use crate::device::{GpuProbe, GpuScan};
 use crate::error::{Code, Result, Status};
 use crate::kernels::DeviceType;
+use crate::proto::{run_options::TraceLevel, RunOptions};
 use crate::train::checkpoint::saver::Saver;
 use crate::train::checkpoint::state::latest_checkpoint;
 use crate::train::monitored::{
@@ -65,6 +66,8 @@ pub struct ChiefReport {
     pub missing_workers: Vec<u32>,
     /// The directory of the chief's TensorBoard event file, when summaries are on.
     pub logdir: Option<PathBuf>,
+    /// The Chrome trace of one step (`--trace_step`), when one was asked for.
+    pub trace: Option<PathBuf>,
 }
 
 /// How a task's part of the job ended.
@@ -245,13 +248,17 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
         _ => None,
     };
     let progress = is_chief.then(|| Progress::new(spec.steps));
-    let outcome = train_loop(&mut session, &built, spec, &shard, index, progress);
+    let trace = match (spec.trace_step, &spec.logdir) {
+        (Some(at), Some(dir)) if is_chief => Some((at, dir.clone())),
+        _ => None,
+    };
+    let outcome = train_loop(&mut session, &built, spec, &shard, index, progress, trace);
     if let Some(runner) = &runner {
         if let Err(e) = runner.stop() {
             tracing::warn!(error = %e, "the synchronous aggregation loop ended with an error");
         }
     }
-    let (global_step, final_loss, steps_per_sec) = outcome?;
+    let (global_step, final_loss, steps_per_sec, trace) = outcome?;
     if !is_chief {
         session.close()?;
         let chief = TaskId::new("worker", 0);
@@ -296,6 +303,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
         restored_from,
         missing_workers,
         logdir: summaries.and(spec.logdir.clone()),
+        trace,
     }))
 }
 
@@ -381,11 +389,13 @@ fn train_loop(
     shard: &Dataset,
     index: u32,
     mut progress: Option<Progress>,
-) -> Result<(i64, f32, f64)> {
+    trace: Option<(i64, PathBuf)>,
+) -> Result<(i64, f32, f64, Option<PathBuf>)> {
     let options = BatchOptions::new(spec.batch_size)
         .seed(spec.seed.wrapping_add(u64::from(index)).wrapping_add(1))
         .drop_remainder(shard.len() >= spec.batch_size);
     let (mut step, mut loss) = (0i64, f32::NAN);
+    let mut traced: Option<PathBuf> = None;
     let mut epoch = 0;
     let mut batches = shard.batches(&options, epoch)?;
     while !session.should_stop() {
@@ -398,13 +408,28 @@ fn train_loop(
             }
         };
         let feeds = [(X, batch.x), (Y, batch.y)];
-        let result = match &built.train {
-            TrainOp::Async(op) => session.run(&feeds, &[&built.loss, &built.global_step], &[op]),
-            TrainOp::Sync { ops, .. } => session.run(
-                &feeds,
-                &[&built.loss, &built.global_step, &ops.train_op],
-                &[],
+        let (fetches, targets) = match &built.train {
+            TrainOp::Async(op) => (
+                vec![built.loss.as_str(), built.global_step.as_str()],
+                vec![op.as_str()],
             ),
+            TrainOp::Sync { ops, .. } => (
+                vec![
+                    built.loss.as_str(),
+                    built.global_step.as_str(),
+                    ops.train_op.as_str(),
+                ],
+                Vec::new(),
+            ),
+        };
+        let result = match &trace {
+            Some((at, dir)) if traced.is_none() && step >= *at => {
+                traced_step(session, &feeds, &fetches, &targets, dir).map(|(values, path)| {
+                    traced = Some(path);
+                    values
+                })
+            }
+            _ => session.run(&feeds, &fetches, &targets),
         };
         match result {
             Ok(values) => {
@@ -432,7 +457,33 @@ fn train_loop(
         progress.update(step, loss);
     }
     let rate = progress.as_mut().map_or(0.0, |p| p.finish(step));
-    Ok((step, loss, rate))
+    Ok((step, loss, rate, traced))
+}
+
+/// Runs one training step with a full trace of every task it touches and writes the trace to
+/// `dir/trace-step-N.json` (N: the global step the step read) as Chrome's trace format.
+fn traced_step(
+    session: &mut MonitoredSession,
+    feeds: &[(&str, crate::tensor::Tensor)],
+    fetches: &[&str],
+    targets: &[&str],
+    dir: &std::path::Path,
+) -> Result<(Vec<crate::tensor::Tensor>, PathBuf)> {
+    let options = RunOptions {
+        trace_level: TraceLevel::FullTrace as i32,
+        ..Default::default()
+    };
+    let (values, metadata) = session.run_with_options(feeds, fetches, targets, &options)?;
+    let at = values[1].scalar_value::<i64>()?;
+    let path = dir.join(format!("trace-step-{at}.json"));
+    let trace = chrome_trace(&metadata.step_stats.unwrap_or_default());
+    std::fs::write(&path, trace).map_err(|e| {
+        Status::permission_denied(format!(
+            "cannot write the step trace {}: {e}; choose a writable --logdir",
+            path.display()
+        ))
+    })?;
+    Ok((values, path))
 }
 
 /// The global step now, if the session is up.

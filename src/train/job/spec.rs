@@ -286,6 +286,9 @@ pub struct TrainSpec {
     /// The chief writes its summaries (loss, steps per second, the variables' histograms)
     /// every this many global steps.
     pub summary_every_steps: u64,
+    /// The chief traces its first step at or after this global step (every task of the step,
+    /// `FULL_TRACE`) and writes it as a Chrome trace file beside its event files.
+    pub trace_step: Option<i64>,
     /// The examples.
     pub data: DataSource,
     /// Seeds the data, the initial weights and the batch order.
@@ -314,6 +317,7 @@ impl Default for TrainSpec {
             save_every_steps: 100,
             logdir: None,
             summary_every_steps: 10,
+            trace_step: None,
             data: DataSource::Digits,
             seed: 1,
             held_out_fraction: 0.2,
@@ -369,6 +373,18 @@ impl TrainSpec {
                 "--held_out {}: the held-out fraction must be in (0, 1)",
                 self.held_out_fraction
             )));
+        }
+        if let Some(step) = self.trace_step {
+            if step < 0 {
+                return Err(Status::invalid_argument(format!(
+                    "--trace_step {step}: a global step is 0 or more"
+                )));
+            }
+            if self.logdir.is_none() {
+                return Err(Status::invalid_argument(
+                    "--trace_step writes its trace beside the event files; give --logdir",
+                ));
+            }
         }
         if self.summary_every_steps == 0 {
             return Err(Status::invalid_argument(

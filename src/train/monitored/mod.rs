@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Session;
 use crate::error::{Result, Status};
+use crate::proto::{RunMetadata, RunOptions};
 use crate::tensor::Tensor;
 
 pub use hooks::{
@@ -183,6 +184,32 @@ impl MonitoredSession {
         fetches: &[&str],
         targets: &[&str],
     ) -> Result<Vec<Tensor>> {
+        self.run_step(feeds, fetches, targets, None)
+            .map(|(values, _)| values)
+    }
+
+    /// Runs one step with the hooks as [`run`](Self::run) does, as `options` ask, and returns
+    /// the step's `RunMetadata` too ([`Session::run_with_options`]): with
+    /// `RunOptions.trace_level = FULL_TRACE`, the step's trace, which
+    /// [`chrome_trace`](crate::client::chrome_trace) writes as a Chrome trace. The hooks see
+    /// the step as any other; a retried step returns the metadata of the attempt that ran.
+    pub fn run_with_options(
+        &mut self,
+        feeds: &[(&str, Tensor)],
+        fetches: &[&str],
+        targets: &[&str],
+        options: &RunOptions,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
+        self.run_step(feeds, fetches, targets, Some(options))
+    }
+
+    fn run_step(
+        &mut self,
+        feeds: &[(&str, Tensor)],
+        fetches: &[&str],
+        targets: &[&str],
+        options: Option<&RunOptions>,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
         if self.closed {
             return Err(Status::failed_precondition(
                 "MonitoredSession is closed; create a new one to run more steps",
@@ -198,7 +225,7 @@ impl MonitoredSession {
         loop {
             let result = self
                 .ensure_session()
-                .and_then(|()| self.run_with_hooks(feeds, fetches, targets));
+                .and_then(|()| self.run_with_hooks(feeds, fetches, targets, options));
             match result {
                 Ok(values) => return Ok(values),
                 // The input (or the token queue) ran out: training is over, as TensorFlow's
@@ -304,13 +331,15 @@ impl MonitoredSession {
         Ok(())
     }
 
-    /// One step: collect the hooks' additions, run once, hand each hook its results.
+    /// One step: collect the hooks' additions, run once (as `options` ask, when given), hand
+    /// each hook its results.
     fn run_with_hooks(
         &mut self,
         feeds: &[(&str, Tensor)],
         fetches: &[&str],
         targets: &[&str],
-    ) -> Result<Vec<Tensor>> {
+        options: Option<&RunOptions>,
+    ) -> Result<(Vec<Tensor>, RunMetadata)> {
         let session = self.session.as_ref().ok_or_else(|| {
             Status::internal("monitored session has no session after creating one")
         })?;
@@ -349,7 +378,15 @@ impl MonitoredSession {
         // value handed to every asker, as a master may refuse a tensor fetched twice.
         let (unique, slots) = dedup(&all_fetches);
         let target_refs: Vec<&str> = all_targets.iter().map(String::as_str).collect();
-        let fetched = session.run(&feed_refs, &unique, &target_refs)?;
+        let (fetched, metadata) = match options {
+            Some(options) => {
+                session.run_with_options(&feed_refs, &unique, &target_refs, options)?
+            }
+            None => (
+                session.run(&feed_refs, &unique, &target_refs)?,
+                RunMetadata::default(),
+            ),
+        };
         let mut values = Vec::with_capacity(slots.len());
         for slot in slots {
             let value = fetched.get(slot).ok_or_else(|| {
@@ -369,7 +406,7 @@ impl MonitoredSession {
             self.stop_requested = true;
         }
         values.truncate(fetches.len());
-        Ok(values)
+        Ok((values, metadata))
     }
 }
 
