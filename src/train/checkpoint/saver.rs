@@ -401,10 +401,16 @@ fn recover(dir: &Path) -> VecDeque<(String, f64)> {
 /// Creates `dir` if needed and checks that files can be created in it, so that a bad
 /// checkpoint directory fails before any shard is written, naming the directory.
 pub fn ensure_writable(dir: &Path) -> Result<()> {
+    ensure_dir_writable(dir, "checkpoint directory", "--checkpoint_dir")
+}
+
+/// Creates `dir` if needed and checks that files can be created in it; PERMISSION_DENIED
+/// names it as `what` and the flag that chose it. Nothing already in it is touched.
+pub fn ensure_dir_writable(dir: &Path, what: &str, flag: &str) -> Result<()> {
     let fail = |e: std::io::Error| {
         Status::permission_denied(format!(
-            "checkpoint directory {} is not writable: {e}; choose a directory this process can \
-             create files in (--checkpoint_dir)",
+            "{what} {} is not writable: {e}; choose a directory this process can create files \
+             in ({flag})",
             dir.display()
         ))
     };

@@ -13,7 +13,7 @@ use crate::data::tfrecord::{read_tfrecord, TfRecordOptions};
 use crate::data::{blobs, BlobOptions, Dataset};
 use crate::error::{Result, Status};
 use crate::kernels::DeviceType;
-use crate::train::checkpoint::saver::ensure_writable;
+use crate::train::checkpoint::saver::{ensure_dir_writable, ensure_writable};
 use crate::train::optimizer::Optimizer;
 
 /// The built-in models, by the names `--model` accepts.
@@ -430,21 +430,10 @@ impl TrainSpec {
     /// The chief's check before training: the log directory exists (or can be created) and
     /// takes new files. Nothing already in it is touched.
     pub fn check_logdir(&self) -> Result<()> {
-        let Some(dir) = &self.logdir else {
-            return Ok(());
-        };
-        let fail = |e: std::io::Error| {
-            Status::permission_denied(format!(
-                "log directory {} is not writable: {e}; choose a directory this process can \
-                 create files in (--logdir)",
-                dir.display()
-            ))
-        };
-        std::fs::create_dir_all(dir).map_err(fail)?;
-        let probe = dir.join(format!(".tessera-write-test-{}", rand::random::<u64>()));
-        std::fs::write(&probe, b"").map_err(fail)?;
-        let _ = std::fs::remove_file(&probe);
-        Ok(())
+        match &self.logdir {
+            Some(dir) => ensure_dir_writable(dir, "log directory", "--logdir"),
+            None => Ok(()),
+        }
     }
 
     /// Loads the data and splits it: `(training set, held-out set)`, the same split on every
