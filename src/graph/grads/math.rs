@@ -27,6 +27,17 @@ pub fn sub_grad(g: &mut Graph, c: &GradCtx) -> Grads {
     both(g, c, gr, neg)
 }
 
+/// `SquaredDifference`: `2 (x - y) grad` and its negation.
+pub fn squared_difference(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (x, y, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());
+    let two = g.scalar("Const", x.dtype, 2.0)?;
+    let d = named(g, "Sub", "Sub", &x, &y)?;
+    let scaled = named(g, "Mul", "Mul", &two, &gr)?;
+    let gx = named(g, "Mul", "Mul", &scaled, &d)?;
+    let gy = g.neg(&gx)?;
+    both(g, c, gx, gy)
+}
+
 /// `Mul`: `grad * y` and `x * grad`.
 pub fn mul_grad(g: &mut Graph, c: &GradCtx) -> Grads {
     let (x, y, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());

@@ -94,6 +94,19 @@ pub fn sparse_softmax_xent(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, &glx, &backprop)?), None])
 }
 
+/// `LeakyRelu`: `LeakyReluGrad(grad, x)` with the forward node's `alpha`.
+pub fn leaky_relu(g: &mut Graph, c: &GradCtx) -> Grads {
+    let spec = NodeSpec::new("LeakyReluGrad")
+        .input(c.grad(0)?)
+        .input(c.input(0)?);
+    Ok(vec![Some(g.add1(with_attrs(spec, c, &["alpha"]))?)])
+}
+
+/// `Elu`: `EluGrad(grad, y)`.
+pub fn elu(g: &mut Graph, c: &GradCtx) -> Grads {
+    Ok(vec![Some(g.binary("EluGrad", c.grad(0)?, c.output(0)?)?)])
+}
+
 /// `L2Loss`: `x * grad`.
 pub fn l2_loss(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, c.input(0)?, c.grad(0)?)?)])

@@ -23,6 +23,7 @@ pub(super) fn register(r: &mut Registry) {
         ("Pow", Some(grad::pow)),
         ("Maximum", Some(grad::maximum)),
         ("Minimum", Some(grad::minimum)),
+        ("SquaredDifference", Some(grad::squared_difference)),
         ("FloorMod", None),
         ("FloorDiv", None),
     ] {
@@ -57,9 +58,13 @@ pub(super) fn register(r: &mut Registry) {
         ("Tanh", Some(grad::tanh)),
         ("Sin", Some(grad::sin)),
         ("Cos", Some(grad::cos)),
+        ("Floor", None),
+        ("Ceil", None),
+        ("Round", None),
     ] {
         let t = match op {
-            "Sqrt" | "Rsqrt" | "Exp" | "Log" | "Sigmoid" | "Tanh" | "Sin" | "Cos" => FLOAT,
+            "Sqrt" | "Rsqrt" | "Exp" | "Log" | "Sigmoid" | "Tanh" | "Sin" | "Cos" | "Floor"
+            | "Ceil" | "Round" => FLOAT,
             _ => REAL,
         };
         let b = OpDef::build(op)

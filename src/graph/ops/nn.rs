@@ -43,6 +43,36 @@ pub(super) fn register(r: &mut Registry) {
         .attr(REAL)
         .shape(sf::merge_all)
         .register(r);
+    OpDef::build("LeakyRelu")
+        .input("features: T")
+        .output("activations: T")
+        .attr("alpha: float = 0.2")
+        .attr(FLOAT)
+        .shape(sf::unchanged)
+        .grad(grad::leaky_relu)
+        .register(r);
+    OpDef::build("LeakyReluGrad")
+        .input("gradients: T")
+        .input("features: T")
+        .output("backprops: T")
+        .attr("alpha: float = 0.2")
+        .attr(FLOAT)
+        .shape(sf::merge_all)
+        .register(r);
+    OpDef::build("Elu")
+        .input("features: T")
+        .output("activations: T")
+        .attr(FLOAT)
+        .shape(sf::unchanged)
+        .grad(grad::elu)
+        .register(r);
+    OpDef::build("EluGrad")
+        .input("gradients: T")
+        .input("outputs: T")
+        .output("backprops: T")
+        .attr(FLOAT)
+        .shape(sf::merge_all)
+        .register(r);
     OpDef::build("Softmax")
         .input("logits: T")
         .output("softmax: T")
@@ -167,6 +197,18 @@ impl Graph {
     /// `max(x, 0)`.
     pub fn relu(&mut self, x: &Output) -> Result<Output> {
         self.unary("Relu", x)
+    }
+    /// `x` where positive, `alpha * x` elsewhere (`tf.nn.leaky_relu`).
+    pub fn leaky_relu(&mut self, x: &Output, alpha: f32) -> Result<Output> {
+        self.add1(
+            NodeSpec::new("LeakyRelu")
+                .input(x)
+                .attr("alpha", crate::graph::attr::value::float(alpha)),
+        )
+    }
+    /// `x` where positive, `exp(x) - 1` elsewhere (`tf.nn.elu`).
+    pub fn elu(&mut self, x: &Output) -> Result<Output> {
+        self.unary("Elu", x)
     }
     /// Adds a 1-D `bias` along the last dimension of `value`.
     pub fn bias_add(&mut self, value: &Output, bias: &Output) -> Result<Output> {

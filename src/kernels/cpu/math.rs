@@ -30,6 +30,7 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Pow" => |_| stateless(pow),
         "Maximum" => |_| stateless(maximum),
         "Minimum" => |_| stateless(minimum),
+        "SquaredDifference" => |_| stateless(squared_difference),
         "AddN" => |_| stateless(add_n),
         "Neg" => |_| stateless(neg),
         "Square" => |_| stateless(square),
@@ -42,6 +43,9 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Sin" => |_| stateless(sin),
         "Cos" => |_| stateless(cos),
         "Reciprocal" | "Inv" => |_| stateless(reciprocal),
+        "Floor" => |_| stateless(floor),
+        "Ceil" => |_| stateless(ceil),
+        "Round" => |_| stateless(round),
         "Cast" => Cast::create,
         "MatMul" => super::matmul::MatMul::create,
         "BatchMatMulV2" | "BatchMatMul" | "BatchMatMulV3" => super::matmul::BatchMatMul::create,
@@ -85,6 +89,10 @@ binary_kernel!(sub, dispatch_real, |a, b| Real::sub(a, b));
 binary_kernel!(mul, dispatch_real, |a, b| Real::mul(a, b));
 binary_kernel!(maximum, dispatch_real, |a, b| Real::max(a, b));
 binary_kernel!(minimum, dispatch_real, |a, b| Real::min(a, b));
+binary_kernel!(squared_difference, dispatch_real, |a, b| {
+    let d = Real::sub(a, b);
+    Real::mul(d, d)
+});
 
 unary_kernel!(neg, dispatch_real, |x| Real::neg(x));
 unary_kernel!(square, dispatch_real, |x| Real::mul(x, x));
@@ -97,6 +105,10 @@ unary_kernel!(log, dispatch_float, |x| x.ln());
 unary_kernel!(sin, dispatch_float, |x| x.sin());
 unary_kernel!(cos, dispatch_float, |x| x.cos());
 unary_kernel!(reciprocal, dispatch_float, |x| 1.0 / x);
+unary_kernel!(floor, dispatch_float, |x| x.floor());
+unary_kernel!(ceil, dispatch_float, |x| x.ceil());
+// TensorFlow's Round rounds half to even (banker's rounding), as numpy does.
+unary_kernel!(round, dispatch_float, |x| x.round_ties_even());
 
 /// Fails when an integer divisor holds a zero (float division by zero gives inf or NaN).
 fn check_divisor<T: Real>(ctx: &OpContext<'_>, divisor: &Tensor) -> Result<()> {

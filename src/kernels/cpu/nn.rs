@@ -1,4 +1,5 @@
-//! Neural-network ops: activations and their gradients (Relu, Sigmoid, Tanh), BiasAdd and its
+//! Neural-network ops: activations and their gradients (Relu, LeakyRelu, Elu, Sigmoid, Tanh),
+//! BiasAdd and its
 //! gradient, Softmax / LogSoftmax, the two softmax cross-entropy losses, and L2Loss; the
 //! convolutions (`conv`) and pooling (`pool`) are listed here too.
 //!
@@ -29,6 +30,10 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "SigmoidGrad" => |_| stateless(sigmoid_grad),
         "Tanh" => |_| stateless(tanh),
         "TanhGrad" => |_| stateless(tanh_grad),
+        "LeakyRelu" => LeakyRelu::create,
+        "LeakyReluGrad" => LeakyRelu::create_grad,
+        "Elu" => |_| stateless(elu),
+        "EluGrad" => |_| stateless(elu_grad),
         "Softmax" => |_| stateless(softmax),
         "LogSoftmax" => |_| stateless(log_softmax),
         "BiasAdd" | "BiasAddV1" => BiasAdd::create,
@@ -74,6 +79,73 @@ fn tanh(ctx: &mut OpContext<'_>) -> Result<()> {
     let out = dispatch_float!(ctx, x.dtype(), T => {
         let v = x.values::<T>()?;
         Tensor::from_vec(x.shape().clone(), v.iter().map(|&e| e.tanh()).collect())?
+    });
+    ctx.set_output(0, out);
+    Ok(())
+}
+
+/// `LeakyRelu(features)`: `x` where positive, `alpha * x` elsewhere; `LeakyReluGrad(gradients,
+/// features)`: the gradient where the feature is positive, `alpha` times it elsewhere.
+struct LeakyRelu {
+    alpha: f64,
+    grad: bool,
+}
+
+impl LeakyRelu {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        let alpha = f64::from(attr::float_or(node, "alpha", 0.2)?);
+        Ok(Arc::new(LeakyRelu { alpha, grad: false }))
+    }
+
+    fn create_grad(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        let alpha = f64::from(attr::float_or(node, "alpha", 0.2)?);
+        Ok(Arc::new(LeakyRelu { alpha, grad: true }))
+    }
+}
+
+impl OpKernel for LeakyRelu {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let x = input(ctx, 0)?;
+        let out = if self.grad {
+            let f = input(ctx, 1)?;
+            same_dtype(ctx, &x, &f)?;
+            dispatch_float!(ctx, x.dtype(), T => {
+                let alpha = self.alpha as T;
+                same_shape_binary::<T>(ctx, &x, &f, |g, f| if f > 0.0 { g } else { alpha * g })?
+            })
+        } else {
+            dispatch_float!(ctx, x.dtype(), T => {
+                let alpha = self.alpha as T;
+                let v = x.values::<T>()?;
+                Tensor::from_vec(
+                    x.shape().clone(),
+                    v.iter().map(|&e| if e > 0.0 { e } else { alpha * e }).collect(),
+                )?
+            })
+        };
+        ctx.set_output(0, out);
+        Ok(())
+    }
+}
+
+/// `Elu(features)`: `x` where positive, `exp(x) - 1` elsewhere.
+fn elu(ctx: &mut OpContext<'_>) -> Result<()> {
+    let x = input(ctx, 0)?;
+    let out = dispatch_float!(ctx, x.dtype(), T => {
+        let v = x.values::<T>()?;
+        Tensor::from_vec(x.shape().clone(), v.iter().map(|&e| if e > 0.0 { e } else { e.exp_m1() }).collect())?
+    });
+    ctx.set_output(0, out);
+    Ok(())
+}
+
+/// `EluGrad(gradients, outputs)`: the gradient where the output is positive, else the
+/// gradient times `output + 1` (the derivative `exp(x)`).
+fn elu_grad(ctx: &mut OpContext<'_>) -> Result<()> {
+    let (g, y) = (input(ctx, 0)?, input(ctx, 1)?);
+    same_dtype(ctx, &g, &y)?;
+    let out = dispatch_float!(ctx, g.dtype(), T => {
+        same_shape_binary::<T>(ctx, &g, &y, |g, y| if y > 0.0 { g } else { g * (y + 1.0) })?
     });
     ctx.set_output(0, out);
     Ok(())
