@@ -59,8 +59,8 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Trains the MLP on the built-in data set with the embedded cluster (1 ps, 2 workers as
-    /// child processes on loopback ports) and reports its accuracy.
+    /// Trains the MLP on the built-in handwritten digits with the embedded cluster (1 ps, 2
+    /// workers as child processes on loopback ports) and reports its accuracy.
     Local(LocalArgs),
     /// Runs this task of a training job: its daemon, and (for a worker) its training client.
     /// Exits 0 when the chief says training is over.

@@ -103,9 +103,10 @@ pub enum DataSource {
 }
 
 impl DataSource {
-    /// The built-in data set: 4000 examples of 32 features in 10 overlapping classes (centers
-    /// about 46 apart, noise 10 per feature: the nearest center is right about 9 times in 10).
-    pub fn builtin() -> Self {
+    /// The synthetic data set (`--data synthetic`): 4000 examples of 32 features in 10
+    /// overlapping classes (centers about 46 apart, noise 10 per feature: the nearest center is
+    /// right about 9 times in 10).
+    pub fn synthetic() -> Self {
         Self::Synthetic {
             examples: 4000,
             classes: 10,
@@ -118,7 +119,7 @@ impl DataSource {
     pub fn parse(text: &str) -> Result<Self> {
         match text {
             "digits" => return Ok(Self::Digits),
-            "synthetic" => return Ok(Self::builtin()),
+            "synthetic" => return Ok(Self::synthetic()),
             _ => {}
         }
         if let Some(path) = text.strip_prefix("csv:") {
@@ -508,7 +509,7 @@ mod tests {
                 }
             }
         );
-        let err = DataSource::builtin()
+        let err = DataSource::synthetic()
             .with_csv_options(Some("0"), false)
             .unwrap_err();
         assert!(err.message().contains("csv:PATH only"), "{err}");
