@@ -162,19 +162,30 @@ fn window_counts(g: &Geometry) -> Vec<usize> {
 }
 
 impl Pool {
-    fn max<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor) -> Result<Tensor> {
+    /// A forward pool: checks `x`, lays it out NHWC, has `pool` pool it over `g`'s windows
+    /// into the NHWC output, and lays that back out in the node's format.
+    fn forward<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        x: &Tensor,
+        pool: impl FnOnce(&[T], &Geometry) -> Vec<T>,
+    ) -> Result<Tensor> {
         let attrs = self.attrs(ctx, 1)?;
         check_rank4(ctx, x, "tensor_in")?;
         let g = Geometry::new(ctx, &attrs, x.dims())?;
         let out_nhwc = g.out_nhwc();
         checked_elements(ctx, &out_nhwc)?;
         let xv = x.values::<T>()?;
-        let (out, _) = max_with_argmax(&to_nhwc(attrs.format, x.dims(), &xv), &g);
+        let out = pool(&to_nhwc(attrs.format, x.dims(), &xv), &g);
         let dims = attrs.format.from_nhwc(out_nhwc);
         Tensor::from_vec(
             Shape::new(dims.to_vec()),
             from_nhwc(attrs.format, out_nhwc, out),
         )
+    }
+
+    fn max<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor) -> Result<Tensor> {
+        self.forward(ctx, x, |xs: &[T], g| max_with_argmax(xs, g).0)
     }
 
     fn max_grad<T: Real>(
@@ -212,30 +223,21 @@ impl Pool {
     }
 
     fn avg<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor) -> Result<Tensor> {
-        let attrs = self.attrs(ctx, 1)?;
-        check_rank4(ctx, x, "tensor_in")?;
-        let g = Geometry::new(ctx, &attrs, x.dims())?;
-        let out_nhwc = g.out_nhwc();
-        checked_elements(ctx, &out_nhwc)?;
-        let xv = x.values::<T>()?;
-        let xs = to_nhwc(attrs.format, x.dims(), &xv);
-        let mut out = vec![T::zero(); out_nhwc.iter().product()];
-        g.for_each_tap(|o, i| {
-            for c in 0..g.depth {
-                out[o + c] = Real::add(out[o + c], xs[i + c]);
+        self.forward(ctx, x, |xs: &[T], g| {
+            let mut out = vec![T::zero(); g.out_nhwc().iter().product()];
+            g.for_each_tap(|o, i| {
+                for c in 0..g.depth {
+                    out[o + c] = Real::add(out[o + c], xs[i + c]);
+                }
+            });
+            let counts = window_counts(g);
+            for (pixel, &n) in out.chunks_mut(g.depth.max(1)).zip(&counts) {
+                for v in pixel {
+                    *v = Real::div_count(*v, n.max(1));
+                }
             }
-        });
-        let counts = window_counts(&g);
-        for (pixel, &n) in out.chunks_mut(g.depth.max(1)).zip(&counts) {
-            for v in pixel {
-                *v = Real::div_count(*v, n.max(1));
-            }
-        }
-        let dims = attrs.format.from_nhwc(out_nhwc);
-        Tensor::from_vec(
-            Shape::new(dims.to_vec()),
-            from_nhwc(attrs.format, out_nhwc, out),
-        )
+            out
+        })
     }
 
     fn avg_grad<T: Real>(
