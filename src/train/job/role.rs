@@ -398,6 +398,21 @@ fn train_loop(
     let mut traced: Option<PathBuf> = None;
     let mut epoch = 0;
     let mut batches = shard.batches(&options, epoch)?;
+    // What every step fetches and runs: the same each step.
+    let (fetches, targets) = match &built.train {
+        TrainOp::Async(op) => (
+            vec![built.loss.as_str(), built.global_step.as_str()],
+            vec![op.as_str()],
+        ),
+        TrainOp::Sync { ops, .. } => (
+            vec![
+                built.loss.as_str(),
+                built.global_step.as_str(),
+                ops.train_op.as_str(),
+            ],
+            Vec::new(),
+        ),
+    };
     while !session.should_stop() {
         let batch = match batches.next() {
             Some(batch) => batch,
@@ -408,20 +423,6 @@ fn train_loop(
             }
         };
         let feeds = [(X, batch.x), (Y, batch.y)];
-        let (fetches, targets) = match &built.train {
-            TrainOp::Async(op) => (
-                vec![built.loss.as_str(), built.global_step.as_str()],
-                vec![op.as_str()],
-            ),
-            TrainOp::Sync { ops, .. } => (
-                vec![
-                    built.loss.as_str(),
-                    built.global_step.as_str(),
-                    ops.train_op.as_str(),
-                ],
-                Vec::new(),
-            ),
-        };
         let result = match &trace {
             Some((at, dir)) if traced.is_none() && step >= *at => {
                 traced_step(session, &feeds, &fetches, &targets, dir).map(|(values, path)| {
