@@ -43,6 +43,7 @@ use tracing::{info, warn};
 use crate::cluster::{Limits, TaskConfig, TaskId};
 use crate::device;
 use crate::error::{Result, Status};
+use crate::format::files::{Files, ALLOWED_DIRS_KEY};
 use crate::master::grpc::MasterGrpc;
 use crate::master::{ListDevices, Master, MasterState};
 use crate::ops::metrics::{self, SHARD_BYTES, SHARD_VARIABLES};
@@ -218,7 +219,11 @@ impl Server {
 
         // TLS settings are checked before any thread starts, so a bad one leaves nothing behind.
         let guards = Guards::new(&config)?;
-        let (system, actors_thread, mailboxes) = start_actors(&config, devices)?;
+        let files = match &config.checkpoints.allowed_dirs {
+            Some(dirs) => Files::confined(dirs).map_err(|e| e.context(config.task.to_string()))?,
+            None => Files::ambient(),
+        };
+        let (system, actors_thread, mailboxes) = start_actors(&config, devices, files)?;
         let probe = mailboxes.probe.clone();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
@@ -269,6 +274,9 @@ impl Server {
             token = config.security.token.is_some(),
             "serving"
         );
+        if let Some(warning) = exposure_warning(&config, local_addr) {
+            warn!(task = %config.task, "{warning}");
+        }
         if let Some(addr) = metrics_addr {
             info!(task = %config.task, url = %format!("http://{addr}/metrics"), "serving metrics");
         }
@@ -373,6 +381,7 @@ impl Drop for Server {
 fn start_actors(
     config: &TaskConfig,
     devices: Vec<DeviceAttributes>,
+    files: Files,
 ) -> Result<(actix::System, JoinHandle<()>, Mailboxes)> {
     let task = config.task.clone();
     let master_state = MasterState::with_cluster(
@@ -420,6 +429,7 @@ fn start_actors(
                     Some(Arc::clone(&resources)),
                     WorkerOptions {
                         max_sessions: limits.max_sessions,
+                        files,
                         ..WorkerOptions::from_timeouts(&timeouts)
                     },
                 );
@@ -463,6 +473,23 @@ fn start_actors(
             "actors did not start within {ACTORS_START_DEADLINE:?}"
         ))),
     }
+}
+
+/// What to warn about at start when a task serving any client's checkpoint paths is reachable
+/// beyond loopback by anyone: no `[checkpoints] allowed_dirs`, no TLS and no token.
+fn exposure_warning(config: &TaskConfig, listening: SocketAddr) -> Option<String> {
+    let open = config.checkpoints.allowed_dirs.is_none()
+        && !listening.ip().is_loopback()
+        && !config.security.is_tls()
+        && config.security.token.is_none();
+    open.then(|| {
+        format!(
+            "listening on {listening} beyond loopback with neither TLS nor a token, and \
+             {ALLOWED_DIRS_KEY} unset: any client that reaches this port can save, restore and \
+             merge checkpoints at any path this user can read or write; set [checkpoints] \
+             allowed_dirs, [tls] or [auth] token_file in the cluster file"
+        )
+    })
 }
 
 /// Sets the shard's gauges (variables held, bytes of their values) at every scrape, for as
@@ -652,6 +679,24 @@ mod tests {
             .connect()
             .await
             .unwrap()
+    }
+
+    #[test]
+    fn a_task_open_to_the_network_with_any_checkpoint_path_warns_naming_the_key() {
+        let everywhere: SocketAddr = "0.0.0.0:2222".parse().unwrap();
+        let config = TaskConfig::local();
+        let warning = exposure_warning(&config, everywhere).unwrap();
+        assert!(warning.contains(ALLOWED_DIRS_KEY), "{warning}");
+        assert!(warning.contains("0.0.0.0:2222"), "{warning}");
+        // Loopback, a token or allowed directories each silence it.
+        assert!(exposure_warning(&config, "127.0.0.1:2222".parse().unwrap()).is_none());
+        let mut confined = TaskConfig::local();
+        confined.checkpoints.allowed_dirs = Some(vec![]);
+        assert!(exposure_warning(&confined, everywhere).is_none());
+        let mut token = TaskConfig::local();
+        token.security.token =
+            Some(crate::security::ClusterToken::new("a-secret-token-of-some-length").unwrap());
+        assert!(exposure_warning(&token, everywhere).is_none());
     }
 
     #[tokio::test]

@@ -61,6 +61,10 @@ fn the_example_file_loads_with_the_values_its_comments_document() {
     assert_eq!(config.timeouts.create_session, Duration::from_secs(30));
     assert_eq!(config.timeouts.shutdown_grace, Duration::from_secs(5));
     assert_eq!(config.task_address().unwrap(), "w0.example:2222");
+    assert_eq!(
+        config.checkpoints.allowed_dirs,
+        Some(vec![PathBuf::from("/var/lib/tessera/checkpoints")])
+    );
     assert!(
         !config.is_chief(),
         "the example has a chief job, so worker 0 is not chief"
@@ -98,6 +102,42 @@ fn sparse_jobs_keep_their_integer_keys_and_listen_defaults_to_the_task_port() {
     // "1m30s" is 60 + 30 seconds; the others keep their defaults.
     assert_eq!(config.timeouts.rpc, Duration::from_secs(90));
     assert_eq!(config.timeouts.connect, Duration::from_secs(10));
+}
+
+#[test]
+fn checkpoint_directories_come_from_the_file_or_a_comma_separated_variable() {
+    let base = "bad_task_index.toml";
+    let index = ("TESSERA__TASK__INDEX", "0");
+    assert_eq!(load(base, &[index]).unwrap().checkpoints.allowed_dirs, None);
+    let config = load(
+        base,
+        &[
+            index,
+            ("TESSERA__CHECKPOINTS__ALLOWED_DIRS", "/ckpt/a, /ckpt/b"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        config.checkpoints.allowed_dirs,
+        Some(vec![PathBuf::from("/ckpt/a"), PathBuf::from("/ckpt/b")])
+    );
+    let err = load(
+        base,
+        &[index, ("TESSERA__CHECKPOINTS__ALLOWED_DIRS", "/ckpt/a,,")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("checkpoints.allowed_dirs: an entry is empty"),
+        "{err}"
+    );
+    let err = load(
+        base,
+        &[index, ("TESSERA__CHECKPOINTS__ALLOWED_PATHS", "/x")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("allowed_dirs"), "{err}");
 }
 
 #[test]
@@ -190,7 +230,7 @@ const BAD_FILES: &[(&str, &str)] = &[
     (
         "bad_unknown_section.toml",
         "device: unknown key; the keys allowed at the top level are cluster, task, devices, \
-         timeouts, metrics, limits, tls, auth",
+         timeouts, metrics, limits, checkpoints, tls, auth",
     ),
     (
         "bad_duplicate_address.toml",

@@ -285,6 +285,7 @@ impl TaskConfig {
             timeouts: Timeouts::default(),
             metrics: Default::default(),
             limits: Default::default(),
+            checkpoints: Default::default(),
             security: Default::default(),
         })
     }

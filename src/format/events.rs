@@ -22,6 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 
+use super::files::Files;
 use super::tfrecord::{RecordReader, RecordWriter};
 use crate::error::{Result, Status};
 use crate::proto::event::What;
@@ -82,18 +83,25 @@ impl EventFileWriter {
     /// Creates `logdir` (and its parents) and a new event file in it named by
     /// [`event_file_name`] for now, this host and process, and writes the file-version event.
     pub fn create(logdir: &Path, suffix: &str) -> Result<Self> {
-        std::fs::create_dir_all(logdir).map_err(|e| {
+        Self::create_with(&Files::ambient(), logdir, suffix)
+    }
+
+    /// [`create`](Self::create) through `files`: a `logdir` outside them is refused before
+    /// anything is created.
+    pub fn create_with(files: &Files, logdir: &Path, suffix: &str) -> Result<Self> {
+        let seconds = wall_time() as u64;
+        let count = FILES_OPENED.fetch_add(1, Ordering::Relaxed);
+        let name = event_file_name(seconds, &hostname(), std::process::id(), count, suffix);
+        let path = logdir.join(name);
+        let target = files.resolve(&path)?;
+        files.resolve(logdir)?.create_dir_all().map_err(|e| {
             Status::permission_denied(format!(
                 "cannot create the summary directory `{}`: {e}; choose a writable directory \
                  (--logdir)",
                 logdir.display()
             ))
         })?;
-        let seconds = wall_time() as u64;
-        let count = FILES_OPENED.fetch_add(1, Ordering::Relaxed);
-        let name = event_file_name(seconds, &hostname(), std::process::id(), count, suffix);
-        let path = logdir.join(name);
-        let file = File::create(&path).map_err(|e| {
+        let file = target.create().map_err(|e| {
             Status::permission_denied(format!(
                 "cannot create the event file `{}`: {e}; choose a writable directory (--logdir)",
                 path.display()

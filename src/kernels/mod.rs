@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::device::memory::{Charge, MemoryBudget};
 use crate::error::{Result, Status};
+use crate::format::files::{Files, AMBIENT};
 use crate::proto::NodeDef;
 use crate::runtime::executor::{RemoteRecv, StepOptions};
 use crate::runtime::rendezvous::Rendezvous;
@@ -34,6 +35,8 @@ pub struct OpContext<'a> {
     step: Option<&'a StepOptions>,
     /// The device's memory budget, when it has a limit.
     memory: Option<&'a Arc<MemoryBudget>>,
+    /// The paths the checkpoint and summary kernels may touch.
+    files: &'a Files,
     /// The frame and iteration the node runs in: `(0, 0)` outside while loops. Rendezvous keys
     /// of `_Send`/`_Recv` inside a loop carry it, so each iteration's tensor has its own key.
     frame_iter: (u64, i64),
@@ -60,6 +63,7 @@ impl<'a> OpContext<'a> {
             step_id,
             step: None,
             memory: None,
+            files: &AMBIENT,
             frame_iter: (0, 0),
             input_dead: false,
         }
@@ -107,6 +111,18 @@ impl<'a> OpContext<'a> {
     pub fn with_memory(mut self, memory: Option<&'a Arc<MemoryBudget>>) -> Self {
         self.memory = memory;
         self
+    }
+
+    /// The same context on a device whose kernels may touch only the paths `files` allows.
+    pub fn with_files(mut self, files: &'a Files) -> Self {
+        self.files = files;
+        self
+    }
+
+    /// The paths the checkpoint and summary kernels may touch: every file they open goes
+    /// through it.
+    pub fn files(&self) -> &'a Files {
+        self.files
     }
 
     /// Charges `bytes` of device memory this kernel is about to allocate to the device's

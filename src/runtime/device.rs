@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::cluster::DeviceName;
 use crate::device::memory::MemoryBudget;
 use crate::error::Result;
+use crate::format::files::Files;
 use crate::kernels::DeviceType;
 use crate::runtime::resource::ResourceMgr;
 
@@ -20,6 +21,8 @@ pub struct Device {
     resources: Arc<ResourceMgr>,
     /// The device's memory limit, when it has one the executor enforces.
     memory: Option<Arc<MemoryBudget>>,
+    /// The paths its checkpoint and summary kernels may touch.
+    files: Files,
 }
 
 impl Device {
@@ -39,7 +42,31 @@ impl Device {
             device_type,
             resources,
             memory: None,
+            files: Files::ambient(),
         }
+    }
+
+    /// A device with the same name, type, memory budget and files but a resource store of its
+    /// own (a worker session with isolated state).
+    pub fn isolated(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            device_type: self.device_type,
+            resources: Arc::new(ResourceMgr::new()),
+            memory: self.memory.clone(),
+            files: self.files.clone(),
+        }
+    }
+
+    /// The same device with its kernels' files confined by `files`.
+    pub fn with_files(mut self, files: Files) -> Self {
+        self.files = files;
+        self
+    }
+
+    /// The paths the device's checkpoint and summary kernels may touch.
+    pub fn files(&self) -> &Files {
+        &self.files
     }
 
     /// The same device with a memory limit of `bytes`: kernel outputs that would take the

@@ -55,12 +55,10 @@ impl WorkerSession {
     }
 }
 
-/// Devices with the same names and types as `shared`, each with an empty store of its own.
+/// Devices with the same names, types, memory budgets and file confinement as `shared`, each
+/// with an empty store of its own.
 pub fn isolated_devices(shared: &[Arc<Device>]) -> Vec<Arc<Device>> {
-    shared
-        .iter()
-        .map(|d| Arc::new(Device::new(d.name(), d.device_type())))
-        .collect()
+    shared.iter().map(|d| Arc::new(d.isolated())).collect()
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cluster::{TaskId, Timeouts};
 use crate::error::{Result, Status};
+use crate::format::files::Files;
 use crate::kernels::DeviceType;
 use crate::peer::local::HandlerFuture;
 use crate::peer::{PeerCache, WorkerHandler};
@@ -57,6 +58,9 @@ pub struct WorkerOptions {
     /// Most worker sessions the task holds at once (`limits.max_sessions`); the legacy
     /// session does not count.
     pub max_sessions: usize,
+    /// The paths the devices' checkpoint and summary kernels may touch
+    /// (`checkpoints.allowed_dirs`).
+    pub files: Files,
 }
 
 impl Default for WorkerOptions {
@@ -75,6 +79,7 @@ impl WorkerOptions {
             step_ttl: (timeouts.rpc * 2).max(Duration::from_secs(60)),
             session_ttl: Duration::from_secs(3600),
             max_sessions: crate::cluster::Limits::default().max_sessions,
+            files: Files::ambient(),
         }
     }
 }
@@ -135,7 +140,8 @@ impl WorkerState {
                     Some(store) if d.name == cpu0 => Arc::clone(store),
                     _ => Arc::new(ResourceMgr::new()),
                 };
-                let device = Device::with_resources(&d.name, device_type, resources);
+                let device = Device::with_resources(&d.name, device_type, resources)
+                    .with_files(options.files.clone());
                 // A GPU's limit (from gpu_memory_fraction) is enforced; a CPU's 256 MiB is
                 // only what TensorFlow reports.
                 Arc::new(match device_type {

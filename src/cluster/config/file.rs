@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::ops::{RawLimits, RawMetrics};
+use super::ops::{RawCheckpoints, RawLimits, RawMetrics};
 use super::schema::{check_schema, describe, sorted_keys};
 use super::security::{validate_security, RawAuth, RawTls};
 use super::{
@@ -58,6 +58,8 @@ struct RawFile {
     metrics: RawMetrics,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    checkpoints: RawCheckpoints,
     tls: Option<RawTls>,
     #[serde(default)]
     auth: RawAuth,
@@ -525,6 +527,7 @@ impl RawFile {
         let timeouts = self.timeouts.validate(&invalid)?;
         let metrics = self.metrics.validate(&invalid)?;
         let limits = self.limits.validate(&invalid)?;
+        let checkpoints = self.checkpoints.validate(&invalid)?;
         let security = validate_security(self.tls, self.auth, &invalid)?;
         Ok(TaskConfig {
             cluster,
@@ -534,6 +537,7 @@ impl RawFile {
             timeouts,
             metrics,
             limits,
+            checkpoints,
             security,
         })
     }

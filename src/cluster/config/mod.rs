@@ -19,7 +19,7 @@ mod security;
 mod tensorflow;
 
 pub use file::{ENV_PREFIX, ENV_SEPARATOR};
-pub use ops::{Limits, MetricsConfig};
+pub use ops::{CheckpointsConfig, Limits, MetricsConfig};
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -45,6 +45,9 @@ pub struct TaskConfig {
     pub metrics: MetricsConfig,
     /// What one request, session or shard may take (`[limits]`).
     pub limits: Limits,
+    /// Where clients' checkpoint and summary kernels may touch files (`[checkpoints]`); any
+    /// path by default.
+    pub checkpoints: CheckpointsConfig,
     /// TLS and the cluster token, for the server and every channel to a peer (`[tls]`,
     /// `[auth]`); plain text without a token by default.
     pub security: Security,
@@ -116,6 +119,7 @@ impl TaskConfig {
             timeouts: Timeouts::default(),
             metrics: MetricsConfig::default(),
             limits: Limits::default(),
+            checkpoints: CheckpointsConfig::default(),
             security: Security::default(),
         }
     }
@@ -376,14 +380,37 @@ pub(super) fn find_task(
     Ok(TaskId::new(job, index))
 }
 
-/// The default listen address: every interface, on the port of this task's cluster address.
+/// The default listen address, on the port of this task's cluster address: loopback when every
+/// task of the cluster is on a loopback address (no peer needs more), every interface
+/// otherwise.
 pub(super) fn default_listen(cluster: &ClusterSpec, task: &TaskId) -> SocketAddr {
     let port = cluster
         .task_address(&task.job, task.index)
         .ok()
         .and_then(|a| check_address(a).ok())
         .unwrap_or(0);
-    SocketAddr::from(([0, 0, 0, 0], port))
+    let all_loopback = cluster
+        .all_tasks()
+        .all(|(_, address)| is_loopback_address(address));
+    if all_loopback {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    } else {
+        SocketAddr::from(([0, 0, 0, 0], port))
+    }
+}
+
+/// Whether a cluster address (`host:port`) names this host's loopback: `localhost`,
+/// `127.0.0.0/8` or `[::1]`.
+fn is_loopback_address(address: &str) -> bool {
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -403,6 +430,29 @@ mod tests {
             .unwrap_err()
             .contains("no valid port"));
         assert!(check_address("::1:2222").unwrap_err().contains("brackets"));
+    }
+
+    #[test]
+    fn a_cluster_all_on_loopback_listens_on_loopback_only() {
+        let task = TaskId::new("worker", 0);
+        let local = ClusterSpec::from_dense([
+            ("ps", vec!["localhost:2222"]),
+            ("worker", vec!["127.0.0.1:2223", "[::1]:2224"]),
+        ]);
+        assert_eq!(
+            default_listen(&local, &task),
+            SocketAddr::from(([127, 0, 0, 1], 2223))
+        );
+        let spread = ClusterSpec::from_dense([
+            ("ps", vec!["ps0.example:2222"]),
+            ("worker", vec!["127.0.0.1:2223"]),
+        ]);
+        assert_eq!(
+            default_listen(&spread, &task),
+            SocketAddr::from(([0, 0, 0, 0], 2223))
+        );
+        assert!(!is_loopback_address("10.0.0.1:1"));
+        assert!(!is_loopback_address("localhost.example:1"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The operator's sections of a cluster file: `[metrics]` (where the Prometheus endpoint
-//! listens, off when absent) and `[limits]` (how much one request, session or shard may take).
+//! listens, off when absent), `[limits]` (how much one request, session or shard may take) and
+//! `[checkpoints]` (where clients' checkpoint and summary kernels may touch files).
 //!
 //! Limits exist so that one careless or hostile client cannot take a shared task down: a
 //! request over a limit is refused with RESOURCE_EXHAUSTED whose message names the limit's
@@ -8,6 +9,7 @@
 //! them; they only bound the pathological.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -39,6 +41,17 @@ pub struct Limits {
     /// (`limits.max_shard_bytes`).
     pub max_shard_bytes: u64,
 }
+
+/// `[checkpoints]`: where the checkpoint and summary kernels may touch files.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointsConfig {
+    /// The directories `SaveV2`, `RestoreV2`, `MergeV2Checkpoints` and summary writers may
+    /// use (`checkpoints.allowed_dirs`); `None` allows any path, as TensorFlow does.
+    pub allowed_dirs: Option<Vec<PathBuf>>,
+}
+
+/// The keys of `[checkpoints]`.
+pub(super) const CHECKPOINT_KEYS: &[&str] = &["allowed_dirs"];
 
 /// The keys of `[metrics]`.
 pub(super) const METRICS_KEYS: &[&str] = &["listen"];
@@ -105,6 +118,50 @@ impl Limits {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMetrics {
     listen: Option<String>,
+}
+
+/// `[checkpoints]` as written: a list in the file, `"a,b"` from the environment.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheckpoints {
+    allowed_dirs: Option<PathList>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PathList {
+    List(Vec<String>),
+    Joined(String),
+}
+
+impl RawCheckpoints {
+    pub(super) fn validate(
+        self,
+        invalid: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<CheckpointsConfig, ConfigError> {
+        let Some(list) = self.allowed_dirs else {
+            return Ok(CheckpointsConfig::default());
+        };
+        let dirs: Vec<String> = match list {
+            PathList::List(dirs) => dirs,
+            PathList::Joined(text) => text.split(',').map(|d| d.trim().to_string()).collect(),
+        };
+        let mut allowed = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            if dir.is_empty() {
+                return Err(invalid(
+                    "checkpoints.allowed_dirs",
+                    "an entry is empty; list directories such as [\"/var/lib/tessera/ckpt\"], \
+                     or [] to refuse every checkpoint path"
+                        .into(),
+                ));
+            }
+            allowed.push(PathBuf::from(dir));
+        }
+        Ok(CheckpointsConfig {
+            allowed_dirs: Some(allowed),
+        })
+    }
 }
 
 /// `[limits]` as written.

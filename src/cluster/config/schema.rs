@@ -7,11 +7,19 @@
 //! integers, rounded and as 1).
 
 use super::file::Sources;
-use super::ops::{LIMIT_KEYS, METRICS_KEYS};
+use super::ops::{CHECKPOINT_KEYS, LIMIT_KEYS, METRICS_KEYS};
 use super::ConfigError;
 
 pub(super) const TOP_KEYS: &[&str] = &[
-    "cluster", "task", "devices", "timeouts", "metrics", "limits", "tls", "auth",
+    "cluster",
+    "task",
+    "devices",
+    "timeouts",
+    "metrics",
+    "limits",
+    "checkpoints",
+    "tls",
+    "auth",
 ];
 pub(super) const TASK_KEYS: &[&str] = &["job", "index", "listen"];
 pub(super) const DEVICE_KEYS: &[&str] = &[
@@ -35,6 +43,7 @@ enum Kind {
     Bool,
     Duration,
     GpuIds,
+    Paths,
 }
 
 impl Kind {
@@ -51,6 +60,7 @@ impl Kind {
             ("limits", _) if LIMIT_KEYS.contains(&key) => Kind::Integer,
             ("tls", "cert" | "key" | "ca" | "server_name") | ("auth", "token_file") => Kind::Text,
             ("tls", "require_client_cert") => Kind::Bool,
+            ("checkpoints", "allowed_dirs") => Kind::Paths,
             _ => return None,
         })
     }
@@ -65,6 +75,9 @@ impl Kind {
             // A list in the file, one id or "0,1" from the environment.
             (Kind::GpuIds, V::I64(_) | V::String(_)) => true,
             (Kind::GpuIds, V::Array(ids)) => ids.iter().all(|id| matches!(id.kind, V::I64(_))),
+            // A list in the file, "a,b" from the environment.
+            (Kind::Paths, V::String(_)) => true,
+            (Kind::Paths, V::Array(dirs)) => dirs.iter().all(|d| matches!(d.kind, V::String(_))),
             _ => false,
         }
     }
@@ -77,6 +90,7 @@ impl Kind {
             Kind::Bool => "true or false",
             Kind::Duration => "a duration string such as \"10s\"",
             Kind::GpuIds => "a list of GPU ids such as [0, 1]",
+            Kind::Paths => "a list of directories such as [\"/var/lib/tessera/ckpt\"]",
         }
     }
 }
@@ -121,6 +135,7 @@ pub(super) fn check_schema(root: &config::Value, sources: &Sources) -> Result<()
             "timeouts" => TIMEOUT_KEYS,
             "metrics" => METRICS_KEYS,
             "limits" => LIMIT_KEYS,
+            "checkpoints" => CHECKPOINT_KEYS,
             "tls" => TLS_KEYS,
             "auth" => AUTH_KEYS,
             "cluster" => continue,

@@ -98,6 +98,7 @@ impl TaskConfig {
             timeouts: Timeouts::default(),
             metrics: Default::default(),
             limits: Default::default(),
+            checkpoints: Default::default(),
             security: Default::default(),
         })
     }
@@ -276,6 +277,7 @@ impl TaskConfig {
             timeouts: Timeouts::default(),
             metrics: Default::default(),
             limits: Default::default(),
+            checkpoints: Default::default(),
             security: Default::default(),
         })
     }

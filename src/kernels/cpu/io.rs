@@ -4,7 +4,9 @@
 //!
 //! The bundle format itself lives in [`crate::train::checkpoint::bundle`]; these kernels only
 //! check their inputs and call it. Paths are the host's: in a cluster every task writing or
-//! reading a checkpoint must see the same filesystem, as with TensorFlow.
+//! reading a checkpoint must see the same filesystem, as with TensorFlow. Every file goes
+//! through the task's [`Files`](crate::format::files::Files), so `[checkpoints] allowed_dirs`
+//! confines them when set.
 
 use std::sync::Arc;
 
@@ -106,7 +108,7 @@ fn save_v2(ctx: &mut OpContext<'_>) -> Result<()> {
         .into_iter()
         .zip(ctx.inputs()[3..].iter().cloned())
         .collect();
-    bundle::write_bundle(&prefix, &tensors)
+    bundle::write_bundle_with(ctx.files(), &prefix, &tensors)
         .map_err(|e| e.context(format!("node `{}` (op SaveV2)", ctx.node().name)))
 }
 
@@ -137,7 +139,7 @@ impl OpKernel for Restore {
             )));
         }
         let node = ctx.node().name.clone();
-        let reader = bundle::BundleReader::open(&prefix)
+        let reader = bundle::BundleReader::open_with(ctx.files(), &prefix)
             .map_err(|e| e.context(format!("node `{node}` (op RestoreV2)")))?;
         for (i, (name, &want)) in names.iter().zip(&self.dtypes).enumerate() {
             let tensor = reader
@@ -175,15 +177,23 @@ impl OpKernel for Merge {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let mut prefixes = string_values(ctx, 0, "checkpoint_prefixes")?;
         let destination = string_scalar(ctx, 1, "destination_prefix")?;
+        let files = ctx.files();
+        let node = format!("node `{}` (op MergeV2Checkpoints)", ctx.node().name);
         if self.allow_missing_files {
-            prefixes.retain(|p| bundle::index_filename(p).exists());
+            // A prefix outside the allowed directories is refused, not taken for missing.
+            let mut present = Vec::with_capacity(prefixes.len());
+            for prefix in prefixes {
+                let index = files
+                    .resolve(bundle::index_filename(&prefix))
+                    .map_err(|e| e.context(node.clone()))?;
+                if index.exists() {
+                    present.push(prefix);
+                }
+            }
+            prefixes = present;
         }
-        bundle::merge_bundles(&prefixes, &destination, self.delete_old_dirs).map_err(|e| {
-            e.context(format!(
-                "node `{}` (op MergeV2Checkpoints)",
-                ctx.node().name
-            ))
-        })
+        bundle::merge_bundles_with(files, &prefixes, &destination, self.delete_old_dirs)
+            .map_err(|e| e.context(node))
     }
 }
 

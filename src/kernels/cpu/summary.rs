@@ -26,6 +26,7 @@ use prost::Message;
 use super::variable::handle_input;
 use crate::error::{Code, Result, Status};
 use crate::format::events::{self, EventFileWriter, Histogram};
+use crate::format::files::Files;
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::summary::{value, Value};
@@ -203,14 +204,16 @@ impl Resource for SummaryFileWriter {
 }
 
 impl SummaryFileWriter {
-    /// Opens a new event file in `logdir` (created when missing), named with `suffix`.
+    /// Opens a new event file in `logdir` (created when missing, through `files`), named with
+    /// `suffix`.
     pub fn create(
+        files: &Files,
         logdir: PathBuf,
         suffix: &str,
         max_queue: usize,
         flush_every: Duration,
     ) -> Result<Self> {
-        let file = EventFileWriter::create(&logdir, suffix)?;
+        let file = EventFileWriter::create_with(files, &logdir, suffix)?;
         Ok(Self {
             logdir,
             inner: Mutex::new(WriterState {
@@ -325,9 +328,11 @@ fn create_file_writer(ctx: &mut OpContext<'_>) -> Result<()> {
     let flush_millis = int_scalar(ctx, 3, "flush_millis")?.max(0) as u64;
     let suffix = string_scalar(ctx, ctx.input(4)?, "filename_suffix")?;
     let suffix = String::from_utf8_lossy(suffix).into_owned();
+    let files = ctx.files();
     ctx.resources
         .lookup_or_create::<SummaryFileWriter>(&h.container, &h.name, || {
             SummaryFileWriter::create(
+                files,
                 logdir,
                 &suffix,
                 max_queue,

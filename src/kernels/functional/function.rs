@@ -159,7 +159,8 @@ impl Function {
                 });
             }
             let mut inner =
-                OpContext::new(&step.node, inputs, ctx.resources, ctx.device, ctx.step_id);
+                OpContext::new(&step.node, inputs, ctx.resources, ctx.device, ctx.step_id)
+                    .with_files(ctx.files());
             if let Some(options) = ctx.step() {
                 inner = inner.with_step(options);
             }

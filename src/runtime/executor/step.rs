@@ -288,6 +288,7 @@ impl StepCommon {
         )
         .with_step(&self.options)
         .with_memory(device.memory())
+        .with_files(device.files())
         .with_frame_iter(frame_iter)
         .with_dead_input(dead);
         let started = Instant::now();

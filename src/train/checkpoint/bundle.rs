@@ -17,9 +17,12 @@
 //!
 //! Writes are atomic: each file is written to `<name>.tempstate<random>`, synced, then renamed,
 //! so a crash leaves either the old file or the whole new one.
+//!
+//! Every file is reached through a [`Files`]: the `*_with` forms take the task's (confined to
+//! `[checkpoints] allowed_dirs` when set; the checkpoint kernels use them), the others reach any
+//! path, for a client's own process.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -28,6 +31,7 @@ use prost::Message;
 
 use super::table::{self, io_error, mask_crc, unmask_crc, Table};
 use crate::error::{Result, Status};
+use crate::format::files::Files;
 use crate::proto::bundle_header_proto::Endianness;
 use crate::proto::{BundleEntryProto, BundleHeaderProto, VersionDef};
 use crate::tensor::{DType, Shape, Tensor};
@@ -49,24 +53,35 @@ pub fn data_filename(prefix: &str, shard: i32, num_shards: i32) -> PathBuf {
 
 /// Writes `bytes` to `path` atomically: a temp file next to it, synced, then renamed over it.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let temp = PathBuf::from(format!(
+    write_atomic_with(&Files::ambient(), path, bytes)
+}
+
+/// [`write_atomic`] through `files`: a path outside them is refused before anything is written.
+pub fn write_atomic_with(files: &Files, path: &Path, bytes: &[u8]) -> Result<()> {
+    let target = files.resolve(path)?;
+    let temp = files.resolve(format!(
         "{}.tempstate{}",
         path.display(),
         rand::random::<u64>()
-    ));
+    ))?;
+    let parent = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|dir| files.resolve(dir))
+        .transpose()?;
     let write = || -> std::io::Result<()> {
-        let mut file = fs::File::create(&temp)?;
+        let mut file = temp.create()?;
         file.write_all(bytes)?;
         file.sync_all()?;
-        fs::rename(&temp, path)?;
+        temp.rename_to(&target)?;
         // Sync the directory too, so the rename itself survives a crash.
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::File::open(dir)?.sync_all()?;
+        if let Some(dir) = &parent {
+            dir.sync_dir()?;
         }
         Ok(())
     };
     write().map_err(|e| {
-        let _ = fs::remove_file(&temp);
+        let _ = temp.remove_file();
         Status::new(
             match e.kind() {
                 std::io::ErrorKind::PermissionDenied => crate::Code::PermissionDenied,
@@ -78,15 +93,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
-/// Creates the directory that will hold the files of `prefix`, or fails naming it.
-pub fn create_prefix_dir(prefix: &str) -> Result<()> {
+/// Creates the directory that will hold the files of `prefix` through `files`, or fails naming
+/// it.
+pub fn create_prefix_dir(files: &Files, prefix: &str) -> Result<()> {
     let Some(dir) = Path::new(prefix)
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
     else {
         return Ok(());
     };
-    fs::create_dir_all(dir).map_err(|e| {
+    files.resolve(dir)?.create_dir_all().map_err(|e| {
         Status::new(
             match e.kind() {
                 std::io::ErrorKind::PermissionDenied => crate::Code::PermissionDenied,
@@ -159,7 +175,17 @@ fn build_index(num_shards: i32, entries: &BTreeMap<String, BundleEntryProto>) ->
 /// Writes `tensors` as a one-shard bundle at `prefix` (creating its directory). Names must be
 /// unique and non-empty; they are stored sorted, whatever the order given.
 pub fn write_bundle(prefix: &str, tensors: &[(String, Tensor)]) -> Result<()> {
-    create_prefix_dir(prefix)?;
+    write_bundle_with(&Files::ambient(), prefix, tensors)
+}
+
+/// [`write_bundle`] through `files`: a prefix outside them is refused before anything is
+/// created or written.
+pub fn write_bundle_with(files: &Files, prefix: &str, tensors: &[(String, Tensor)]) -> Result<()> {
+    let data_path = data_filename(prefix, 0, 1);
+    let index_path = index_filename(prefix);
+    files.resolve(&data_path)?;
+    files.resolve(&index_path)?;
+    create_prefix_dir(files, prefix)?;
     let mut data = Vec::new();
     let mut entries = BTreeMap::new();
     for (name, tensor) in tensors {
@@ -186,13 +212,14 @@ pub fn write_bundle(prefix: &str, tensors: &[(String, Tensor)]) -> Result<()> {
             )));
         }
     }
-    write_atomic(&data_filename(prefix, 0, 1), &data)?;
-    write_atomic(&index_filename(prefix), &build_index(1, &entries)?)
+    write_atomic_with(files, &data_path, &data)?;
+    write_atomic_with(files, &index_path, &build_index(1, &entries)?)
 }
 
 /// A bundle opened for reading: its header and index, checked; data read on demand.
 #[derive(Debug)]
 pub struct BundleReader {
+    files: Files,
     prefix: String,
     num_shards: i32,
     entries: BTreeMap<String, BundleEntryProto>,
@@ -202,8 +229,17 @@ impl BundleReader {
     /// Opens the bundle at `prefix`: NOT_FOUND naming `P.index` when it is missing, DATA_LOSS
     /// naming it when it is corrupt or its header is unreadable or from an unknown version.
     pub fn open(prefix: &str) -> Result<Self> {
+        Self::open_with(&Files::ambient(), prefix)
+    }
+
+    /// [`open`](Self::open) through `files`; the data files are read through them too.
+    pub fn open_with(files: &Files, prefix: &str) -> Result<Self> {
         let path = index_filename(prefix);
-        let table = Table::open(&path)?;
+        let bytes = files
+            .resolve(&path)?
+            .read()
+            .map_err(|e| io_error(&path, "read", &e))?;
+        let table = Table::parse(&bytes, &path)?;
         let bad = |what: String| {
             Status::data_loss(format!(
                 "checkpoint index {} is corrupt: {what}",
@@ -244,6 +280,7 @@ impl BundleReader {
             entries.insert(name, entry);
         }
         Ok(Self {
+            files: files.clone(),
             prefix: prefix.to_string(),
             num_shards: header.num_shards,
             entries,
@@ -329,7 +366,11 @@ impl BundleReader {
                 )));
             }
         }
-        let mut file = fs::File::open(&path).map_err(|e| io_error(&path, "open", &e))?;
+        let mut file = self
+            .files
+            .resolve(&path)?
+            .open()
+            .map_err(|e| io_error(&path, "open", &e))?;
         let mut buf = vec![0u8; size];
         file.seek(SeekFrom::Start(offset))
             .and_then(|_| file.read_exact(&mut buf))
@@ -406,18 +447,40 @@ fn decode_strings(buf: &[u8], n: usize) -> std::result::Result<(Vec<Bytes>, u32)
 /// prefix order, the indices merged into `destination.index` (written atomically), the source
 /// indices deleted, and with `delete_old_dirs` their directories removed when empty.
 pub fn merge_bundles(prefixes: &[String], destination: &str, delete_old_dirs: bool) -> Result<()> {
-    create_prefix_dir(destination)?;
+    merge_bundles_with(&Files::ambient(), prefixes, destination, delete_old_dirs)
+}
+
+/// [`merge_bundles`] through `files`: every source and the destination are checked before any
+/// file is read, renamed or deleted.
+pub fn merge_bundles_with(
+    files: &Files,
+    prefixes: &[String],
+    destination: &str,
+    delete_old_dirs: bool,
+) -> Result<()> {
+    let destination_index = files.resolve(index_filename(destination))?;
+    let mut sources = Vec::with_capacity(prefixes.len());
+    for prefix in prefixes {
+        let index = files.resolve(index_filename(prefix))?;
+        let dir = Path::new(prefix)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|dir| files.resolve(dir))
+            .transpose()?;
+        sources.push((index, dir));
+    }
+    create_prefix_dir(files, destination)?;
     let mut merged: BTreeMap<String, BundleEntryProto> = BTreeMap::new();
     let mut renames = Vec::new();
     for prefix in prefixes {
-        let reader = BundleReader::open(prefix)?;
+        let reader = BundleReader::open_with(files, prefix)?;
         let base = renames.len() as i32;
         for shard in 0..reader.num_shards {
-            let from = data_filename(prefix, shard, reader.num_shards);
+            let from = files.resolve(data_filename(prefix, shard, reader.num_shards))?;
             if !from.exists() {
                 return Err(Status::not_found(format!(
                     "checkpoint data file {} not found while merging into {destination}",
-                    from.display()
+                    from.path().display()
                 )));
             }
             renames.push(from);
@@ -435,25 +498,26 @@ pub fn merge_bundles(prefixes: &[String], destination: &str, delete_old_dirs: bo
     }
     let total = renames.len() as i32;
     for (i, from) in renames.iter().enumerate() {
-        let to = data_filename(destination, i as i32, total);
-        fs::rename(from, &to).map_err(|e| {
+        let to = files.resolve(data_filename(destination, i as i32, total))?;
+        from.rename_to(&to).map_err(|e| {
             Status::internal(format!(
                 "cannot rename checkpoint data file {} to {}: {e}",
-                from.display(),
-                to.display()
+                from.path().display(),
+                to.path().display()
             ))
         })?;
     }
-    write_atomic(&index_filename(destination), &build_index(total, &merged)?)?;
-    for prefix in prefixes {
-        let _ = fs::remove_file(index_filename(prefix));
+    write_atomic_with(
+        files,
+        destination_index.path(),
+        &build_index(total, &merged)?,
+    )?;
+    for (index, dir) in &sources {
+        let _ = index.remove_file();
         if delete_old_dirs {
-            if let Some(dir) = Path::new(prefix)
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-            {
+            if let Some(dir) = dir {
                 // Only empty directories go; a shared directory keeps its other files.
-                let _ = fs::remove_dir(dir);
+                let _ = dir.remove_dir();
             }
         }
     }
@@ -462,7 +526,7 @@ pub fn merge_bundles(prefixes: &[String], destination: &str, delete_old_dirs: bo
 
 /// Deletes the files of the bundle at `prefix` (index and data files; missing ones ignored).
 pub fn delete_bundle(prefix: &str) -> Result<()> {
-    let index = index_filename(prefix);
+    let files = Files::ambient();
     let path = Path::new(prefix);
     let dir = path
         .parent()
@@ -472,17 +536,13 @@ pub fn delete_bundle(prefix: &str) -> Result<()> {
         .file_name()
         .map(|b| b.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let _ = fs::remove_file(&index);
-    let _ = fs::remove_file(format!("{prefix}.meta"));
+    let _ = files.resolve(index_filename(prefix))?.remove_file();
+    let _ = files.resolve(format!("{prefix}.meta"))?.remove_file();
     let data_prefix = format!("{base}.data-");
-    if let Ok(listing) = fs::read_dir(dir) {
-        for entry in listing.flatten() {
-            if entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(&data_prefix)
-            {
-                let _ = fs::remove_file(entry.path());
+    if let Ok(names) = files.resolve(dir)?.entry_names() {
+        for name in names {
+            if name.to_string_lossy().starts_with(&data_prefix) {
+                let _ = files.resolve(dir.join(name))?.remove_file();
             }
         }
     }

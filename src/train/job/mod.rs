@@ -16,5 +16,7 @@ pub mod role;
 pub mod signal;
 pub mod spec;
 
-pub use role::{check, check_tower_gpus, provide_tower_devices, run, ChiefReport, Finished};
+pub use role::{
+    check, check_tower_gpus, confine_checkpoints, provide_tower_devices, run, ChiefReport, Finished,
+};
 pub use spec::{DataSource, ModelKind, SyncSpec, TrainSpec, MODEL_NAMES, OPTIMIZER_NAMES};

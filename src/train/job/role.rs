@@ -117,6 +117,26 @@ pub fn check(config: &TaskConfig, spec: &TrainSpec) -> Result<()> {
     Ok(())
 }
 
+/// Confines the task's checkpoint and summary kernels to the job's `--checkpoint_dir`
+/// (`[checkpoints] allowed_dirs`, created when missing): a client of the job's tasks can save,
+/// restore or merge nowhere else. Directories the cluster file already allows stay allowed; a
+/// job without a checkpoint directory allows none.
+pub fn confine_checkpoints(config: &mut TaskConfig, spec: &TrainSpec) -> Result<()> {
+    let mut dirs = config.checkpoints.allowed_dirs.take().unwrap_or_default();
+    if let Some(dir) = &spec.checkpoint_dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Status::failed_precondition(format!(
+                "cannot create the checkpoint directory {}: {e}; choose one this user can \
+                 write (--checkpoint_dir)",
+                dir.display()
+            ))
+        })?;
+        dirs.push(dir.clone());
+    }
+    config.checkpoints.allowed_dirs = Some(dirs);
+    Ok(())
+}
+
 /// Gives a worker the CPU devices its towers run on: with `--towers N` on CPUs, a worker
 /// whose configuration asks for fewer than N CPU devices (`[devices] cpu`) gets N; a
 /// configuration asking for more keeps its count, and a ps is left as it is (it only holds
@@ -523,6 +543,28 @@ mod tests {
             towers,
             ..TrainSpec::default()
         }
+    }
+
+    #[test]
+    fn a_job_confines_checkpoints_to_its_checkpoint_dir_created_when_missing() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("ckpt");
+        let spec = TrainSpec {
+            checkpoint_dir: Some(dir.clone()),
+            ..TrainSpec::default()
+        };
+        let mut ps = config("ps", 1);
+        ps.checkpoints.allowed_dirs = Some(vec![scratch.path().join("kept")]);
+        confine_checkpoints(&mut ps, &spec).unwrap();
+        assert!(dir.is_dir());
+        assert_eq!(
+            ps.checkpoints.allowed_dirs,
+            Some(vec![scratch.path().join("kept"), dir])
+        );
+        // Without a checkpoint directory, nothing is allowed.
+        let mut worker = config("worker", 1);
+        confine_checkpoints(&mut worker, &TrainSpec::default()).unwrap();
+        assert_eq!(worker.checkpoints.allowed_dirs, Some(vec![]));
     }
 
     /// A probe that finds `gpus` GPUs of 16 GiB, or no driver at all.
