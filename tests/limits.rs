@@ -31,6 +31,24 @@ fn limits() -> Limits {
         max_sessions: 2,
         max_steps_in_flight: 1,
         max_shard_bytes: 64,
+        max_request_tensor_bytes: 1 << 20,
+    }
+}
+
+/// A float tensor of `elements` elements described by one broadcast value: about 30 bytes on
+/// the wire, `4 * elements` in memory.
+fn broadcast_floats(elements: i64) -> TensorProto {
+    TensorProto {
+        dtype: DataType::DtFloat as i32,
+        tensor_shape: Some(TensorShapeProto {
+            dim: vec![tensor_shape_proto::Dim {
+                size: elements,
+                name: String::new(),
+            }],
+            unknown_rank: false,
+        }),
+        float_val: vec![1.0],
+        ..Default::default()
     }
 }
 
@@ -183,6 +201,101 @@ async fn a_message_over_the_size_limit_is_refused_with_its_size() {
             "limits.max_message_bytes = 65536",
         ],
     );
+    still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn feeds_expanding_past_the_request_budget_are_refused_before_decoding() {
+    let (server, mut master) = start().await;
+    let handle = create(&mut master, small_graph()).await.unwrap();
+    // Three feeds of 512 KiB each, described in a few bytes: 1.5 MiB, over 1 MiB. (A 2 GiB
+    // broadcast per feed is what a hostile client sends; the storm test does.)
+    for feeds in [3usize, 1] {
+        let feed = (0..feeds)
+            .map(|_| NamedTensorProto {
+                name: "x:0".into(),
+                tensor: Some(broadcast_floats(if feeds == 1 { 1 << 29 } else { 1 << 17 })),
+            })
+            .collect();
+        let request = RunStepRequest {
+            session_handle: handle.clone(),
+            feed,
+            fetch: vec!["y:0".into()],
+            ..Default::default()
+        };
+        assert!(request.encoded_len() < 200);
+        let err = master.run_step(request).await.unwrap_err();
+        assert_exhausted(
+            &err,
+            &[
+                "RunStep: the feeds",
+                "limits.max_request_tensor_bytes = 1048576",
+            ],
+        );
+    }
+    still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn graph_constants_and_peer_tensors_past_the_request_budget_are_refused() {
+    let (server, mut master) = start().await;
+    let mut g = Graph::new();
+    g.add_op(
+        tessera::graph::builder::NodeSpec::new("Const")
+            .name("huge")
+            .attr("dtype", tessera::graph::attr::value::dtype(DType::Float))
+            .attr(
+                "value",
+                tessera::graph::attr::value::tensor(broadcast_floats(1 << 30)),
+            ),
+    )
+    .unwrap();
+    let err = create(&mut master, g.to_graph_def()).await.unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "CreateSession: the graph: its constants",
+            "limits.max_request_tensor_bytes",
+        ],
+    );
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(RPC_DEADLINE)
+            .connect()
+            .await
+            .unwrap();
+    let mut worker = tessera::proto::worker_service_client::WorkerServiceClient::new(channel);
+    let err = worker
+        .register_graph(RegisterGraphRequest {
+            graph_def: Some(g.to_graph_def()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_exhausted(&err, &["RegisterGraph: the graph: its constants"]);
+    let err = worker
+        .run_graph(RunGraphRequest {
+            graph_handle: "any".into(),
+            send: vec![NamedTensorProto {
+                name: "x".into(),
+                tensor: Some(broadcast_floats(1 << 30)),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "RunGraph: the tensors sent",
+            "limits.max_request_tensor_bytes",
+        ],
+    );
+    let handle = create(&mut master, small_graph()).await.unwrap();
     still_serves(&mut master, &handle).await;
     stop(server).await;
 }
@@ -350,7 +463,7 @@ const CLUSTER: &str =
 fn limits_and_metrics_come_from_the_file_and_the_environment() {
     let text = format!(
         "{CLUSTER}[metrics]\nlisten = \"127.0.0.1:0\"\n[limits]\nmax_sessions = 3\n\
-         max_shard_bytes = 1048576\n"
+         max_shard_bytes = 1048576\nmax_request_tensor_bytes = 2048\n"
     );
     let env = [(
         "TESSERA__LIMITS__MAX_STEPS_IN_FLIGHT".to_owned(),
@@ -364,6 +477,7 @@ fn limits_and_metrics_come_from_the_file_and_the_environment() {
             max_sessions: 3,
             max_shard_bytes: 1 << 20,
             max_steps_in_flight: 7,
+            max_request_tensor_bytes: 2048,
             ..Limits::default()
         }
     );
@@ -390,7 +504,7 @@ fn bad_limits_are_refused_naming_the_key() {
             "[limits]\nmax_memory = 5\n",
             "t.toml: limits.max_memory: unknown key; the keys allowed in [limits] are \
              max_message_bytes, max_graph_nodes, max_graph_bytes, max_sessions, \
-             max_steps_in_flight, max_shard_bytes",
+             max_steps_in_flight, max_shard_bytes, max_request_tensor_bytes",
         ),
     ];
     for (section, message) in cases {

@@ -312,11 +312,10 @@ impl Handler<ExtendSession> for Master {
 
     fn handle(&mut self, msg: ExtendSession, _ctx: &mut Self::Context) -> Self::Result {
         if let Some(graph) = &msg.0.graph_def {
-            let checked = self.state.limits().check_graph(
-                "ExtendSession: the graph",
-                graph.node.len(),
-                prost::Message::encoded_len(graph),
-            );
+            let checked = self
+                .state
+                .limits()
+                .check_graph("ExtendSession: the graph", graph);
             if let Err(e) = checked {
                 return Box::pin(std::future::ready(Err(e)));
             }
@@ -332,7 +331,15 @@ impl Handler<RunStep> for Master {
     fn handle(&mut self, msg: RunStep, _ctx: &mut Self::Context) -> Self::Result {
         let in_body = msg.0.store_errors_in_response_body;
         let handle = msg.0.session_handle.clone();
-        let step = counted_step(self, &handle, msg);
+        let feeds = msg.0.feed.iter().filter_map(|f| f.tensor.as_ref());
+        let step = match self
+            .state
+            .limits()
+            .check_request_tensors("RunStep: the feeds", feeds)
+        {
+            Ok(()) => counted_step(self, &handle, msg),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        };
         Box::pin(async move {
             match step.await {
                 Err(e) if in_body => Ok(RunStepResponse {
@@ -447,6 +454,13 @@ impl Handler<RunCallable> for Master {
 
     fn handle(&mut self, msg: RunCallable, _ctx: &mut Self::Context) -> Self::Result {
         let handle = msg.0.session_handle.clone();
+        if let Err(e) = self
+            .state
+            .limits()
+            .check_request_tensors("RunCallable: the feeds", &msg.0.feed)
+        {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         counted_step(self, &handle, msg)
     }
 }

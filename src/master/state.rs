@@ -120,11 +120,7 @@ impl MasterState {
     /// (INVALID_ARGUMENT or NOT_FOUND naming the node) and the device filters.
     pub fn prepare_session(&self, request: &CreateSessionRequest) -> Result<SessionSetup> {
         if let Some(graph) = &request.graph_def {
-            self.limits.check_graph(
-                "CreateSession: the graph",
-                graph.node.len(),
-                prost::Message::encoded_len(graph),
-            )?;
+            self.limits.check_graph("CreateSession: the graph", graph)?;
         }
         let graph = SessionGraph::new(&request.graph_def.clone().unwrap_or_default())
             .map_err(|e| e.context("CreateSession: the graph is not valid"))?;

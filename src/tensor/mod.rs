@@ -21,7 +21,7 @@ use bytes::Bytes;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 pub use dtype::DType;
-pub use proto::MAX_PROTO_TENSOR_BYTES;
+pub use proto::{declared_bytes, MAX_PROTO_TENSOR_BYTES};
 pub use shape::{PartialShape, Shape};
 pub use var::Var;
 

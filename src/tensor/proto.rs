@@ -225,14 +225,7 @@ fn checked_num_elements(dtype: DType, shape: &Shape, handle_heap: usize) -> Resu
         .dims()
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    // Strings and handles are built in a vector, then moved into the tensor's shared buffer:
-    // for a moment each element is held twice (repeated strings share their bytes; each
-    // handle copy has its own strings).
-    let per_element = match dtype {
-        DType::String => 2 * std::mem::size_of::<Bytes>(),
-        DType::Resource => 2 * std::mem::size_of::<ResourceHandle>() + handle_heap,
-        _ => dtype.size().unwrap_or(1),
-    };
+    let per_element = bytes_per_element(dtype, handle_heap);
     let Some(n) = n else {
         return Err(Status::invalid_argument(format!(
             "a {dtype} tensor of shape {shape} has too many elements to hold in memory"
@@ -246,6 +239,36 @@ fn checked_num_elements(dtype: DType, shape: &Shape, handle_heap: usize) -> Resu
              smaller pieces"
         ))),
     }
+}
+
+/// What one element of a `dtype` tensor read from a proto takes in memory. Strings and handles
+/// are built in a vector, then moved into the tensor's shared buffer: for a moment each element
+/// is held twice (repeated strings share their bytes; each handle copy has its own strings).
+fn bytes_per_element(dtype: DType, handle_heap: usize) -> usize {
+    match dtype {
+        DType::String => 2 * std::mem::size_of::<Bytes>(),
+        DType::Resource => 2 * std::mem::size_of::<ResourceHandle>() + handle_heap,
+        _ => dtype.size().unwrap_or(1),
+    }
+}
+
+/// The bytes `proto` would take once read into a tensor, from its dtype and shape alone (a
+/// few bytes of proto may describe gigabytes): what request budgets count before anything is
+/// decoded. Saturates instead of overflowing; a proto without a valid dtype or shape counts
+/// its encoded size (reading it fails anyway).
+pub fn declared_bytes(proto: &TensorProto) -> u64 {
+    let encoded = prost::Message::encoded_len(proto) as u64;
+    let Ok(dtype) = DType::from_i32(proto.dtype) else {
+        return encoded;
+    };
+    let Some(shape) = &proto.tensor_shape else {
+        return encoded.max(bytes_per_element(dtype, 0) as u64);
+    };
+    let elements = shape.dim.iter().fold(1u64, |n, d| {
+        n.saturating_mul(u64::try_from(d.size).unwrap_or(0))
+    });
+    let per_element = bytes_per_element(dtype, handle_heap_bytes(proto)) as u64;
+    elements.saturating_mul(per_element).max(encoded)
 }
 
 /// The most heap one copy of a handle in `proto` takes: each non-empty string is a block of at

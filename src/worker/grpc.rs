@@ -129,11 +129,7 @@ impl WorkerService for WorkerGrpc {
     ) -> Result<Response<RegisterGraphResponse>, tonic::Status> {
         let request = request.into_inner();
         if let Some(graph) = &request.graph_def {
-            self.limits.check_graph(
-                "RegisterGraph: the graph",
-                graph.node.len(),
-                prost::Message::encoded_len(graph),
-            )?;
+            self.limits.check_graph("RegisterGraph: the graph", graph)?;
         }
         self.call(RegisterGraph(request)).await
     }
@@ -151,6 +147,10 @@ impl WorkerService for WorkerGrpc {
     ) -> Result<Response<RunGraphResponse>, tonic::Status> {
         let timeout = grpc_timeout(&request);
         let request = request.into_inner();
+        self.limits.check_request_tensors(
+            "RunGraph: the tensors sent",
+            request.send.iter().filter_map(|s| s.tensor.as_ref()),
+        )?;
         metrics::received(
             &self.task,
             "RunGraph",

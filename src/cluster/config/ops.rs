@@ -15,6 +15,8 @@ use serde::Deserialize;
 
 use super::ConfigError;
 use crate::error::Status;
+use crate::proto::{attr_value, GraphDef, TensorProto};
+use crate::tensor::declared_bytes;
 
 /// `[metrics]`: the Prometheus endpoint.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,6 +42,9 @@ pub struct Limits {
     /// Most bytes of variable values the task's variable shard holds
     /// (`limits.max_shard_bytes`).
     pub max_shard_bytes: u64,
+    /// Most bytes the tensors of one request expand to in memory: a step's feeds, or the
+    /// constants of a graph a client or master sends (`limits.max_request_tensor_bytes`).
+    pub max_request_tensor_bytes: u64,
 }
 
 /// `[checkpoints]`: where the checkpoint and summary kernels may touch files.
@@ -64,6 +69,7 @@ pub(super) const LIMIT_KEYS: &[&str] = &[
     "max_sessions",
     "max_steps_in_flight",
     "max_shard_bytes",
+    "max_request_tensor_bytes",
 ];
 
 impl Default for Limits {
@@ -77,6 +83,8 @@ impl Default for Limits {
             max_steps_in_flight: 256,
             // 64 GiB: more than a ps host usually has, so only a runaway model meets it.
             max_shard_bytes: 64 << 30,
+            // Two of the largest tensors a message may describe.
+            max_request_tensor_bytes: 4 << 30,
         }
     }
 }
@@ -92,9 +100,12 @@ impl Limits {
         ))
     }
 
-    /// Refuses a graph of `nodes` nodes and `bytes` serialized bytes when over
-    /// `max_graph_nodes` or `max_graph_bytes`; `what` names it (`"CreateSession: the graph"`).
-    pub fn check_graph(&self, what: &str, nodes: usize, bytes: usize) -> crate::Result<()> {
+    /// Refuses `graph` when it has over `max_graph_nodes` nodes, takes over `max_graph_bytes`
+    /// serialized or its constants (every tensor attr, functions' included) expand to over
+    /// `max_request_tensor_bytes`; `what` names it (`"CreateSession: the graph"`).
+    pub fn check_graph(&self, what: &str, graph: &GraphDef) -> crate::Result<()> {
+        let nodes = graph.node.len();
+        let bytes = prost::Message::encoded_len(graph);
         if nodes > self.max_graph_nodes {
             return Err(Self::exceeded(
                 "max_graph_nodes",
@@ -108,6 +119,36 @@ impl Limits {
                 self.max_graph_bytes,
                 &format!("{what} is {bytes} bytes"),
             ));
+        }
+        let functions = graph.library.iter().flat_map(|l| &l.function);
+        let all_nodes = graph.node.iter().chain(functions.flat_map(|f| &f.node_def));
+        let constants = all_nodes
+            .flat_map(|n| n.attr.values())
+            .filter_map(|a| match &a.value {
+                Some(attr_value::Value::Tensor(t)) => Some(t),
+                _ => None,
+            });
+        self.check_request_tensors(&format!("{what}: its constants"), constants)
+    }
+
+    /// Refuses `tensors` (a step's feeds, a graph's constants) when, read into memory, they
+    /// would take over `max_request_tensor_bytes` together; `what` names them
+    /// (`"RunStep: the feeds"`). Counts declared shapes, before anything is decoded.
+    pub fn check_request_tensors<'a>(
+        &self,
+        what: &str,
+        tensors: impl IntoIterator<Item = &'a TensorProto>,
+    ) -> crate::Result<()> {
+        let mut total = 0u64;
+        for tensor in tensors {
+            total = total.saturating_add(declared_bytes(tensor));
+            if total > self.max_request_tensor_bytes {
+                return Err(Self::exceeded(
+                    "max_request_tensor_bytes",
+                    self.max_request_tensor_bytes,
+                    &format!("{what} expand to over {total} bytes in memory"),
+                ));
+            }
         }
         Ok(())
     }
@@ -174,6 +215,7 @@ pub(super) struct RawLimits {
     max_sessions: Option<i64>,
     max_steps_in_flight: Option<i64>,
     max_shard_bytes: Option<i64>,
+    max_request_tensor_bytes: Option<i64>,
 }
 
 impl RawMetrics {
@@ -246,6 +288,11 @@ impl RawLimits {
                 "max_shard_bytes",
                 self.max_shard_bytes,
                 defaults.max_shard_bytes,
+            )?,
+            max_request_tensor_bytes: positive(
+                "max_request_tensor_bytes",
+                self.max_request_tensor_bytes,
+                defaults.max_request_tensor_bytes,
             )?,
         })
     }
