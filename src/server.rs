@@ -392,6 +392,7 @@ fn start_actors(
     )
     .with_limits(config.limits.clone());
     let limits = config.limits.clone();
+    let cpu_memory_limit = config.devices.cpu_memory_budget();
     let timeouts = config.timeouts.clone();
     let security = config.security.clone();
     let (tx, rx) = mpsc::channel();
@@ -430,6 +431,7 @@ fn start_actors(
                     WorkerOptions {
                         max_sessions: limits.max_sessions,
                         files,
+                        cpu_memory_limit: Some(cpu_memory_limit),
                         ..WorkerOptions::from_timeouts(&timeouts)
                     },
                 );

@@ -480,6 +480,7 @@ fn device_config_round_trips_through_config_proto() {
         allow_growth: true,
         visible_devices: vec![3, 1],
         soft_placement: false,
+        cpu_memory_limit: None,
     };
     let config = session_config(&devices);
     assert_eq!(

@@ -471,7 +471,8 @@ async fn oversized_tensors_are_refused_without_allocating_them() {
     let session = daemon.matmul_session().await;
 
     // One value broadcast over 2^31 × 3 floats (24 GiB): TensorFlow would fill it; the
-    // daemon refuses instead of trying to allocate it from a 30-byte message.
+    // daemon refuses instead of trying to allocate it from a 30-byte message, by the request
+    // budget before decoding it.
     let broadcast = TensorProto {
         dtype: DType::Float.to_proto() as i32,
         tensor_shape: Some(shape(&[1 << 31, 3])),
@@ -484,7 +485,7 @@ async fn oversized_tensors_are_refused_without_allocating_them() {
             RUN_STEP,
             feed_x(&session, broadcast),
             &[ResourceExhausted],
-            "the most a TensorProto may describe",
+            "limits.max_request_tensor_bytes",
         )
         .await;
 
@@ -507,7 +508,7 @@ async fn oversized_tensors_are_refused_without_allocating_them() {
             RUN_GRAPH,
             run_graph.encode_to_vec(),
             &[ResourceExhausted],
-            "the most a TensorProto may describe",
+            "limits.max_request_tensor_bytes",
         )
         .await;
 

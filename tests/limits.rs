@@ -406,6 +406,107 @@ async fn a_step_over_the_in_flight_limit_is_refused_while_another_runs() {
 }
 
 #[tokio::test]
+async fn kernels_and_variables_past_the_cpu_memory_budget_are_refused_and_the_task_serves_on() {
+    let mut config = TaskConfig::local();
+    config.devices.cpu_memory_limit = Some(1 << 20);
+    let server = tokio::task::spawn_blocking(|| Server::start(config))
+        .await
+        .unwrap()
+        .unwrap();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(RPC_DEADLINE)
+            .connect()
+            .await
+            .unwrap();
+    let mut master = MasterServiceClient::new(channel);
+    // `huge`: Fill of 2^30 floats (4 GiB) from a fed shape, over the 1 MiB budget; `first`: a
+    // variable of a fed 600 KB value, and `second` a copy of it: one fits, two do not.
+    let mut g = Graph::new();
+    let dims = g
+        .placeholder("dims", DType::Int32, PartialShape::unknown())
+        .unwrap();
+    let one = g.constant(&Tensor::scalar(1.0f32)).unwrap();
+    g.add_op(
+        tessera::graph::builder::NodeSpec::new("Fill")
+            .name("huge")
+            .input(&dims)
+            .input(&one),
+    )
+    .unwrap();
+    let init = g
+        .placeholder("init", DType::Float, PartialShape::unknown())
+        .unwrap();
+    let first = g.variable("first", &init).unwrap();
+    let copy = g.read(&first).unwrap();
+    let second = g.variable("second", &copy).unwrap();
+    let def = g.to_graph_def();
+    let handle = create(&mut master, small_graph()).await.unwrap();
+    let graph_handle = create(&mut master, def).await.unwrap();
+    let err = master
+        .run_step(RunStepRequest {
+            session_handle: graph_handle.clone(),
+            feed: vec![Tensor::from_vec(vec![1], vec![1i32 << 30])
+                .unwrap()
+                .to_named_proto("dims:0")],
+            fetch: vec!["huge:0".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "`huge` (op Fill)",
+            "4294967296 bytes",
+            "devices.cpu_memory_limit is 1048576 bytes",
+        ],
+    );
+    let init_step = |target: &str| RunStepRequest {
+        session_handle: graph_handle.clone(),
+        feed: vec![Tensor::from_vec(vec![150_000], vec![0.5f32; 150_000])
+            .unwrap()
+            .to_named_proto("init:0")],
+        target: vec![target.to_owned()],
+        ..Default::default()
+    };
+    master
+        .run_step(init_step(&first.initializer))
+        .await
+        .unwrap();
+    let err = master
+        .run_step(init_step(&second.initializer))
+        .await
+        .unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "variable `second`: a value of 600000 bytes",
+            "over devices.cpu_memory_limit = 1048576 bytes",
+        ],
+    );
+    // A small Fill runs on the same session, and another session's step too.
+    let small = master
+        .run_step(RunStepRequest {
+            session_handle: graph_handle,
+            feed: vec![Tensor::from_vec(vec![1], vec![4i32])
+                .unwrap()
+                .to_named_proto("dims:0")],
+            fetch: vec!["huge:0".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let filled = Tensor::from_proto(small.tensor[0].tensor.as_ref().unwrap()).unwrap();
+    assert_eq!(filled.values::<f32>().unwrap().as_ref(), &[1.0; 4]);
+    still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
 async fn a_variable_over_the_shard_limit_is_refused() {
     let (server, mut master) = start().await;
     let mut g = Graph::new();

@@ -562,3 +562,42 @@ fn named_tensors() {
     let e = Tensor::from_named_proto(&bad).unwrap_err();
     assert!(e.message().contains("x:0"), "{e:?}");
 }
+
+#[test]
+fn a_broadcast_proto_counts_what_it_expands_to_and_past_2_gib_is_not_decoded() {
+    use tessera::proto::{tensor_shape_proto, TensorProto, TensorShapeProto};
+    let broadcast = |dims: &[i64]| TensorProto {
+        dtype: DType::Float.to_proto() as i32,
+        tensor_shape: Some(TensorShapeProto {
+            dim: dims
+                .iter()
+                .map(|&size| tensor_shape_proto::Dim {
+                    size,
+                    name: String::new(),
+                })
+                .collect(),
+            unknown_rank: false,
+        }),
+        float_val: vec![1.0],
+        ..Default::default()
+    };
+    // A few bytes on the wire, 24 GiB in memory.
+    let huge = broadcast(&[1 << 31, 3]);
+    assert_eq!(tessera::tensor::declared_bytes(&huge), 24 << 30);
+    let err = Tensor::from_proto(&huge).unwrap_err();
+    assert_eq!(err.code(), tessera::Code::ResourceExhausted);
+    assert!(
+        err.message()
+            .contains("the most a TensorProto may describe"),
+        "{err}"
+    );
+    // Small ones count their elements; an overflowing count counts its encoding and fails
+    // to decode as INVALID_ARGUMENT.
+    assert_eq!(tessera::tensor::declared_bytes(&broadcast(&[2, 3])), 24);
+    let absurd = broadcast(&[1 << 62, 1 << 62]);
+    assert!(tessera::tensor::declared_bytes(&absurd) < 100);
+    assert_eq!(
+        Tensor::from_proto(&absurd).unwrap_err().code(),
+        tessera::Code::InvalidArgument
+    );
+}

@@ -235,6 +235,7 @@ pub fn device_config(config: Option<&ConfigProto>) -> Result<DeviceConfig> {
         allow_growth: gpu.allow_growth,
         visible_devices,
         soft_placement: config.allow_soft_placement,
+        cpu_memory_limit: None,
     })
 }
 

@@ -125,6 +125,16 @@ impl<'a> OpContext<'a> {
         self.files
     }
 
+    /// Checks that `bytes` more would fit in the device's memory budget now, before the kernel
+    /// allocates an output of a shape it was given; RESOURCE_EXHAUSTED naming the node, the
+    /// bytes and the limit's config key otherwise. Always fine on a device without a limit.
+    pub fn check_fits(&self, bytes: u64) -> Result<()> {
+        match self.memory {
+            Some(budget) => budget.check_fits(&self.node.name, &self.node.op, bytes),
+            None => Ok(()),
+        }
+    }
+
     /// Charges `bytes` of device memory this kernel is about to allocate to the device's
     /// budget, held until the returned charge is dropped; RESOURCE_EXHAUSTED naming the node,
     /// the bytes and the limit when that would go over it. `None` on a device without a limit.

@@ -49,10 +49,14 @@ impl Device {
     /// A device with the same name, type, memory budget and files but a resource store of its
     /// own (a worker session with isolated state).
     pub fn isolated(&self) -> Self {
+        let resources = ResourceMgr::new();
+        if let Some(budget) = &self.memory {
+            resources.set_memory(Arc::clone(budget));
+        }
         Self {
             name: self.name.clone(),
             device_type: self.device_type,
-            resources: Arc::new(ResourceMgr::new()),
+            resources: Arc::new(resources),
             memory: self.memory.clone(),
             files: self.files.clone(),
         }
@@ -71,8 +75,16 @@ impl Device {
 
     /// The same device with a memory limit of `bytes`: kernel outputs that would take the
     /// device's steps over it fail with RESOURCE_EXHAUSTED (see [`MemoryBudget`]).
-    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
-        self.memory = Some(MemoryBudget::new(self.name.clone(), bytes));
+    pub fn with_memory_limit(self, bytes: u64) -> Self {
+        let budget = MemoryBudget::new(self.name.clone(), bytes);
+        self.with_memory(budget)
+    }
+
+    /// The same device accounting its memory in `budget`: kernel outputs and the variables of
+    /// its resource store count against it.
+    pub fn with_memory(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.resources.set_memory(Arc::clone(&budget));
+        self.memory = Some(budget);
         self
     }
 

@@ -7,6 +7,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::device::memory::MemoryBudget;
 use crate::error::{Result, Status};
 
 /// A resource that can live in a [`ResourceMgr`].
@@ -39,6 +40,8 @@ pub struct ResourceMgr {
     /// Most bytes of variable values the store may hold (`limits.max_shard_bytes` on the
     /// task's variable shard); unset, no limit.
     max_var_bytes: OnceLock<u64>,
+    /// The device's memory budget, which the variables' bytes count against; unset, none.
+    memory: OnceLock<Arc<MemoryBudget>>,
 }
 
 impl ResourceMgr {
@@ -135,6 +138,17 @@ impl ResourceMgr {
         let _ = self.max_var_bytes.set(limit);
     }
 
+    /// Counts the bytes of this store's variables against `budget` (the device's memory). Only
+    /// the first call counts.
+    pub fn set_memory(&self, budget: Arc<MemoryBudget>) {
+        let _ = self.memory.set(budget);
+    }
+
+    /// This store's id in its memory budget.
+    fn store_id(&self) -> usize {
+        self as *const Self as usize
+    }
+
     /// Returns the number of variables held and the bytes of their values (uninitialized
     /// variables count as 0 bytes).
     ///
@@ -160,31 +174,61 @@ impl ResourceMgr {
     }
 
     /// Checks that replacing a variable value of `old` bytes by one of `new` bytes keeps the
-    /// store within its limit; RESOURCE_EXHAUSTED naming `limits.max_shard_bytes` otherwise.
-    /// `what` names the write for the message (``"node `init`: variable `w`"``).
+    /// store within `limits.max_shard_bytes` and the device within its memory budget (the
+    /// variables plus what steps hold); RESOURCE_EXHAUSTED naming the one exceeded otherwise.
+    /// `what` names the write for the message (``"node `init`: variable `w`"``). On success the
+    /// budget counts the store's variables at their new size.
     ///
-    /// Two writers racing may both pass and overshoot by one value: the limit bounds runaway
-    /// growth, not exact accounting. Never call it while holding a variable's lock.
+    /// Two writers racing may both pass and overshoot by one value: the limits bound runaway
+    /// growth, not exact accounting. Shrinking and deleted variables are counted again at the
+    /// next growth. Never call it while holding a variable's lock.
     pub fn check_var_bytes(&self, what: &str, old: u64, new: u64) -> Result<()> {
-        let Some(&limit) = self.max_var_bytes.get() else {
-            return Ok(());
-        };
-        if new <= old {
+        let shard_limit = self.max_var_bytes.get();
+        let memory = self.memory.get();
+        if new <= old || (shard_limit.is_none() && memory.is_none()) {
             return Ok(());
         }
         let (_, held) = self.variable_usage();
         let after = held.saturating_sub(old).saturating_add(new);
-        if after > limit {
-            return Err(crate::cluster::Limits::exceeded(
-                "max_shard_bytes",
-                limit,
-                &format!(
-                    "{what}: a value of {new} bytes would make the variable store hold {after} \
-                     bytes"
-                ),
-            ));
+        if let Some(&limit) = shard_limit {
+            if after > limit {
+                return Err(crate::cluster::Limits::exceeded(
+                    "max_shard_bytes",
+                    limit,
+                    &format!(
+                        "{what}: a value of {new} bytes would make the variable store hold \
+                         {after} bytes"
+                    ),
+                ));
+            }
+        }
+        if let Some(budget) = memory {
+            let others = budget.resident() - budget.resident_of(self.store_id());
+            let steps = budget.in_use();
+            let total = others.saturating_add(steps).saturating_add(after);
+            if total > budget.limit() {
+                return Err(Status::resource_exhausted(format!(
+                    "{what}: a value of {new} bytes would make the device's variables take \
+                     {} bytes and, with {steps} bytes held by steps, {total} bytes in all, \
+                     over {} = {} bytes; raise {}, or place the variable on another device",
+                    others.saturating_add(after),
+                    budget.key(),
+                    budget.limit(),
+                    budget.key()
+                )));
+            }
+            budget.set_resident(self.store_id(), after);
         }
         Ok(())
+    }
+}
+
+impl Drop for ResourceMgr {
+    /// The store's variables go with it: the device's budget gets their bytes back.
+    fn drop(&mut self) {
+        if let Some(budget) = self.memory.get() {
+            budget.set_resident(self.store_id(), 0);
+        }
     }
 }
 

@@ -254,8 +254,8 @@ fn bytes_per_element(dtype: DType, handle_heap: usize) -> usize {
 
 /// The bytes `proto` would take once read into a tensor, from its dtype and shape alone (a
 /// few bytes of proto may describe gigabytes): what request budgets count before anything is
-/// decoded. Saturates instead of overflowing; a proto without a valid dtype or shape counts
-/// its encoded size (reading it fails anyway).
+/// decoded. Saturates instead of overflowing; a proto without a valid dtype or shape (an
+/// element count past 2^64) counts its encoded size, as reading it fails anyway.
 pub fn declared_bytes(proto: &TensorProto) -> u64 {
     let encoded = prost::Message::encoded_len(proto) as u64;
     let Ok(dtype) = DType::from_i32(proto.dtype) else {
@@ -264,9 +264,12 @@ pub fn declared_bytes(proto: &TensorProto) -> u64 {
     let Some(shape) = &proto.tensor_shape else {
         return encoded.max(bytes_per_element(dtype, 0) as u64);
     };
-    let elements = shape.dim.iter().fold(1u64, |n, d| {
-        n.saturating_mul(u64::try_from(d.size).unwrap_or(0))
-    });
+    // A count that overflows is no shape at all: reading it fails with INVALID_ARGUMENT.
+    let Some(elements) = shape.dim.iter().try_fold(1u64, |n, d| {
+        n.checked_mul(u64::try_from(d.size).unwrap_or(0))
+    }) else {
+        return encoded;
+    };
     let per_element = bytes_per_element(dtype, handle_heap_bytes(proto)) as u64;
     elements.saturating_mul(per_element).max(encoded)
 }

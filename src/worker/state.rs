@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cluster::{TaskId, Timeouts};
+use crate::device::memory::MemoryBudget;
 use crate::error::{Result, Status};
 use crate::format::files::Files;
 use crate::kernels::DeviceType;
@@ -61,6 +62,9 @@ pub struct WorkerOptions {
     /// The paths the devices' checkpoint and summary kernels may touch
     /// (`checkpoints.allowed_dirs`).
     pub files: Files,
+    /// Bytes each CPU device's steps and variables may take (`devices.cpu_memory_limit`);
+    /// `None`, no limit.
+    pub cpu_memory_limit: Option<u64>,
 }
 
 impl Default for WorkerOptions {
@@ -80,6 +84,7 @@ impl WorkerOptions {
             session_ttl: Duration::from_secs(3600),
             max_sessions: crate::cluster::Limits::default().max_sessions,
             files: Files::ambient(),
+            cpu_memory_limit: None,
         }
     }
 }
@@ -142,11 +147,21 @@ impl WorkerState {
                 };
                 let device = Device::with_resources(&d.name, device_type, resources)
                     .with_files(options.files.clone());
-                // A GPU's limit (from gpu_memory_fraction) is enforced; a CPU's 256 MiB is
-                // only what TensorFlow reports.
-                Arc::new(match device_type {
-                    DeviceType::Gpu => device.with_memory_limit(d.memory_limit.max(0) as u64),
-                    DeviceType::Cpu => device,
+                // A GPU's limit comes from gpu_memory_fraction; a CPU's from the options (the
+                // 256 MiB its attributes report is only what TensorFlow reports).
+                let budget = match device_type {
+                    DeviceType::Gpu => Some(MemoryBudget::with_key(
+                        &d.name,
+                        d.memory_limit.max(0) as u64,
+                        "devices.gpu_memory_fraction",
+                    )),
+                    DeviceType::Cpu => options.cpu_memory_limit.map(|limit| {
+                        MemoryBudget::with_key(&d.name, limit, "devices.cpu_memory_limit")
+                    }),
+                };
+                Arc::new(match budget {
+                    Some(budget) => device.with_memory(budget),
+                    None => device,
                 })
             })
             .collect();

@@ -82,6 +82,7 @@ struct RawDevices {
     allow_growth: Option<bool>,
     visible_gpus: Option<GpuList>,
     soft_placement: Option<bool>,
+    cpu_memory_limit: Option<i64>,
 }
 
 /// `visible_gpus`: a list in the file; a single id or `"0,1"` from the environment.
@@ -631,6 +632,19 @@ impl RawDevices {
             allow_growth: self.allow_growth.unwrap_or(defaults.allow_growth),
             visible_devices,
             soft_placement: self.soft_placement.unwrap_or(defaults.soft_placement),
+            cpu_memory_limit: match self.cpu_memory_limit {
+                None => None,
+                Some(n) if n >= 1 => Some(n as u64),
+                Some(n) => {
+                    return Err(invalid(
+                        "devices.cpu_memory_limit",
+                        format!(
+                            "{n} bytes is not positive; set the bytes each CPU device's steps \
+                             and variables may take, or remove it for 80% of the host's memory"
+                        ),
+                    ))
+                }
+            },
         })
     }
 }

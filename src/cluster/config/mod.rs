@@ -68,6 +68,10 @@ pub struct DeviceConfig {
     pub visible_devices: Vec<u32>,
     /// Place an op on CPU when the requested device has no kernel for it.
     pub soft_placement: bool,
+    /// Bytes each CPU device's step tensors and variables may take together
+    /// (`devices.cpu_memory_limit`); `None` means 80% of the host's memory
+    /// ([`DeviceConfig::cpu_memory_budget`]).
+    pub cpu_memory_limit: Option<u64>,
 }
 
 /// Deadlines for the waits a task makes.
@@ -92,8 +96,26 @@ impl Default for DeviceConfig {
             allow_growth: false,
             visible_devices: Vec::new(),
             soft_placement: true,
+            cpu_memory_limit: None,
         }
     }
+}
+
+impl DeviceConfig {
+    /// The bytes each CPU device may take: `cpu_memory_limit`, or 80% of the host's memory
+    /// (`/proc/meminfo`'s MemTotal; 16 GiB where it cannot be read).
+    pub fn cpu_memory_budget(&self) -> u64 {
+        self.cpu_memory_limit
+            .unwrap_or_else(|| host_memory().unwrap_or(16 << 30) / 5 * 4)
+    }
+}
+
+/// The host's physical memory in bytes, from `/proc/meminfo`.
+fn host_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 impl Default for Timeouts {

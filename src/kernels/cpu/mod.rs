@@ -245,9 +245,12 @@ fn int_scalar(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<i64> {
 /// RESOURCE_EXHAUSTED instead of aborting the process on allocation.
 const MAX_ELEMENTS: usize = 1 << 32;
 
-/// Returns the element count of `dims`, or RESOURCE_EXHAUSTED when it is too big to allocate.
+/// Returns the element count of `dims`, or RESOURCE_EXHAUSTED when it is too big to allocate:
+/// over [`MAX_ELEMENTS`], or more than the device's memory budget has left for elements of the
+/// node's `dtype` or `T` (4 bytes when it has neither).
 fn checked_elements(ctx: &OpContext<'_>, dims: &[usize]) -> Result<usize> {
-    dims.iter()
+    let n = dims
+        .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .filter(|&n| n <= MAX_ELEMENTS)
         .ok_or_else(|| {
@@ -259,7 +262,15 @@ fn checked_elements(ctx: &OpContext<'_>, dims: &[usize]) -> Result<usize> {
                 node.op,
                 crate::tensor::Shape::new(dims.to_vec())
             ))
-        })
+        })?;
+    let node = ctx.node();
+    let element = ["dtype", "T"]
+        .iter()
+        .find_map(|key| crate::graph::attr::dtype(node, key).ok())
+        .and_then(|dtype| dtype.size())
+        .unwrap_or(4);
+    ctx.check_fits((n as u64).saturating_mul(element as u64))?;
+    Ok(n)
 }
 
 /// Reads a 1-D int tensor holding a shape to allocate; every dimension must be non-negative

@@ -316,7 +316,11 @@ impl StepCommon {
                 }
                 let charge = match device.memory() {
                     Some(budget) => {
-                        let bytes = allocated_bytes(ctx.inputs(), &values);
+                        let bytes = if reads_variable_buffer(&node.def.op) {
+                            0
+                        } else {
+                            allocated_bytes(ctx.inputs(), &values)
+                        };
                         match budget.charge(&node.def.name, &node.def.op, bytes) {
                             Ok(charge) => Some(charge),
                             Err(e) => {
@@ -357,6 +361,12 @@ pub(super) fn dead_fetch(name: &str) -> Status {
     ))
 }
 
+/// Whether `op`'s output is a variable's own buffer, shared rather than copied: the budget
+/// already counts it with the device's variables.
+fn reads_variable_buffer(op: &str) -> bool {
+    op == "ReadVariableOp"
+}
+
 /// The bytes of a kernel's outputs that are new allocations: outputs whose buffer lies inside
 /// one of the inputs' (Identity, Reshape, a forwarded input) are views and cost nothing.
 fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
@@ -369,6 +379,8 @@ fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
     outputs
         .iter()
         .flatten()
+        // A reference is the variable itself, counted with the device's variables.
+        .filter(|t| !t.is_ref())
         .filter(|t| match range(t) {
             Some((start, _)) => !held.iter().any(|&(lo, hi)| lo <= start && start < hi),
             None => true,
