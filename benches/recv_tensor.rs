@@ -32,6 +32,7 @@ use tessera::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use tessera::proto::*;
 use tessera::server::{server_builder, tune_endpoint, Server, MAX_MESSAGE_BYTES};
 use tessera::tensor::{DType, Tensor};
+use tessera::wire::channel::ChannelLimit;
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 use tonic::{Request, Response};
@@ -404,7 +405,7 @@ impl DaemonSource {
                 .expect("a plain-text peer has one");
             let deadline = Instant::now() + Duration::from_secs(60);
             channel
-                .recv_tensor(&request, deadline, &|| None)
+                .recv_tensor(&request, deadline, ChannelLimit::NONE, &|| None)
                 .expect("the daemon speaks the tensor channel")
                 .expect("RecvTensor")
         } else {

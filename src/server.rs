@@ -432,6 +432,7 @@ fn start_actors(
                         max_sessions: limits.max_sessions,
                         files,
                         cpu_memory_limit: Some(cpu_memory_limit),
+                        max_message_bytes: limits.max_message_bytes,
                         ..WorkerOptions::from_timeouts(&timeouts)
                     },
                 );

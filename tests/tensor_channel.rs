@@ -32,7 +32,8 @@ use tessera::security::{ClusterToken, Security};
 use tessera::server::Server;
 use tessera::tensor::{DType, Tensor};
 use tessera::wire::channel::{
-    hello, incoming, ChannelConfig, TensorChannel, ANSWER_HEAD_BYTES, RESPONSE_HEAD_BYTES,
+    hello, incoming, ChannelConfig, ChannelLimit, TensorChannel, ANSWER_HEAD_BYTES,
+    RESPONSE_HEAD_BYTES,
 };
 use tessera::Code;
 use tokio::runtime::Runtime;
@@ -192,7 +193,12 @@ fn never_stopped() -> Option<tessera::Status> {
 /// Pulls over `channel`, which must carry the call.
 fn pull(channel: &TensorChannel, step_id: i64, key: &str) -> tessera::Result<Tensor> {
     let response = channel
-        .recv_tensor(&request(step_id, key), in_a_while(), &never_stopped)
+        .recv_tensor(
+            &request(step_id, key),
+            in_a_while(),
+            ChannelLimit::NONE,
+            &never_stopped,
+        )
         .expect("the channel carries the call")?;
     Tensor::from_proto(response.tensor.as_ref().expect("a tensor"))
 }
@@ -296,7 +302,12 @@ fn a_pull_ends_at_its_deadline_or_when_its_step_stops() {
 
     let deadline = Instant::now() + Duration::from_millis(300);
     let err = channel
-        .recv_tensor(&request(1, &key), deadline, &never_stopped)
+        .recv_tensor(
+            &request(1, &key),
+            deadline,
+            ChannelLimit::NONE,
+            &never_stopped,
+        )
         .expect("the channel carries the call")
         .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
@@ -312,7 +323,12 @@ fn a_pull_ends_at_its_deadline_or_when_its_step_stops() {
             .then(|| tessera::Status::aborted("step 2 aborted by another partition"))
     };
     let err = channel
-        .recv_tensor(&request(2, &key), in_a_while(), &stopped)
+        .recv_tensor(
+            &request(2, &key),
+            in_a_while(),
+            ChannelLimit::NONE,
+            &stopped,
+        )
         .expect("the channel carries the call")
         .unwrap_err();
     assert_eq!(err.code(), Code::Aborted);
@@ -362,10 +378,20 @@ fn the_cluster_token_is_required_and_a_refused_channel_leaves_calls_to_grpc() {
     .expect("plain text has a channel");
     daemon.run(&graph, 2);
     assert!(tokenless
-        .recv_tensor(&request(2, &key), in_a_while(), &never_stopped)
+        .recv_tensor(
+            &request(2, &key),
+            in_a_while(),
+            ChannelLimit::NONE,
+            &never_stopped
+        )
         .is_none());
     assert!(tokenless
-        .recv_tensor(&request(2, &key), in_a_while(), &never_stopped)
+        .recv_tensor(
+            &request(2, &key),
+            in_a_while(),
+            ChannelLimit::NONE,
+            &never_stopped
+        )
         .is_none());
     // Nothing was taken: the tensor is still there for the peer with the token.
     assert_eq!(
@@ -419,7 +445,12 @@ fn tls_turns_the_channel_off_on_both_sides() {
     .unwrap();
     daemon.run(&graph, 2);
     assert!(plain
-        .recv_tensor(&request(2, &key), in_a_while(), &never_stopped)
+        .recv_tensor(
+            &request(2, &key),
+            in_a_while(),
+            ChannelLimit::NONE,
+            &never_stopped
+        )
         .is_none());
     let answer = raw_hello(daemon.server.local_addr(), None);
     assert_eq!(&answer[..4], b"TSRT");
@@ -458,7 +489,12 @@ fn a_task_that_does_not_speak_the_channel_leaves_calls_to_grpc_without_retrying_
     let key = format!("{DAEMON_CPU};0000000000000001;{PULLER_CPU};edge_8_x;0:0");
     for _ in 0..3 {
         assert!(channel
-            .recv_tensor(&request(1, &key), in_a_while(), &never_stopped)
+            .recv_tensor(
+                &request(1, &key),
+                in_a_while(),
+                ChannelLimit::NONE,
+                &never_stopped
+            )
             .is_none());
     }
     assert_eq!(
@@ -621,7 +657,7 @@ fn a_caller_that_gives_up_ends_the_senders_wait() {
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let err = channel
-        .recv_tensor(&request(1, &key), deadline, &stopped)
+        .recv_tensor(&request(1, &key), deadline, ChannelLimit::NONE, &stopped)
         .expect("the channel carries the call")
         .unwrap_err();
     assert_eq!(err.code(), Code::Cancelled);
@@ -638,4 +674,46 @@ fn a_caller_that_gives_up_ends_the_senders_wait() {
     assert_eq!(channel.idle_connections(), 0);
     let _ = stop.send(true);
     drop(others);
+}
+
+#[test]
+fn an_answer_announcing_more_than_the_limit_or_the_budget_room_is_refused_unread() {
+    let daemon = Daemon::start(Security::plain());
+    // 4096 floats: 16 KiB of content.
+    let value = Tensor::from_vec(vec![4096], vec![0.5f32; 4096]).unwrap();
+    let (graph, key) = daemon.register("edge_big", &value);
+    for (step, limit, want) in [
+        (
+            1,
+            ChannelLimit {
+                max_message_bytes: 4096,
+                room: u64::MAX,
+            },
+            "limits.max_message_bytes = 4096",
+        ),
+        (
+            2,
+            ChannelLimit {
+                max_message_bytes: 1 << 30,
+                room: 1000,
+            },
+            "memory budget has 1000 bytes left",
+        ),
+    ] {
+        daemon.run(&graph, step);
+        let err = daemon
+            .channel()
+            .recv_tensor(&request(step, &key), in_a_while(), limit, &never_stopped)
+            .expect("the channel carries the call")
+            .unwrap_err();
+        assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+        assert!(err.message().contains(want), "{err}");
+        assert!(err.message().contains("16384 bytes"), "{err}");
+    }
+    // The refused connections were dropped, not given back; a call within the limits works.
+    assert_eq!(daemon.channel().idle_connections(), 0);
+    daemon.run(&graph, 3);
+    let got = pull(daemon.channel(), 3, &key).unwrap();
+    assert_eq!(got.num_elements(), 4096);
+    daemon.server.stop();
 }

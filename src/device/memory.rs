@@ -84,6 +84,13 @@ impl MemoryBudget {
         resident.get(&store).copied().unwrap_or(0)
     }
 
+    /// Returns the bytes left under the limit now: steps' tensors and variables taken out.
+    pub fn room(&self) -> u64 {
+        self.limit
+            .saturating_sub(self.in_use())
+            .saturating_sub(self.resident())
+    }
+
     /// Checks, without charging, that `bytes` more would fit now; the RESOURCE_EXHAUSTED of
     /// [`charge`](Self::charge) otherwise. For kernels about to allocate from a given shape.
     pub fn check_fits(&self, node: &str, op: &str, bytes: u64) -> Result<()> {

@@ -135,6 +135,11 @@ impl<'a> OpContext<'a> {
         }
     }
 
+    /// What the device's memory budget has left now (`u64::MAX` without a limit).
+    pub fn memory_room(&self) -> u64 {
+        self.memory.map_or(u64::MAX, |budget| budget.room())
+    }
+
     /// Charges `bytes` of device memory this kernel is about to allocate to the device's
     /// budget, held until the returned charge is dropped; RESOURCE_EXHAUSTED naming the node,
     /// the bytes and the limit when that would go over it. `None` on a device without a limit.

@@ -65,6 +65,8 @@ pub struct WorkerOptions {
     /// Bytes each CPU device's steps and variables may take (`devices.cpu_memory_limit`);
     /// `None`, no limit.
     pub cpu_memory_limit: Option<u64>,
+    /// The most bytes a peer's RecvTensor answer may announce (`limits.max_message_bytes`).
+    pub max_message_bytes: usize,
 }
 
 impl Default for WorkerOptions {
@@ -85,6 +87,7 @@ impl WorkerOptions {
             max_sessions: crate::cluster::Limits::default().max_sessions,
             files: Files::ambient(),
             cpu_memory_limit: None,
+            max_message_bytes: crate::cluster::Limits::default().max_message_bytes,
         }
     }
 }
@@ -176,7 +179,7 @@ impl WorkerState {
         );
         Self {
             inner: Arc::new(Inner {
-                remote: Arc::new(RemoteFetcher::new(task.clone())),
+                remote: Arc::new(RemoteFetcher::new(task.clone(), options.max_message_bytes)),
                 task,
                 devices,
                 shared,

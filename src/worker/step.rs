@@ -24,6 +24,7 @@ use crate::proto::{RecvTensorRequest, RecvTensorResponse};
 use crate::runtime::executor::{Executor, RemoteRecv, StepOptions};
 use crate::runtime::rendezvous::{ParsedKey, Received};
 use crate::tensor::Tensor;
+use crate::wire::channel::ChannelLimit;
 
 /// Runs every executor for the step described by `options`; returns the step's first error.
 ///
@@ -58,16 +59,20 @@ pub async fn run_executors(executors: &[Arc<Executor>], options: StepOptions) ->
 /// the peer's tensor channel when it has one (the executor thread does the I/O), else over gRPC.
 pub struct RemoteFetcher {
     task: TaskId,
+    /// The most bytes a peer's answer may announce (`limits.max_message_bytes`).
+    max_message_bytes: usize,
     peers: OnceLock<Arc<PeerCache>>,
     /// Drives the RecvTensor calls; made on first use, so tasks that never pull start none.
     runtime: OnceLock<std::result::Result<tokio::runtime::Runtime, String>>,
 }
 
 impl RemoteFetcher {
-    /// A fetcher for `task`'s worker, with no peers until [`set_peers`](Self::set_peers).
-    pub fn new(task: TaskId) -> Self {
+    /// A fetcher for `task`'s worker taking answers of up to `max_message_bytes`, with no
+    /// peers until [`set_peers`](Self::set_peers).
+    pub fn new(task: TaskId, max_message_bytes: usize) -> Self {
         Self {
             task,
+            max_message_bytes,
             peers: OnceLock::new(),
             runtime: OnceLock::new(),
         }
@@ -115,7 +120,13 @@ impl Drop for RemoteFetcher {
 }
 
 impl RemoteRecv for RemoteFetcher {
-    fn recv(&self, step: &StepOptions, key: &ParsedKey, deadline: Instant) -> Result<Received> {
+    fn recv(
+        &self,
+        step: &StepOptions,
+        key: &ParsedKey,
+        deadline: Instant,
+        room: u64,
+    ) -> Result<Received> {
         let step_id = step.step_id;
         let peers = self.peers.get().cloned().ok_or_else(|| {
             Status::failed_precondition(format!(
@@ -139,7 +150,13 @@ impl RemoteRecv for RemoteFetcher {
             peers.get(&src)?
         };
         let response = match peer.tensor_channel() {
-            Some(channel) => channel.recv_tensor(&request, deadline, &|| stopped(step)),
+            Some(channel) => {
+                let limit = ChannelLimit {
+                    max_message_bytes: self.max_message_bytes,
+                    room,
+                };
+                channel.recv_tensor(&request, deadline, limit, &|| stopped(step))
+            }
             None => None,
         };
         let response = match response {

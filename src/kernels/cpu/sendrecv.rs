@@ -112,7 +112,7 @@ impl OpKernel for RecvKernel {
                     ))
                 })?;
                 let step = ctx.step().cloned().unwrap_or_default();
-                remote.recv(&step, &key, deadline)?
+                remote.recv(&step, &key, deadline, ctx.memory_room())?
             }
         };
         if is_dead {

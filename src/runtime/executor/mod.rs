@@ -122,8 +122,16 @@ pub struct StepOptions {
 /// Called on an executor thread, which it may block until `deadline` but not past it; it
 /// should give up early (with the step's status) once the step is aborted or cancelled.
 pub trait RemoteRecv: Send + Sync + std::fmt::Debug {
-    /// Receives the tensor under `key` for `step` from the task of its source device.
-    fn recv(&self, step: &StepOptions, key: &ParsedKey, deadline: Instant) -> Result<Received>;
+    /// Receives the tensor under `key` for `step` from the task of its source device. `room`
+    /// is what the receiving device's memory budget has left: an answer announcing more is
+    /// refused before it is read.
+    fn recv(
+        &self,
+        step: &StepOptions,
+        key: &ParsedKey,
+        deadline: Instant,
+        room: u64,
+    ) -> Result<Received>;
 }
 
 /// A tensor name split into node and output slot: `node:i`, `node` (= `node:0`), `^node`.

@@ -58,6 +58,45 @@ pub struct TensorChannel {
     off_until: Mutex<Option<Instant>>,
 }
 
+/// What a call's answer may announce: no more than `max_message_bytes` for its metadata or
+/// its content, and no more content than the receiving device's memory budget has `room` for.
+#[derive(Clone, Copy, Debug)]
+pub struct ChannelLimit {
+    /// `limits.max_message_bytes`.
+    pub max_message_bytes: usize,
+    /// What the receiving device's budget has left (`u64::MAX` without one).
+    pub room: u64,
+}
+
+impl ChannelLimit {
+    /// No limit beyond protobuf's 2 GiB.
+    pub const NONE: ChannelLimit = ChannelLimit {
+        max_message_bytes: MAX_MESSAGE_BYTES,
+        room: u64::MAX,
+    };
+
+    /// Refuses an answer announcing `meta_len` + `content_len` bytes over the limits.
+    fn check(&self, meta_len: usize, content_len: usize) -> std::result::Result<(), Status> {
+        let max = self.max_message_bytes.min(MAX_MESSAGE_BYTES);
+        if meta_len > max || content_len > max {
+            return Err(crate::cluster::Limits::exceeded(
+                "max_message_bytes",
+                max,
+                &format!("the RecvTensor answer announces {meta_len} + {content_len} bytes"),
+            ));
+        }
+        if content_len as u64 > self.room {
+            return Err(Status::resource_exhausted(format!(
+                "the RecvTensor answer announces {content_len} bytes of tensor, but the \
+                 receiving device's memory budget has {} bytes left; raise \
+                 devices.cpu_memory_limit or use smaller tensors",
+                self.room
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Why a call failed after it started on a connection.
 enum Failure {
     /// The deadline passed.
@@ -66,6 +105,9 @@ enum Failure {
     Stopped(Status),
     /// The connection broke or the answer made no sense: the connection is done.
     Broken(String),
+    /// The answer announced more than the call's [`ChannelLimit`]: the connection is dropped
+    /// unread, and the call fails with this status.
+    TooBig(Status),
 }
 
 impl TensorChannel {
@@ -106,6 +148,7 @@ impl TensorChannel {
         &self,
         request: &RecvTensorRequest,
         deadline: Instant,
+        limit: ChannelLimit,
         stopped: &dyn Fn() -> Option<Status>,
     ) -> Option<Result<RecvTensorResponse>> {
         if self.is_off() {
@@ -116,7 +159,7 @@ impl TensorChannel {
             Some(stream) => stream,
             None => self.connect(deadline)?,
         };
-        match call(&mut stream, request, deadline, stopped) {
+        match call(&mut stream, request, deadline, limit, stopped) {
             Ok(answered) => {
                 self.give_back(stream);
                 Some(answered.map_err(|status| {
@@ -135,6 +178,12 @@ impl TensorChannel {
                 deadline.saturating_duration_since(started),
             ))),
             Err(Failure::Stopped(status)) => Some(Err(status)),
+            Err(Failure::TooBig(status)) => Some(Err(status.context(format_args!(
+                "{} from {} at {}",
+                Rpc::RecvTensor,
+                self.task.device_prefix(),
+                self.address
+            )))),
             Err(Failure::Broken(cause)) => Some(Err(lost_connection(
                 &self.task,
                 &self.address,
@@ -295,6 +344,7 @@ fn call(
     stream: &mut TcpStream,
     request: &RecvTensorRequest,
     deadline: Instant,
+    limit: ChannelLimit,
     stopped: &dyn Fn() -> Option<Status>,
 ) -> std::result::Result<Result<RecvTensorResponse>, Failure> {
     let body = request.encode_to_vec();
@@ -315,12 +365,9 @@ fn call(
     let mut head = [0u8; RESPONSE_HEAD_BYTES];
     read_full(stream, &mut head, deadline, stopped)?;
     let head = ResponseHead::decode(&head);
-    if head.meta_len > MAX_MESSAGE_BYTES || head.content_len > MAX_MESSAGE_BYTES {
-        return Err(Failure::Broken(format!(
-            "the answer claims {} + {} bytes, over the 2 GiB limit",
-            head.meta_len, head.content_len
-        )));
-    }
+    limit
+        .check(head.meta_len, head.content_len)
+        .map_err(Failure::TooBig)?;
     let mut meta = vec![0u8; head.meta_len];
     read_full(stream, &mut meta, deadline, stopped)?;
     if head.code != Code::Ok {

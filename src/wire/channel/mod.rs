@@ -43,7 +43,7 @@
 pub mod client;
 pub mod server;
 
-pub use client::TensorChannel;
+pub use client::{ChannelLimit, TensorChannel};
 pub use server::{incoming, ChannelConfig};
 
 use crate::error::{Code, Status};
