@@ -18,7 +18,7 @@ cd "$(dirname "$0")"
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-30}"
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(tensor_proto graph_def run_step run_graph config)
+  TARGETS=(tensor_proto graph_def run_step run_graph config channel_answer recv_tensor_response)
 fi
 export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$PWD/target}"
 WORK="${FUZZ_WORK:-$CARGO_TARGET_DIR/fuzz-work}"

@@ -717,3 +717,51 @@ fn an_answer_announcing_more_than_the_limit_or_the_budget_room_is_refused_unread
     assert_eq!(got.num_elements(), 4096);
     daemon.server.stop();
 }
+
+#[test]
+fn answers_are_parsed_from_their_bytes_and_oversized_ones_are_not_allocated() {
+    use prost::Message;
+    use tessera::wire::channel::client::parse_answer;
+    use tessera::wire::channel::ResponseHead;
+    let value = Tensor::from_vec(vec![2], vec![1.5f32, -2.0]).unwrap();
+    let mut meta_tensor = value.to_proto();
+    let content = std::mem::take(&mut meta_tensor.tensor_content);
+    let meta = RecvTensorResponse {
+        tensor: Some(meta_tensor),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let answer = |code: Code, meta: &[u8], content: &[u8], claimed: usize| {
+        let mut out = ResponseHead {
+            code,
+            meta_len: meta.len(),
+            content_len: claimed,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(meta);
+        out.extend_from_slice(content);
+        out
+    };
+    let whole = answer(Code::Ok, &meta, &content, content.len());
+    let response = parse_answer(&whole, ChannelLimit::NONE).unwrap();
+    assert_eq!(
+        Tensor::from_proto(response.tensor.as_ref().unwrap()).unwrap(),
+        value
+    );
+    // The task's error comes back as its status.
+    let failed = answer(Code::Aborted, b"step 3 aborted", &[], 0);
+    let err = parse_answer(&failed, ChannelLimit::NONE).unwrap_err();
+    assert_eq!(
+        (err.code(), err.message()),
+        (Code::Aborted, "step 3 aborted")
+    );
+    // Cut short: the connection would be broken.
+    let err = parse_answer(&whole[..whole.len() - 1], ChannelLimit::NONE).unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    // 2^40 bytes of content claimed in a 40-byte answer: refused before any allocation.
+    let claims = answer(Code::Ok, &meta, &content, 1 << 40);
+    let err = parse_answer(&claims, ChannelLimit::NONE).unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert!(err.message().contains("limits.max_message_bytes"), "{err}");
+}

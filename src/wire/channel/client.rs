@@ -361,7 +361,17 @@ fn call(
     stream
         .write_all(&out)
         .map_err(|e| Failure::Broken(e.to_string()))?;
+    read_response(stream, deadline, limit, stopped)
+}
 
+/// Reads a whole answer from a peer (its bytes as they come, nothing trusted): `Ok` holding
+/// the tensor or the task's error once it was read whole, a [`Failure`] otherwise.
+fn read_response(
+    stream: &mut impl Read,
+    deadline: Instant,
+    limit: ChannelLimit,
+    stopped: &dyn Fn() -> Option<Status>,
+) -> std::result::Result<Result<RecvTensorResponse>, Failure> {
     let mut head = [0u8; RESPONSE_HEAD_BYTES];
     read_full(stream, &mut head, deadline, stopped)?;
     let head = ResponseHead::decode(&head);
@@ -402,10 +412,26 @@ fn call(
     Ok(Ok(response))
 }
 
+/// Parses `bytes` as a whole tensor-channel answer, as the client reads one from a peer:
+/// the response head, then the metadata (the error message, or the RecvTensorResponse without
+/// its content), then the content, each bounded by `limit` before anything is allocated.
+/// INVALID_ARGUMENT or UNAVAILABLE for bytes that are not an answer, the task's status for an
+/// error answer. For the fuzzer and tests; calls read from their socket the same way.
+pub fn parse_answer(bytes: &[u8], limit: ChannelLimit) -> Result<RecvTensorResponse> {
+    let mut reader = bytes;
+    let far = Instant::now() + Duration::from_secs(3600);
+    match read_response(&mut reader, far, limit, &|| None) {
+        Ok(answered) => answered,
+        Err(Failure::TooBig(status) | Failure::Stopped(status)) => Err(status),
+        Err(Failure::Broken(cause)) => Err(Status::unavailable(cause)),
+        Err(Failure::Deadline) => Err(Status::deadline_exceeded("the answer did not end")),
+    }
+}
+
 /// Fills `buf` from `stream` (whose reads time out every [`POLL`]), giving up at `deadline` or
 /// when `stopped` has a status.
 fn read_full(
-    stream: &mut TcpStream,
+    stream: &mut impl Read,
     buf: &mut [u8],
     deadline: Instant,
     stopped: &dyn Fn() -> Option<Status>,
