@@ -42,11 +42,15 @@ use tracing::{info, warn};
 
 use crate::cluster::{Limits, TaskConfig, TaskId};
 use crate::device;
+use crate::device::memory::MemoryBudget;
 use crate::error::{Result, Status};
 use crate::format::files::{Files, ALLOWED_DIRS_KEY};
 use crate::master::grpc::MasterGrpc;
 use crate::master::{ListDevices, Master, MasterState};
-use crate::ops::metrics::{self, SHARD_BYTES, SHARD_VARIABLES};
+use crate::ops::metrics::{
+    self, DEVICE_MEMORY_BYTES, DEVICE_MEMORY_LIMIT_BYTES, DEVICE_MEMORY_PEAK_BYTES, SHARD_BYTES,
+    SHARD_VARIABLES,
+};
 use crate::ops::rpc_layer::RpcLayer;
 use crate::peer::{LocalPeer, PeerCache};
 use crate::proto::master_service_server::MasterServiceServer;
@@ -450,6 +454,7 @@ fn start_actors(
                     }
                 };
                 state.set_peers(Arc::clone(&peers));
+                collect_memory(&task, state.memory_budgets());
                 let worker = Worker::new(state, towers, resources).start();
                 let master = Master::new(master_state, peers).start();
                 let mailboxes = Mailboxes {
@@ -511,6 +516,29 @@ fn collect_shard(task: &TaskId, resources: &Arc<ResourceMgr>) {
         ::metrics::gauge!(SHARD_BYTES, &labels).set(bytes as f64);
         true
     }));
+}
+
+/// Sets each device's memory gauges (held, peak, limit) at every scrape, for as long as its
+/// budget lives.
+fn collect_memory(task: &TaskId, budgets: Vec<Arc<MemoryBudget>>) {
+    let task = task.device_prefix();
+    for budget in budgets {
+        let budget = Arc::downgrade(&budget);
+        let task = task.clone();
+        metrics::register_collector(Box::new(move || {
+            let Some(budget) = budget.upgrade() else {
+                return false;
+            };
+            let labels = [
+                ("task", task.clone()),
+                ("device", budget.device().to_owned()),
+            ];
+            ::metrics::gauge!(DEVICE_MEMORY_BYTES, &labels).set(budget.held() as f64);
+            ::metrics::gauge!(DEVICE_MEMORY_PEAK_BYTES, &labels).set(budget.peak() as f64);
+            ::metrics::gauge!(DEVICE_MEMORY_LIMIT_BYTES, &labels).set(budget.limit() as f64);
+            true
+        }));
+    }
 }
 
 /// The server's half of [`Security`]: TLS on the port and the token check on the services.

@@ -11,9 +11,11 @@
 //! The second half keeps what fuzzing (`fuzz/run.sh`) found as regression tests, each with its
 //! input also in `fuzz/corpus/<target>/`.
 
+mod support;
+
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use prost::Message;
 use tessera::proto::master_service_client::MasterServiceClient;
 use tessera::proto::worker_service_client::WorkerServiceClient;
@@ -23,7 +25,6 @@ use tessera::proto::{
 };
 use tessera::server::Server;
 use tessera::tensor::{DType, PartialShape, Tensor};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
 /// Deadline of one call: every case is answered long before it.
@@ -36,44 +37,6 @@ const RUN_STEP: &str = "/tensorflow.MasterService/RunStep";
 const CREATE_SESSION: &str = "/tensorflow.MasterService/CreateSession";
 const RUN_GRAPH: &str = "/tensorflow.WorkerService/RunGraph";
 const REGISTER_GRAPH: &str = "/tensorflow.WorkerService/RegisterGraph";
-
-/// A codec that sends and receives message bodies as they are.
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
 
 /// A daemon and a channel to it.
 struct Daemon {
@@ -104,15 +67,7 @@ impl Daemon {
         path: &'static str,
         body: impl Into<Bytes>,
     ) -> Result<Bytes, tonic::Status> {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready().await.expect("channel ready");
-        grpc.unary(
-            tonic::Request::new(body.into()),
-            tonic::codegen::http::uri::PathAndQuery::from_static(path),
-            RawCodec,
-        )
-        .await
-        .map(tonic::Response::into_inner)
+        support::raw_grpc::call(&self.channel, path, body.into()).await
     }
 
     /// Asserts the daemon still answers GetStatus with its device.

@@ -55,6 +55,11 @@ impl MemoryBudget {
         })
     }
 
+    /// Returns the device's full name.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
     /// Returns the config key that sets the limit.
     pub fn key(&self) -> &'static str {
         self.key
@@ -69,8 +74,10 @@ impl MemoryBudget {
         } else {
             resident.insert(store, bytes);
         }
-        self.resident_total
-            .store(resident.values().sum(), Ordering::Release);
+        let total: u64 = resident.values().sum();
+        self.resident_total.store(total, Ordering::Release);
+        self.peak
+            .fetch_max(self.in_use().saturating_add(total), Ordering::AcqRel);
     }
 
     /// Returns the bytes of variables on the device, as its stores last reported them.
@@ -128,7 +135,13 @@ impl MemoryBudget {
         self.in_use.load(Ordering::Acquire)
     }
 
-    /// Returns the most bytes ever charged at once.
+    /// Returns the bytes charged now with the variables: what the device holds.
+    pub fn held(&self) -> u64 {
+        self.in_use().saturating_add(self.resident())
+    }
+
+    /// Returns the most bytes ever held at once (step tensors and variables), as of the
+    /// charges made.
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Acquire)
     }
@@ -153,7 +166,8 @@ impl MemoryBudget {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.peak.fetch_max(wanted, Ordering::AcqRel);
+                    self.peak
+                        .fetch_max(wanted.saturating_add(resident), Ordering::AcqRel);
                     return Ok(Charge {
                         budget: Arc::clone(self),
                         bytes,

@@ -50,6 +50,14 @@ pub const RENDEZVOUS_WAIT_SECONDS: &str = "tessera_rendezvous_wait_duration_seco
 pub const SHARD_VARIABLES: &str = "tessera_shard_variables";
 /// Bytes of variable values the shard holds, by `device` (gauge).
 pub const SHARD_BYTES: &str = "tessera_shard_variable_bytes";
+/// Bytes charged to a device's memory budget now, step tensors and variables, by `device`
+/// (gauge).
+pub const DEVICE_MEMORY_BYTES: &str = "tessera_device_memory_bytes";
+/// The most bytes ever charged to a device's memory budget at once, by `device` (gauge).
+pub const DEVICE_MEMORY_PEAK_BYTES: &str = "tessera_device_memory_peak_bytes";
+/// A device's memory budget (`devices.cpu_memory_limit`, `devices.gpu_memory_fraction`), by
+/// `device` (gauge).
+pub const DEVICE_MEMORY_LIMIT_BYTES: &str = "tessera_device_memory_limit_bytes";
 /// Sessions the task's master holds open (gauge).
 pub const SESSIONS_OPEN: &str = "tessera_sessions_open";
 /// Steps the task's master is running now, across its sessions (gauge).
@@ -133,6 +141,21 @@ fn describe() {
         SHARD_BYTES,
         Unit::Bytes,
         "bytes of variable values held by the shard"
+    );
+    describe_gauge!(
+        DEVICE_MEMORY_BYTES,
+        Unit::Bytes,
+        "bytes charged to the device's memory budget: step tensors and variables"
+    );
+    describe_gauge!(
+        DEVICE_MEMORY_PEAK_BYTES,
+        Unit::Bytes,
+        "the most bytes ever charged to the device's memory budget at once"
+    );
+    describe_gauge!(
+        DEVICE_MEMORY_LIMIT_BYTES,
+        Unit::Bytes,
+        "the device's memory budget"
     );
     describe_gauge!(SESSIONS_OPEN, "sessions the master holds open");
     describe_gauge!(STEPS_IN_FLIGHT, "steps the master is running");
@@ -299,6 +322,9 @@ mod tests {
             RENDEZVOUS_WAIT_SECONDS,
             SHARD_VARIABLES,
             SHARD_BYTES,
+            DEVICE_MEMORY_BYTES,
+            DEVICE_MEMORY_PEAK_BYTES,
+            DEVICE_MEMORY_LIMIT_BYTES,
             SESSIONS_OPEN,
             STEPS_IN_FLIGHT,
         ] {

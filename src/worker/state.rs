@@ -205,6 +205,15 @@ impl WorkerState {
         &self.inner.task
     }
 
+    /// Returns the memory budgets of the task's devices that have one.
+    pub fn memory_budgets(&self) -> Vec<Arc<MemoryBudget>> {
+        self.inner
+            .shared
+            .iter()
+            .filter_map(|d| d.memory().cloned())
+            .collect()
+    }
+
     /// Returns the task's devices, CPUs first.
     pub fn devices(&self) -> &[DeviceAttributes] {
         &self.inner.devices

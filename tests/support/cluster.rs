@@ -52,6 +52,8 @@ pub struct Task {
     pub job: String,
     pub index: usize,
     pub addr: SocketAddr,
+    /// Where its metrics endpoint listens, when the cluster file has `[metrics]`.
+    pub metrics: Option<SocketAddr>,
     child: Option<Child>,
 }
 
@@ -118,6 +120,7 @@ impl Cluster {
                 job,
                 index,
                 addr,
+                metrics: None,
                 child: Some(child),
             });
             lines.push(ready);
@@ -138,6 +141,19 @@ impl Cluster {
             };
             let expected = format!("tessera: serving {} on {}", task.prefix(), task.addr);
             assert_eq!(line, expected, "readiness line of {}", task.prefix());
+            if extra.contains("[metrics]") {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let line = ready
+                    .recv_timeout(left)
+                    .unwrap_or_else(|e| panic!("no metrics line from {}: {e}", task.prefix()));
+                let start = format!("tessera: metrics of {} on http://", task.prefix());
+                let addr = line
+                    .strip_prefix(&start)
+                    .and_then(|rest| rest.strip_suffix("/metrics"))
+                    .and_then(|addr| addr.parse().ok())
+                    .unwrap_or_else(|| panic!("not a metrics line: {line}"));
+                cluster.tasks[i].metrics = Some(addr);
+            }
         }
         cluster
     }

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod fake_master;
 pub mod kernel_check;
 pub mod mlp;
+pub mod raw_grpc;
 pub mod requirement;
 pub mod tensorflow;
 pub mod training;

@@ -118,7 +118,8 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// Starts the task's daemon on the socket passed by socket activation, or on the configured
 /// address, and prints the readiness line (`tessera: serving TASK on ADDR`) that launchers and
-/// tests wait for.
+/// tests wait for; with `[metrics]`, then where the endpoint listens (`tessera: metrics of TASK
+/// on http://ADDR/metrics`, its port read back when it was 0).
 pub(crate) fn start_and_announce(config: TaskConfig) -> anyhow::Result<Server> {
     let task = config.task.clone();
     let server = match activated_listener()? {
@@ -126,6 +127,16 @@ pub(crate) fn start_and_announce(config: TaskConfig) -> anyhow::Result<Server> {
         None => Server::start(config)?,
     };
     announce(&task, server.local_addr())?;
+    if let Some(metrics) = server.metrics_addr() {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(
+            stdout,
+            "tessera: metrics of {} on http://{metrics}/metrics",
+            task.device_prefix()
+        )
+        .and_then(|()| stdout.flush())
+        .context("cannot write the metrics line")?;
+    }
     Ok(server)
 }
 
