@@ -2,7 +2,7 @@
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
 //! (`math`, `matmul`, `nn` with `conv` and `pool`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
-//! `list_tensor`, `control_flow`, `variable`, `ref_variable`, `training`, `sparse_training`, `io`, `queue`,
+//! `list_tensor`, `control_flow`, `variable`, `ref_variable`, `training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
 //! exposes its own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
 //! broadcasting), `numeric` (element arithmetic traits), `items` (element types that can be
@@ -145,12 +145,11 @@ const COMPUTING: [Family; 9] = [
 /// an all-reduce, a queue or accumulator, a file (checkpoints, event files); and those that
 /// keep a step's state (TensorArrays, stacks), which only take a short lock but change what
 /// later nodes see.
-const MAY_WAIT: [Family; 12] = [
+const MAY_WAIT: [Family; 11] = [
     variable::kernel_for,
     ref_variable::kernel_for,
     collective::kernel_for,
     training::kernel_for,
-    sparse_training::kernel_for,
     sendrecv::kernel_for,
     io::kernel_for,
     queue::kernel_for,

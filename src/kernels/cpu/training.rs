@@ -56,9 +56,11 @@ use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{ResourceHandle, Tensor, Var};
 
-/// Returns the factory for an optimizer-update op.
+/// Returns the factory for an optimizer-update op, dense or sparse (`sparse_training.rs`).
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
-    Rule::of(op)?;
+    if Rule::of(op).is_none() {
+        return super::sparse_training::kernel_for(op);
+    }
     Some(|node| Ok(Arc::new(Update::new(node)?)))
 }
 
