@@ -21,9 +21,10 @@ use std::sync::Arc;
 use kernels_support::*;
 use serde_json::Value;
 use support::tensorflow::{python_with, Client};
+use tessera::client::Session;
 use tessera::error::Code;
 use tessera::graph::registry;
-use tessera::graph::{Graph, NodeSpec};
+use tessera::graph::{Graph, NodeSpec, VariableKind};
 use tessera::kernels::{create_kernel, DeviceType, OpContext};
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, PartialShape, ResourceHandle, Shape, Tensor, Var};
@@ -894,4 +895,117 @@ fn shape_functions_check_sparse_updates_as_they_are_built() {
         )
         .unwrap_err();
     assert!(err.message().contains("lr is not a scalar"), "{err}");
+}
+
+#[test]
+fn a_sparse_update_writes_its_rows_in_place_even_without_use_locking() {
+    // A 100,000 x 8 table: a lock-free update that copied the table would copy 3.2 MB per
+    // step; the sparse update writes its rows where they lie.
+    let rm = ResourceMgr::new();
+    let rows = 100_000;
+    let table = new_var(&rm, "table", f32s(&[rows, 8], &vec![1.0; rows * 8]));
+    new_var(&rm, "table/accum", f32s(&[rows, 8], &vec![0.5; rows * 8]));
+    let address = || table.read().as_ref().unwrap().bytes().unwrap().as_ptr() as usize;
+    let update = node("ResourceSparseApplyAdagrad")
+        .t(DType::Float)
+        .attr("Tindices", value::dtype(DType::Int64))
+        .attr("use_locking", value::bool(false))
+        .build();
+    let step = |index: i64| {
+        run_with(
+            &update,
+            vec![
+                handle("table"),
+                handle("table/accum"),
+                f32s(&[], &[0.1]),
+                f32s(&[1, 8], &[1.0; 8]),
+                i64s(&[1], &[index]),
+            ],
+            &rm,
+        )
+        .unwrap()
+    };
+    // The first update may copy the buffer the test's tensor shared; then it stays put.
+    step(0);
+    let before = address();
+    step(7);
+    step(rows as i64 - 1);
+    assert_eq!(address(), before, "updated in place");
+    // A reader's snapshot keeps its values; the update writes a new buffer.
+    let snapshot = table.snapshot().unwrap();
+    step(7);
+    let old = snapshot.values::<f32>().unwrap();
+    let new = table.snapshot().unwrap();
+    let new = new.values::<f32>().unwrap();
+    assert!(
+        old[7 * 8] > new[7 * 8],
+        "the row moved in the variable only"
+    );
+    assert_eq!(old[6 * 8], new[6 * 8], "other rows stay");
+}
+
+#[test]
+fn a_session_runs_both_forms_and_moves_only_the_named_rows() {
+    for kind in [VariableKind::Resource, VariableKind::Reference] {
+        let mut g = Graph::new();
+        let start = g
+            .constant(&f32s(&[4, 2], &[1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]))
+            .unwrap();
+        let w = g.variable_with_kind("w", &start, kind).unwrap();
+        let zeros = g.constant(&f32s(&[4, 2], &[0.0; 8])).unwrap();
+        let accum = g.variable_with_kind("accum", &zeros, kind).unwrap();
+        let lr = g.scalar("lr", DType::Float, 0.5).unwrap();
+        let grad = g
+            .placeholder("grad", DType::Float, PartialShape::new(vec![None, Some(2)]))
+            .unwrap();
+        let indices = g
+            .placeholder("indices", DType::Int32, PartialShape::new(vec![None]))
+            .unwrap();
+        let op = match kind {
+            VariableKind::Resource => "ResourceSparseApplyMomentum",
+            VariableKind::Reference => "SparseApplyMomentum",
+        };
+        let momentum = g.scalar("momentum", DType::Float, 0.9).unwrap();
+        let update = g
+            .add_op(
+                NodeSpec::new(op)
+                    .name("update")
+                    .input(&w.handle)
+                    .input(&accum.handle)
+                    .input(&lr)
+                    .input(&grad)
+                    .input(&indices)
+                    .input(&momentum),
+            )
+            .unwrap();
+        let read = match kind {
+            VariableKind::Resource => g
+                .add1(
+                    NodeSpec::new("ReadVariableOp")
+                        .name("w/after")
+                        .input(&w.handle)
+                        .attr("dtype", value::dtype(DType::Float)),
+                )
+                .unwrap()
+                .name(),
+            VariableKind::Reference => w.value.name(),
+        };
+        let init = g.global_variables_initializer().unwrap();
+        let sess = Session::local();
+        sess.extend(&g.to_graph_def()).unwrap();
+        sess.run(&[], &[], &[&init]).unwrap();
+        let feeds = [
+            ("grad:0", f32s(&[3, 2], &[1.0, 1.0, 1.0, 1.0, 2.0, -2.0])),
+            ("indices:0", i32s(&[3], &[3, 3, 0])),
+        ];
+        sess.run(&feeds, &[], &[&update]).unwrap();
+        let after = sess.run(&[], &[&read], &[]).unwrap().remove(0);
+        // Row 3: accum 1, then 1.9; var 4 - 0.5 - 0.95. Row 0: accum (2, -2), var 1 -+ 1.
+        assert_f32(
+            &after,
+            &[4, 2],
+            &[0.0, 2.0, 2.0, 2.0, 3.0, 3.0, 2.55, 2.55],
+            1e-6,
+        );
+    }
 }
