@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use kernels_support::*;
 use serde_json::Value;
+use support::cluster::Cluster;
 use support::tensorflow::{python_with, Client};
 use tessera::client::Session;
 use tessera::error::Code;
@@ -300,7 +301,7 @@ fn every_sparse_update_matches_tensorflow_in_both_forms() {
         return;
     };
     let mut command = Command::new(python);
-    command.arg(SCRIPT);
+    command.arg(SCRIPT).arg("kernels");
     let json = Client::spawn(command).finish_quietly().json;
     let cases = json["cases"].as_array().unwrap();
     let mut seen = std::collections::BTreeSet::new();
@@ -333,6 +334,50 @@ fn every_sparse_update_matches_tensorflow_in_both_forms() {
     }
     eprintln!(
         "{} cases (each in both forms, locked and not) match TensorFlow {}",
+        cases.len(),
+        json["tensorflow"]
+    );
+}
+
+#[test]
+fn a_tensorflow_client_runs_every_sparse_update_on_a_tessera_ps() {
+    let test = "a_tensorflow_client_runs_every_sparse_update_on_a_tessera_ps";
+    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+        return;
+    };
+    let cluster = Cluster::start(&[("ps", 1), ("worker", 1)]);
+    let mut command = Command::new(python);
+    command.arg(SCRIPT).arg("cluster");
+    command.args(["--ps", &cluster.addr("ps", 0).to_string()]);
+    command.args(["--worker", &cluster.addr("worker", 0).to_string()]);
+    command.stdin(std::process::Stdio::null());
+    let json = Client::spawn(command).finish_quietly().json;
+    let cases = json["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2 * RULES.len(), "every rule in both forms");
+    for case in cases {
+        let op = case["op"].as_str().unwrap();
+        for device in case["devices"].as_array().unwrap() {
+            assert_eq!(
+                device, "/job:ps/task:0",
+                "{op}: the variables live on the ps"
+            );
+        }
+        let (local, remote) = (
+            case["local"].as_array().unwrap(),
+            case["remote"].as_array().unwrap(),
+        );
+        assert_eq!(local.len(), remote.len(), "{op}");
+        for (v, (want, got)) in local.iter().zip(remote).enumerate() {
+            for (i, (w, g)) in floats(want).iter().zip(floats(got)).enumerate() {
+                assert!(
+                    (g - w).abs() <= 2e-5 * w.abs().max(1.0),
+                    "{op}: variable {v} element {i}: on tessera {g}, in TensorFlow {w}"
+                );
+            }
+        }
+    }
+    eprintln!(
+        "{} sparse updates from a TensorFlow {} client on a tessera ps match TensorFlow alone",
         cases.len(),
         json["tensorflow"]
     );

@@ -4,11 +4,15 @@ stock TensorFlow for two steps on seeded inputs whose indices repeat and are out
 printed with those inputs as one JSON line. Also the dense ApplyAdagradDA / ResourceApplyAdagradDA,
 whose rule the sparse AdagradDA shares.
 
-    python3 tests/kernels_sparse_apply_tf.py
+    python3 tests/kernels_sparse_apply_tf.py [kernels]
+    python3 tests/kernels_sparse_apply_tf.py cluster --ps HOST:PORT --worker HOST:PORT
 
 Float32 values are printed exactly (as float64), so the Rust side runs on the very inputs
-TensorFlow ran on.
+TensorFlow ran on. `cluster` instead runs every sparse update in both forms as a TensorFlow 1
+client of a cluster (the variables and the updates on the ps, colocated as TensorFlow's
+optimizers colocate them) and in its own process, and prints both results.
 """
+import argparse
 import json
 import os
 
@@ -158,15 +162,88 @@ def run_dense_adagrad_da(dtype, shape):
         ref=results["ref"], resource=results["resource"])
 
 
-cases = []
-k = 0
-for rule, (slots, variants) in RULES.items():
-    for params, attrs in variants:
-        for shape in SHAPES:
-            for dtype in (tf.float32, tf.float64):
-                index_dtype = (tf.int32, tf.int64)[k % 2]
-                k += 1
-                cases.append(run_sparse(rule, slots, params, attrs, shape, dtype, index_dtype))
-for dtype in (tf.float32, tf.float64):
-    cases.append(run_dense_adagrad_da(dtype, [4, 3]))
-print(json.dumps(dict(tensorflow=tf.__version__, cases=cases)))
+def cluster_case(rule, slots, params, attrs, use_resource, target, spec):
+    """One sparse update, two steps, with the variables on the ps: in TensorFlow alone
+    (`target` None) or through the session at `target`. Returns the values after the steps."""
+    shape, dtype = [5, 3], tf.float32
+    seeded = np.random.default_rng(len(rule) * 7 + len(slots) + int(use_resource))
+    var0 = seeded.uniform(-1, 1, shape).astype(np.float32)
+    slots0 = [seeded.uniform(lo, hi, shape).astype(np.float32) for _, lo, hi in slots]
+    steps = [(np.asarray(i, np.int64), seeded.uniform(-1, 1, [len(i), 3]).astype(np.float32))
+             for i in STEP_INDICES]
+    setter = None
+    if target is not None:
+        setter = tf.compat.v1.train.replica_device_setter(
+            cluster=spec, worker_device="/job:worker/task:0")
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(setter):
+        targets = [tf.compat.v1.Variable(var0, use_resource=use_resource, name="var")]
+        targets += [tf.compat.v1.Variable(v, use_resource=use_resource, name=n)
+                    for (n, _, _), v in zip(slots, slots0)]
+        grad_ph = tf.compat.v1.placeholder(dtype, [None, 3])
+        indices_ph = tf.compat.v1.placeholder(tf.int64, [None])
+        with tf.compat.v1.colocate_with(targets[0]):
+            kwargs = {name: tf.constant(value, tf.int64 if name == "global_step" else dtype)
+                      for name, value in params.items()}
+            kwargs.update(attrs)
+            kwargs.update(grad=grad_ph, indices=indices_ph)
+            for name, v in zip(["var"] + [n for n, _, _ in slots], targets):
+                kwargs[name] = v.handle if use_resource else v
+            op = ("ResourceSparseApply" if use_resource else "SparseApply") + rule
+            update = getattr(tf.raw_ops, op)(**kwargs)
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(cluster_def=spec.as_cluster_def()) if target else None
+    with tf.compat.v1.Session(target or "", graph=g, config=config) as sess:
+        sess.run(init)
+        for indices, grad in steps:
+            sess.run(update, {grad_ph: grad, indices_ph: indices})
+        return [flat(sess.run(v)) for v in targets], [v.device for v in targets]
+
+
+def cluster(args):
+    tf.compat.v1.disable_eager_execution()
+    spec = tf.train.ClusterSpec({"ps": [args.ps], "worker": [args.worker]})
+    cases = []
+    for rule, (slots, variants) in RULES.items():
+        params, attrs = variants[0]
+        for use_resource in (False, True):
+            local, _ = cluster_case(rule, slots, params, attrs, use_resource, None, spec)
+            remote, devices = cluster_case(rule, slots, params, attrs, use_resource,
+                                           "grpc://" + args.worker, spec)
+            op = ("ResourceSparseApply" if use_resource else "SparseApply") + rule
+            cases.append(dict(op=op, local=local, remote=remote, devices=devices))
+    print(json.dumps(dict(tensorflow=tf.__version__, cases=cases)))
+
+
+def kernels():
+    cases = []
+    k = 0
+    for rule, (slots, variants) in RULES.items():
+        for params, attrs in variants:
+            for shape in SHAPES:
+                for dtype in (tf.float32, tf.float64):
+                    index_dtype = (tf.int32, tf.int64)[k % 2]
+                    k += 1
+                    cases.append(run_sparse(rule, slots, params, attrs, shape, dtype,
+                                            index_dtype))
+    for dtype in (tf.float32, tf.float64):
+        cases.append(run_dense_adagrad_da(dtype, [4, 3]))
+    print(json.dumps(dict(tensorflow=tf.__version__, cases=cases)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("kernels")
+    on_cluster = commands.add_parser("cluster")
+    on_cluster.add_argument("--ps", required=True)
+    on_cluster.add_argument("--worker", required=True)
+    args = parser.parse_args()
+    if args.command == "cluster":
+        cluster(args)
+    else:
+        kernels()
+
+
+if __name__ == "__main__":
+    main()
