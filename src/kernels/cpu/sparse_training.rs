@@ -29,7 +29,7 @@ use super::int_values;
 use super::numeric::Float;
 use super::ref_variable::read_modify_write;
 use super::training::{check_like, with_elements, Form, Rule, Update};
-use crate::error::Result;
+use crate::error::{Result, Status};
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{Tensor, Var};
@@ -56,6 +56,7 @@ impl SparseUpdate {
     fn rule_of(op: &str) -> Option<Rule> {
         let name = op.strip_prefix("Resource").unwrap_or(op);
         let rule = Rule::of(name.strip_prefix("Sparse")?)?;
+        // Exhaustive, so a new dense rule must say whether TensorFlow has its sparse form.
         match rule {
             Rule::GradientDescent | Rule::Adam | Rule::AdaMax | Rule::AddSign | Rule::PowerSign => {
                 None
@@ -74,9 +75,10 @@ impl SparseUpdate {
         }
     }
 
+    /// The update of `node`, a sparse optimizer op ([`SparseUpdate::rule_of`]).
     fn new(node: &NodeDef) -> Result<SparseUpdate> {
         let rule = SparseUpdate::rule_of(&node.op).ok_or_else(|| {
-            crate::error::Status::invalid_argument(format!(
+            Status::invalid_argument(format!(
                 "node `{}`: {} is not a sparse optimizer update",
                 node.name, node.op
             ))

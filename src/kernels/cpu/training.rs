@@ -38,8 +38,8 @@
 //!   sign(m)) * g`; PowerSign scales `g` by `exp(logbase * sign_decay * sign(g) * sign(m))`.
 //!
 //! [`Update::step`] is the whole of a rule's arithmetic, on slices of equal length: the dense
-//! kernels call it once on every element, the sparse ones (`sparse_training.rs`) once per row
-//! an index names, so both forms of a rule compute with one formula.
+//! kernels call it once on the whole variable, the sparse ones (`sparse_training.rs`) once per
+//! row an index names, so the dense and sparse forms of a rule compute with one formula.
 //!
 //! `use_locking` is honoured as [`read_modify_write`] describes: `true` holds the variables'
 //! write locks across the update and writes into their buffers in place; `false` (the default,
