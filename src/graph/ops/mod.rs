@@ -14,6 +14,7 @@ mod list;
 mod math;
 mod nn;
 mod slicing;
+mod sparse_training;
 mod state;
 mod summary;
 mod tensor_array;
@@ -43,6 +44,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     tensor_array::register(r);
     list::register(r);
     training::register(r);
+    sparse_training::register(r);
 }
 
 /// Constructors shared by every family: constants and the one- and two-input op shapes.

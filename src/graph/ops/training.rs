@@ -1,7 +1,8 @@
 //! Dense optimizer updates (`training_ops.cc`), each in its two forms: `ApplyX` on reference
 //! variables (`Ref(T)` inputs for the variable and its slots, the variable's reference out as
 //! `out`) and `ResourceApplyX` on resource variables (handles in, nothing out). Scalar
-//! hyper-parameters and the gradient are values of the variable's dtype `T`.
+//! hyper-parameters and the gradient are values of the variable's dtype `T` (AdagradDA's
+//! `global_step` is int64).
 //!
 //! The signatures are TensorFlow's, input for input, so graphs written by
 //! `tf.compat.v1.train.*Optimizer` import unchanged. None has a gradient.
@@ -11,20 +12,33 @@ use crate::graph::registry::{self, ArgType, OpDef, Registry};
 use crate::graph::shape_fn::{self as sf, ShapeCtx};
 use crate::tensor::{DType, PartialShape};
 
-/// One dense update rule, as `training_ops.cc` declares its two ops.
-struct UpdateDef {
+/// One dense update rule, as `training_ops.cc` declares its two ops (`sparse_training.rs`
+/// derives the sparse forms from the same table).
+pub(super) struct UpdateDef {
     /// The op's name without `Apply` / `ResourceApply`.
-    rule: &'static str,
+    pub(super) rule: &'static str,
     /// The variable's slots (after `var`).
-    slots: &'static [&'static str],
-    /// The value inputs after the slots, in TensorFlow's order.
-    values: &'static [&'static str],
+    pub(super) slots: &'static [&'static str],
+    /// The value inputs after the slots, in TensorFlow's order: of type `T` unless the entry
+    /// names its type (`global_step: int64`).
+    pub(super) values: &'static [&'static str],
     /// The attrs besides `T` and `use_locking`.
-    attrs: &'static [&'static str],
+    pub(super) attrs: &'static [&'static str],
+}
+
+impl UpdateDef {
+    /// The input spec of value input `value` (an entry of [`UpdateDef::values`]).
+    pub(super) fn value_spec(value: &str) -> String {
+        if value.contains(':') {
+            value.to_string()
+        } else {
+            format!("{value}: T")
+        }
+    }
 }
 
 /// Every dense update.
-const UPDATES: &[UpdateDef] = &[
+pub(super) const UPDATES: &[UpdateDef] = &[
     UpdateDef {
         rule: "GradientDescent",
         slots: &[],
@@ -54,6 +68,12 @@ const UPDATES: &[UpdateDef] = &[
         slots: &["accum"],
         values: &["lr", "epsilon", "grad"],
         attrs: &["update_slots: bool = true"],
+    },
+    UpdateDef {
+        rule: "AdagradDA",
+        slots: &["gradient_accumulator", "gradient_squared_accumulator"],
+        values: &["grad", "lr", "l1", "l2", "global_step: int64"],
+        attrs: &[],
     },
     UpdateDef {
         rule: "ProximalAdagrad",
@@ -145,7 +165,7 @@ pub(super) fn register(r: &mut Registry) {
                 def = def.input(leak(format!("{slot}: {var_type}")));
             }
             for value in *values {
-                def = def.input(leak(format!("{value}: T")));
+                def = def.input(leak(UpdateDef::value_spec(value)));
             }
             if !resource {
                 def = def.output("out: Ref(T)");
@@ -168,7 +188,7 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 /// Op and arg specs are `&'static str`; these are built from the table once, at registration.
-fn leak(s: String) -> &'static str {
+pub(super) fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 

@@ -102,6 +102,7 @@ mod ref_variable;
 mod rows;
 mod sendrecv;
 mod slicing;
+mod sparse_training;
 mod stack;
 pub mod summary;
 mod tensor_array;

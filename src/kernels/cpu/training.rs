@@ -14,6 +14,9 @@
 //!   (1 - rho) * update^2`.
 //! - Adagrad: `accum += g^2` (when `update_slots`), `var -= lr * g / sqrt(accum)`; AdagradV2
 //!   adds `epsilon` to the denominator.
+//! - AdagradDA: `gradient_accumulator += g`, `gradient_squared_accumulator += g^2`, then with
+//!   `t = global_step`: `var = -sign(ga) * lr * max(|ga| - l1 * t, 0) / (l2 * t * lr +
+//!   sqrt(gsa))` (without the `max` when `l1 <= 0`).
 //! - ProximalAdagrad: `accum += g^2`, `lr_t = lr / sqrt(accum)`, then ProximalGradientDescent's
 //!   step with `lr_t` for `alpha`.
 //! - Ftrl: `new_accum = accum + g^2`, `linear += g - (new_accum^-p - accum^-p) / lr * var` (`p`
@@ -34,6 +37,10 @@
 //! - AddSign: `m = beta * m + (1 - beta) * g`, `var -= lr * (alpha + sign_decay * sign(g) *
 //!   sign(m)) * g`; PowerSign scales `g` by `exp(logbase * sign_decay * sign(g) * sign(m))`.
 //!
+//! [`Update::step`] is the whole of a rule's arithmetic, on slices of equal length: the dense
+//! kernels call it once on the whole variable, the sparse ones (`sparse_training.rs`) once per
+//! row an index names, so the dense and sparse forms of a rule compute with one formula.
+//!
 //! `use_locking` is honoured as [`read_modify_write`] describes: `true` holds the variables'
 //! write locks across the update and writes into their buffers in place; `false` (the default,
 //! as in TensorFlow) updates a snapshot and stores it, never blocking readers.
@@ -49,10 +56,24 @@ use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{ResourceHandle, Tensor, Var};
 
-/// Returns the factory for an optimizer-update op.
+/// Returns the factory for an optimizer-update op, dense or sparse (`sparse_training.rs`).
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
-    Rule::of(op)?;
+    if Rule::of(op).is_none() {
+        return super::sparse_training::kernel_for(op);
+    }
     Some(|node| Ok(Arc::new(Update::new(node)?)))
+}
+
+/// Reads AdagradDA's `global_step`, an int64 scalar, as a `T` (as TensorFlow's kernels cast it).
+fn step_param<T: Float>(ctx: &OpContext<'_>, t: &Tensor, name: &str) -> Result<T> {
+    if t.rank() != 0 {
+        return Err(ctx.invalid(format!("{name} is not a scalar: {}", t.shape())));
+    }
+    let step = t
+        .scalar_value::<i64>()
+        .map_err(|_| ctx.invalid(format!("{name} must be int64, got {}", t.dtype())))?;
+    <T as num_traits::NumCast>::from(step)
+        .ok_or_else(|| ctx.invalid(format!("{name} {step} does not fit the variable's dtype")))
 }
 
 /// Reads a scalar hyper-parameter (`alpha`, `lr`, `epsilon`) of element type `T`.
@@ -95,6 +116,8 @@ enum Input {
     Param(&'static str),
     /// The gradient (`delta` for the gradient-descent rules).
     Grad(&'static str),
+    /// AdagradDA's `global_step`: an int64 scalar, whatever `T` is.
+    Step(&'static str),
 }
 
 /// The update rule of an optimizer op, which fixes its inputs ([`Rule::inputs`]).
@@ -110,6 +133,8 @@ pub enum Rule {
     Adagrad,
     /// (Resource)ApplyAdagradV2.
     AdagradV2,
+    /// (Resource)ApplyAdagradDA.
+    AdagradDA,
     /// (Resource)ApplyProximalAdagrad.
     ProximalAdagrad,
     /// (Resource)ApplyFtrl.
@@ -142,6 +167,7 @@ impl Rule {
             "Adadelta" => Rule::Adadelta,
             "Adagrad" => Rule::Adagrad,
             "AdagradV2" => Rule::AdagradV2,
+            "AdagradDA" => Rule::AdagradDA,
             "ProximalAdagrad" => Rule::ProximalAdagrad,
             "Ftrl" => Rule::Ftrl,
             "FtrlV2" => Rule::FtrlV2,
@@ -158,7 +184,7 @@ impl Rule {
 
     /// The op's inputs, in TensorFlow's order (`training_ops.cc`).
     fn inputs(self) -> &'static [Input] {
-        use Input::{Grad, Param, Slot, Var};
+        use Input::{Grad, Param, Slot, Step, Var};
         match self {
             Rule::GradientDescent => &[Var, Param("alpha"), Grad("delta")],
             Rule::ProximalGradientDescent => {
@@ -180,6 +206,16 @@ impl Rule {
                 Param("lr"),
                 Param("epsilon"),
                 Grad("grad"),
+            ],
+            Rule::AdagradDA => &[
+                Var,
+                Slot("gradient_accumulator"),
+                Slot("gradient_squared_accumulator"),
+                Grad("grad"),
+                Param("lr"),
+                Param("l1"),
+                Param("l2"),
+                Step("global_step"),
             ],
             Rule::ProximalAdagrad => &[
                 Var,
@@ -294,7 +330,7 @@ impl Rule {
     }
 
     /// The input index and name of the gradient.
-    fn grad(self) -> (usize, &'static str) {
+    pub(super) fn grad(self) -> (usize, &'static str) {
         self.inputs()
             .iter()
             .enumerate()
@@ -306,16 +342,21 @@ impl Rule {
     }
 
     /// The scalar hyper-parameters: (input index, name), in the order [`Update::params`]
-    /// returns them (input order).
+    /// returns them (input order; AdagradDA's `global_step` last, as a parameter too).
     pub fn params(self) -> Vec<(usize, &'static str)> {
         self.inputs()
             .iter()
             .enumerate()
             .filter_map(|(i, input)| match input {
-                Input::Param(name) => Some((i, *name)),
+                Input::Param(name) | Input::Step(name) => Some((i, *name)),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Whether input `i` is an int64 step count rather than a value of type `T`.
+    fn is_step(self, i: usize) -> bool {
+        matches!(self.inputs().get(i), Some(Input::Step(_)))
     }
 }
 
@@ -337,12 +378,22 @@ pub struct Update {
 }
 
 /// The variables an update changes: the variable first, then its slots.
-struct Targets {
-    vars: Vec<Arc<Var>>,
+pub(super) struct Targets {
+    pub(super) vars: Vec<Arc<Var>>,
     /// Each variable's name, for messages.
-    names: Vec<String>,
+    pub(super) names: Vec<String>,
     /// Each variable's handle (resource form only).
-    handles: Vec<Option<ResourceHandle>>,
+    pub(super) handles: Vec<Option<ResourceHandle>>,
+}
+
+impl Targets {
+    /// The error for target `i` holding no value yet.
+    pub(super) fn uninitialized(&self, ctx: &OpContext<'_>, i: usize) -> Status {
+        match &self.handles[i] {
+            Some(h) => uninitialized(ctx, h),
+            None => uninitialized_ref(ctx, &self.names[i]),
+        }
+    }
 }
 
 impl Update {
@@ -354,6 +405,12 @@ impl Update {
                 node.name, node.op
             ))
         })?;
+        Update::with_rule(node, rule)
+    }
+
+    /// The update of `node` by `rule`, in the form its op's name says, with the node's attrs
+    /// (shared with the sparse updates, whose names [`Rule::of`] does not know).
+    pub(super) fn with_rule(node: &NodeDef, rule: Rule) -> Result<Update> {
         Ok(Update {
             rule,
             form: Form::of(&node.op),
@@ -367,11 +424,29 @@ impl Update {
     /// The scalar hyper-parameters of this step, in [`Rule::params`] order, checked as
     /// TensorFlow's CPU kernels check them.
     pub fn params<T: Float>(&self, ctx: &OpContext<'_>) -> Result<Vec<T>> {
+        self.params_shifted(ctx, 0)
+    }
+
+    /// [`Update::params`] of an op that has `shift` more inputs right after the gradient than
+    /// the dense form (the sparse forms' `indices`).
+    pub(super) fn params_shifted<T: Float>(
+        &self,
+        ctx: &OpContext<'_>,
+        shift: usize,
+    ) -> Result<Vec<T>> {
+        let (grad, _) = self.rule.grad();
         let p = self
             .rule
             .params()
             .into_iter()
-            .map(|(i, name)| scalar_param::<T>(ctx, ctx.input(i)?, name))
+            .map(|(i, name)| {
+                let at = if i > grad { i + shift } else { i };
+                if self.rule.is_step(i) {
+                    step_param::<T>(ctx, ctx.input(at)?, name)
+                } else {
+                    scalar_param::<T>(ctx, ctx.input(at)?, name)
+                }
+            })
             .collect::<Result<Vec<T>>>()?;
         if self.rule == Rule::ProximalAdagrad {
             let zero = T::zero();
@@ -391,7 +466,7 @@ impl Update {
 
     /// Finds the variable and its slots: resource handles looked up in the device's
     /// resources, or the variables behind the reference inputs.
-    fn targets(&self, ctx: &OpContext<'_>) -> Result<Targets> {
+    pub(super) fn targets(&self, ctx: &OpContext<'_>) -> Result<Targets> {
         let n = 1 + self.rule.slots().len();
         let mut t = Targets {
             vars: Vec::with_capacity(n),
@@ -442,10 +517,7 @@ impl Update {
             let grad = ctx.input(grad_input)?;
             let slots = self.rule.slots();
             let vars: Vec<&Var> = targets.vars.iter().map(|v| &**v).collect();
-            let uninitialized = |i: usize| match &targets.handles[i] {
-                Some(h) => uninitialized(ctx, h),
-                None => uninitialized_ref(ctx, &targets.names[i]),
-            };
+            let uninitialized = |i: usize| targets.uninitialized(ctx, i);
             read_modify_write(&vars, self.use_locking, uninitialized, |values| {
                 let var = &*values[0];
                 for (value, slot) in values[1..].iter().zip(&slots) {
@@ -485,8 +557,9 @@ impl Update {
     }
 
     /// Updates `vals` (var, then the slots) element by element with hyper-parameters `p`
-    /// ([`Update::params`]) and gradient `grad`; every slice has the gradient's length.
-    fn step<T: Float>(&self, p: &[T], vals: &mut [&mut [T]], grad: &[T]) {
+    /// ([`Update::params`]) and gradient `grad`; every slice has the gradient's length. The
+    /// dense kernels pass whole variables, the sparse ones one row at a time.
+    pub(super) fn step<T: Float>(&self, p: &[T], vals: &mut [&mut [T]], grad: &[T]) {
         let (zero, one) = (T::zero(), T::one());
         let two = one + one;
         let (var, slots) = vals.split_first_mut().expect("the variable comes first");
@@ -520,6 +593,24 @@ impl Update {
                         accum[i] = accum[i] + g * g;
                     }
                     var[i] = var[i] - lr * g / (accum[i].sqrt() + epsilon);
+                }
+            }
+            (Rule::AdagradDA, [grad_accum, grad_squared_accum]) => {
+                let (lr, l1, l2, global_step) = (p[0], p[1], p[2], p[3]);
+                let denom_base = l2 * global_step * lr;
+                for (i, &g) in grad.iter().enumerate() {
+                    grad_accum[i] = grad_accum[i] + g;
+                    grad_squared_accum[i] = grad_squared_accum[i] + g * g;
+                    let ga = grad_accum[i];
+                    let denom = denom_base + grad_squared_accum[i].sqrt();
+                    var[i] = if l1 > zero {
+                        -<T as Real>::sign(ga)
+                            * lr
+                            * <T as Real>::max(ga.abs() - l1 * global_step, zero)
+                            / denom
+                    } else {
+                        -ga * lr / denom
+                    };
                 }
             }
             (Rule::ProximalAdagrad, [accum]) => {
@@ -663,7 +754,13 @@ fn proximal<T: Float>(prox: T, lr: T, l1: T, l2: T) -> T {
 
 /// Checks that the variable's value and another input of the update (a slot's value, the
 /// gradient) agree in dtype and shape, in TensorFlow's words.
-fn check_like(ctx: &OpContext<'_>, name: &str, var: &Tensor, t: &Tensor, what: &str) -> Result<()> {
+pub(super) fn check_like(
+    ctx: &OpContext<'_>,
+    name: &str,
+    var: &Tensor,
+    t: &Tensor,
+    what: &str,
+) -> Result<()> {
     if var.dtype() != t.dtype() {
         return Err(ctx.invalid(format!(
             "variable `{name}` is {} but {what} is {}",
@@ -683,7 +780,7 @@ fn check_like(ctx: &OpContext<'_>, name: &str, var: &Tensor, t: &Tensor, what: &
 
 /// Runs `f` on the elements of every tensor at once, each written in its own buffer when nothing
 /// else shares it and in a copy otherwise ([`Tensor::update_in_place`]).
-fn with_elements<T: Float + bytemuck::Pod, R>(
+pub(super) fn with_elements<T: Float + bytemuck::Pod, R>(
     tensors: &mut [&mut Tensor],
     f: impl FnOnce(&mut [&mut [T]]) -> R,
 ) -> Result<R> {

@@ -597,7 +597,8 @@ pub fn apply_codes(update: &Update) -> Option<(i32, i32)> {
         | Rule::FtrlV2
         | Rule::AdaMax
         | Rule::AddSign
-        | Rule::PowerSign => return None,
+        | Rule::PowerSign
+        | Rule::AdagradDA => return None,
     };
     let flags = i32::from(update.use_nesterov) | i32::from(update.update_slots) << 1;
     Some((rule, flags))
