@@ -157,8 +157,13 @@ struct Chain {
 
 impl Chain {
     fn new() -> Self {
+        Self::on(Device::local_cpu())
+    }
+
+    /// The chain on `device`.
+    fn on(device: Device) -> Self {
         let graph = chain_graph();
-        let device = Arc::new(Device::local_cpu());
+        let device = Arc::new(device);
         let executor = Executor::new(
             &graph,
             &["x", "c"],
@@ -225,7 +230,23 @@ fn bench_chain(c: &mut Criterion) {
     group.bench_function("direct_kernel_calls", |b| {
         b.iter(|| black_box(chain.direct()))
     });
+    // The same chain on a device with a memory budget: every output charged and released.
+    let budgeted = Chain::on(Device::local_cpu().with_memory_limit(1 << 30));
+    group.bench_function("executor_with_memory_budget", |b| {
+        b.iter(|| black_box(budgeted.step()))
+    });
     group.finish();
+    let (plain, charged) = time_pair(
+        || drop(black_box(chain.step())),
+        || drop(black_box(budgeted.step())),
+        Duration::from_millis(200),
+    );
+    println!(
+        "chain100 step: {:.1} us without a memory budget, {:.1} us with one ({:.3}x)",
+        plain.as_secs_f64() * 1e6,
+        charged.as_secs_f64() * 1e6,
+        charged.as_secs_f64() / plain.as_secs_f64()
+    );
 }
 
 fn bench_matmul(c: &mut Criterion) {
