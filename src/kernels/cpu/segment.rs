@@ -335,18 +335,18 @@ fn sorted_rows(ctx: &OpContext<'_>, ids: &[i64], num_segments: Option<i64>) -> R
             rows
         }
     };
-    let mut previous = 0;
-    for &id in ids {
+    // TensorFlow checks that a run of ids is followed by a larger id before it checks the
+    // run's id against the output's rows; the order decides which message a bad input gets.
+    for (i, &id) in ids.iter().enumerate() {
+        if ids.get(i + 1).is_some_and(|&next| next < id) {
+            return Err(ctx.invalid("segment ids are not increasing"));
+        }
         if id < 0 || id >= rows {
             return Err(ctx.invalid(format!(
                 "Segment id {id} out of range [0, {rows}), possibly because 'segment_ids' input \
                  is not sorted."
             )));
         }
-        if id < previous {
-            return Err(ctx.invalid("segment ids are not increasing"));
-        }
-        previous = id;
     }
     Ok(rows as usize)
 }
