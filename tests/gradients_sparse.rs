@@ -1,0 +1,301 @@
+//! The gradients of the embedding ops (gathers on any axis with batch dimensions, segment
+//! reductions, sparse segment reductions, DynamicPartition, DynamicStitch) checked against
+//! central finite differences, and a `ResourceGather`'s gradient on a variable worked out by
+//! hand.
+//!
+//! The check is `tests/gradients.rs`'s: the symbolic gradient of `L = sum(op(x...) * W)` (`W`
+//! fixed weights, so every output element counts differently) run through `Session::local()`
+//! against `(L(x + h e_j) - L(x - h e_j)) / 2h`, in float64.
+
+use tessera::client::Session;
+use tessera::graph::{gradients, Graph, Output};
+use tessera::tensor::{DType, PartialShape, Shape, Tensor};
+use tessera::Result;
+
+/// Deterministic values in [lo, hi) (a linear congruential sequence: no ties, so max and min
+/// have one winner per segment).
+fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
+}
+
+/// One float64 input: its dims as fed and as the placeholder declares them (`None` unknown).
+struct Input {
+    dims: Vec<usize>,
+    declared: Vec<Option<usize>>,
+    lo: f64,
+}
+
+fn inp(dims: &[usize]) -> Input {
+    Input {
+        dims: dims.to_vec(),
+        declared: dims.iter().map(|&d| Some(d)).collect(),
+        lo: -1.0,
+    }
+}
+
+fn positive(dims: &[usize]) -> Input {
+    Input {
+        lo: 0.5,
+        ..inp(dims)
+    }
+}
+
+fn unknown_dims(dims: &[usize]) -> Input {
+    Input {
+        declared: vec![None; dims.len()],
+        ..inp(dims)
+    }
+}
+
+type Build<'a> = dyn Fn(&mut Graph, &[Output]) -> Result<Output> + 'a;
+
+/// Checks the gradient of `build(inputs)` with respect to every input (step 1e-6, tolerance
+/// `1e-6 + 1e-5 |numeric|`).
+fn check(name: &str, inputs: Vec<Input>, build: &Build<'_>) {
+    let (h, rtol) = (1e-6, 1e-5);
+    let mut g = Graph::new();
+    let xs: Vec<Output> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            g.placeholder(
+                &format!("x{i}"),
+                DType::Double,
+                PartialShape::new(s.declared.clone()),
+            )
+            .unwrap()
+        })
+        .collect();
+    let y = build(&mut g, &xs).unwrap_or_else(|e| panic!("{name}: building the op: {e}"));
+    let ys = g.shape(&y).unwrap();
+    let n_y = 256usize;
+    let w_vals: Vec<f64> = (0..n_y).map(|k| 0.5 + (k % 7) as f64 / 7.0).collect();
+    let w_all = g
+        .constant(&Tensor::from_vec([n_y], w_vals).unwrap())
+        .unwrap();
+    let size = g.unary("Size", &y).unwrap();
+    let zero = g.const_i32("Const", &[1], &[0]).unwrap();
+    let size1 = g.reshape_to(&size, &[1]).unwrap();
+    let w_flat = g.slice(&w_all, &zero, &size1).unwrap();
+    let w = g.reshape(&w_flat, &ys).unwrap();
+    let yw = g.mul(&y, &w).unwrap();
+    let flat = g.reshape_to(&yw, &[-1]).unwrap();
+    let loss = g.sum(&flat, &[0], false).unwrap();
+    let grads = gradients(&mut g, std::slice::from_ref(&loss), &xs, None)
+        .unwrap_or_else(|e| panic!("{name}: gradients: {e}"));
+
+    let session = Session::local();
+    session.extend(&g.to_graph_def()).unwrap();
+    let feeds: Vec<Tensor> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let n = Shape::new(s.dims.clone()).num_elements();
+            Tensor::from_vec(s.dims.clone(), values(n, 17 + i as u64, s.lo, s.lo + 2.0)).unwrap()
+        })
+        .collect();
+    let names: Vec<String> = (0..xs.len()).map(|i| format!("x{i}:0")).collect();
+    let with = |feeds: &[Tensor]| -> Vec<(String, Tensor)> {
+        names.iter().cloned().zip(feeds.iter().cloned()).collect()
+    };
+    let run = |feeds: &[Tensor], fetch: &[&str]| -> Vec<Tensor> {
+        let f = with(feeds);
+        let f: Vec<(&str, Tensor)> = f.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        session
+            .run(&f, fetch, &[])
+            .unwrap_or_else(|e| panic!("{name}: run: {e}"))
+    };
+    let loss_name = loss.name();
+    let run_loss = |feeds: &[Tensor]| run(feeds, &[&loss_name])[0].scalar_value::<f64>().unwrap();
+    let fetch: Vec<String> = grads
+        .iter()
+        .enumerate()
+        .map(|(i, gr)| {
+            gr.as_ref()
+                .unwrap_or_else(|| panic!("{name}: no gradient for input {i}"))
+                .name()
+        })
+        .collect();
+    let fetch_refs: Vec<&str> = fetch.iter().map(String::as_str).collect();
+    let symbolic = run(&feeds, &fetch_refs);
+    for (i, sym) in symbolic.iter().enumerate() {
+        assert_eq!(sym.dims(), feeds[i].dims(), "{name}: gradient {i} shape");
+        let sym = sym.values::<f64>().unwrap().into_owned();
+        let base = feeds[i].values::<f64>().unwrap().into_owned();
+        for j in 0..base.len() {
+            let shifted = |delta: f64| {
+                let mut v = base.clone();
+                v[j] += delta;
+                let mut f = feeds.clone();
+                f[i] = Tensor::from_vec(feeds[i].dims().to_vec(), v).unwrap();
+                run_loss(&f)
+            };
+            let num = (shifted(h) - shifted(-h)) / (2.0 * h);
+            let err = (num - sym[j]).abs();
+            assert!(
+                err <= rtol / 10.0 + rtol * num.abs(),
+                "{name}: d/dx{i}[{j}]: symbolic {} vs numeric {num} (error {err})",
+                sym[j]
+            );
+        }
+    }
+}
+
+fn ints(g: &mut Graph, dims: &[usize], v: &[i64]) -> Output {
+    g.constant(&Tensor::from_vec(dims.to_vec(), v.to_vec()).unwrap())
+        .unwrap()
+}
+
+fn ints32(g: &mut Graph, dims: &[usize], v: &[i32]) -> Output {
+    g.const_i32("Const", dims, v).unwrap()
+}
+
+#[test]
+fn gathers_on_every_axis_with_batch_dims() {
+    // params [3,4,2]; (axis, batch_dims, indices shape, indices).
+    let cases: Vec<(i64, i64, Vec<usize>, Vec<i64>)> = vec![
+        (0, 0, vec![4], vec![2, 0, 2, 1]),
+        (1, 0, vec![2, 2], vec![3, 0, 3, 3]),
+        (2, 0, vec![3], vec![1, 1, 0]),
+        (-1, 0, vec![1], vec![1]),
+        (1, 1, vec![3, 2], vec![0, 3, 2, 2, 1, 0]),
+        (2, 1, vec![3, 2], vec![1, 0, 0, 0, 1, 1]),
+        (2, 2, vec![3, 4, 2], (0..24).map(|k| (k * 7 % 5 % 2) as i64).collect()),
+        (1, -1, vec![3, 3], vec![0, 1, 1, 3, 3, 3, 2, 0, 1]),
+    ];
+    for (axis, batch_dims, dims, idx) in cases {
+        let name = format!("GatherV2 axis {axis} batch_dims {batch_dims}");
+        for params in [inp(&[3, 4, 2]), unknown_dims(&[3, 4, 2])] {
+            check(&name, vec![params], &|g, x| {
+                let i = ints(g, &dims, &idx);
+                g.gather_batch(&x[0], &i, axis, batch_dims)
+            });
+        }
+    }
+}
+
+#[test]
+fn unsorted_segment_reductions() {
+    for op in [
+        "UnsortedSegmentSum",
+        "UnsortedSegmentMax",
+        "UnsortedSegmentMin",
+        "UnsortedSegmentProd",
+    ] {
+        check(op, vec![positive(&[6, 2])], &|g, x| {
+            // A negative id drops its row; segment 3 stays empty (held at its identity, which
+            // gets no gradient since no input reaches it).
+            let ids = ints32(g, &[6], &[2, 0, -1, 2, 4, 0]);
+            let n = g.const_i32("Const", &[], &[5])?;
+            let y = g.unsorted_segment(op, &x[0], &ids, &n)?;
+            // Rows 1 and 3 hold no input; leave them out so the identity (±max for Max/Min)
+            // does not swamp the loss.
+            let keep = ints32(g, &[3], &[0, 2, 4]);
+            g.gather(&y, &keep, 0)
+        });
+        check(&format!("{op} 2-D ids"), vec![positive(&[2, 3, 2])], &|g, x| {
+            let ids = ints(g, &[2, 3], &[1, 0, 1, -1, 2, 1]);
+            let n = g.const_i32("Const", &[], &[3])?;
+            g.unsorted_segment(op, &x[0], &ids, &n)
+        });
+    }
+}
+
+#[test]
+fn sorted_segment_reductions() {
+    for op in [
+        "SegmentSum",
+        "SegmentMean",
+        "SegmentMax",
+        "SegmentMin",
+        "SegmentProd",
+    ] {
+        check(op, vec![positive(&[7, 2])], &|g, x| {
+            let ids = ints32(g, &[7], &[0, 0, 2, 2, 2, 3, 5]);
+            g.segment(op, &x[0], &ids)
+        });
+    }
+}
+
+#[test]
+fn sparse_segment_reductions() {
+    for op in ["SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN"] {
+        for with_num in [false, true] {
+            let name = format!("{op} num_segments {with_num}");
+            check(&name, vec![inp(&[6, 3])], &|g, x| {
+                let indices = ints32(g, &[5], &[5, 0, 5, 2, 1]);
+                let ids = ints32(g, &[5], &[0, 0, 2, 2, 3]);
+                let n = g.const_i32("Const", &[], &[6])?;
+                g.sparse_segment(op, &x[0], &indices, &ids, with_num.then_some(&n))
+            });
+        }
+    }
+}
+
+#[test]
+fn partitions_and_stitches() {
+    check("DynamicPartition", vec![inp(&[6, 2])], &|g, x| {
+        let p = ints32(g, &[6], &[2, 0, 2, 1, 0, 2]);
+        let parts = g.dynamic_partition(&x[0], &p, 3)?;
+        // Partition 1 reaches the loss through no path: its gradient is zeros.
+        g.concat(&[parts[0].clone(), parts[2].clone()], 0)
+    });
+    check("DynamicPartition 2-D", vec![inp(&[2, 3, 2])], &|g, x| {
+        let p = ints32(g, &[2, 3], &[1, 0, 1, 1, 1, 0]);
+        let parts = g.dynamic_partition(&x[0], &p, 2)?;
+        g.concat(&parts, 0)
+    });
+    for parallel in [false, true] {
+        let name = format!("DynamicStitch parallel {parallel}");
+        check(&name, vec![inp(&[2, 3]), inp(&[2, 2, 3])], &|g, x| {
+            let i0 = ints32(g, &[2], &[0, 4]);
+            let i1 = ints32(g, &[2, 2], &[1, 6, 5, 2]);
+            g.dynamic_stitch(&[i0, i1], &[x[0].clone(), x[1].clone()], parallel)
+        });
+    }
+}
+
+#[test]
+fn resource_gather_gradient_sums_the_rows_it_read() {
+    let mut g = Graph::new();
+    let init = g
+        .constant(&Tensor::from_vec([4, 2], (0..8).map(f64::from).collect()).unwrap())
+        .unwrap();
+    let v = g.variable("table", &init).unwrap();
+    let idx = ints32(&mut g, &[3], &[3, 1, 3]);
+    let rows = g.resource_gather(&v.handle, &idx, DType::Double, 0).unwrap();
+    assert_eq!(rows.shape.to_string(), "[3,2]");
+    let w = g
+        .constant(&Tensor::from_vec([3, 2], vec![1.0f64, 2., 3., 4., 5., 6.]).unwrap())
+        .unwrap();
+    let yw = g.mul(&rows, &w).unwrap();
+    let loss = g.sum(&yw, &[0, 1], false).unwrap();
+    let grad = gradients(&mut g, &[loss], std::slice::from_ref(&v.handle), None)
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    let init_op = g.global_variables_initializer().unwrap();
+    let session = Session::local();
+    session.extend(&g.to_graph_def()).unwrap();
+    session.run(&[], &[], &[&init_op]).unwrap();
+    let out = session.run(&[], &[&grad.name(), &rows.name()], &[]).unwrap();
+    // Row 3 was read twice: its gradient is the sum of both weights' rows.
+    assert_eq!(
+        out[0].values::<f64>().unwrap().as_ref(),
+        &[0., 0., 3., 4., 0., 0., 6., 8.]
+    );
+    assert_eq!(
+        out[1].values::<f64>().unwrap().as_ref(),
+        &[6., 7., 2., 3., 6., 7.]
+    );
+}
