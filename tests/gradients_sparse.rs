@@ -170,7 +170,12 @@ fn gathers_on_every_axis_with_batch_dims() {
         (-1, 0, vec![1], vec![1]),
         (1, 1, vec![3, 2], vec![0, 3, 2, 2, 1, 0]),
         (2, 1, vec![3, 2], vec![1, 0, 0, 0, 1, 1]),
-        (2, 2, vec![3, 4, 2], (0..24).map(|k| (k * 7 % 5 % 2) as i64).collect()),
+        (
+            2,
+            2,
+            vec![3, 4, 2],
+            (0..24).map(|k| (k * 7 % 5 % 2) as i64).collect(),
+        ),
         (1, -1, vec![3, 3], vec![0, 1, 1, 3, 3, 3, 2, 0, 1]),
     ];
     for (axis, batch_dims, dims, idx) in cases {
@@ -203,11 +208,15 @@ fn unsorted_segment_reductions() {
             let keep = ints32(g, &[3], &[0, 2, 4]);
             g.gather(&y, &keep, 0)
         });
-        check(&format!("{op} 2-D ids"), vec![positive(&[2, 3, 2])], &|g, x| {
-            let ids = ints(g, &[2, 3], &[1, 0, 1, -1, 2, 1]);
-            let n = g.const_i32("Const", &[], &[3])?;
-            g.unsorted_segment(op, &x[0], &ids, &n)
-        });
+        check(
+            &format!("{op} 2-D ids"),
+            vec![positive(&[2, 3, 2])],
+            &|g, x| {
+                let ids = ints(g, &[2, 3], &[1, 0, 1, -1, 2, 1]);
+                let n = g.const_i32("Const", &[], &[3])?;
+                g.unsorted_segment(op, &x[0], &ids, &n)
+            },
+        );
     }
 }
 
@@ -229,7 +238,11 @@ fn sorted_segment_reductions() {
 
 #[test]
 fn sparse_segment_reductions() {
-    for op in ["SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN"] {
+    for op in [
+        "SparseSegmentSum",
+        "SparseSegmentMean",
+        "SparseSegmentSqrtN",
+    ] {
         for with_num in [false, true] {
             let name = format!("{op} num_segments {with_num}");
             check(&name, vec![inp(&[6, 3])], &|g, x| {
@@ -273,7 +286,9 @@ fn resource_gather_gradient_sums_the_rows_it_read() {
         .unwrap();
     let v = g.variable("table", &init).unwrap();
     let idx = ints32(&mut g, &[3], &[3, 1, 3]);
-    let rows = g.resource_gather(&v.handle, &idx, DType::Double, 0).unwrap();
+    let rows = g
+        .resource_gather(&v.handle, &idx, DType::Double, 0)
+        .unwrap();
     assert_eq!(rows.shape.to_string(), "[3,2]");
     let w = g
         .constant(&Tensor::from_vec([3, 2], vec![1.0f64, 2., 3., 4., 5., 6.]).unwrap())
@@ -288,7 +303,9 @@ fn resource_gather_gradient_sums_the_rows_it_read() {
     let session = Session::local();
     session.extend(&g.to_graph_def()).unwrap();
     session.run(&[], &[], &[&init_op]).unwrap();
-    let out = session.run(&[], &[&grad.name(), &rows.name()], &[]).unwrap();
+    let out = session
+        .run(&[], &[&grad.name(), &rows.name()], &[])
+        .unwrap();
     // Row 3 was read twice: its gradient is the sum of both weights' rows.
     assert_eq!(
         out[0].values::<f64>().unwrap().as_ref(),

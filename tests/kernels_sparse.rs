@@ -87,8 +87,18 @@ fn assert_matches(what: &str, got: &Tensor, want: &Tensor) {
     };
     match got.dtype() {
         DType::Float => {
-            let g: Vec<f64> = got.values::<f32>().unwrap().iter().map(|&v| v as f64).collect();
-            let w: Vec<f64> = want.values::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+            let g: Vec<f64> = got
+                .values::<f32>()
+                .unwrap()
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let w: Vec<f64> = want
+                .values::<f32>()
+                .unwrap()
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
             close(&g, &w, 1e-5);
         }
         DType::Double => close(
@@ -96,9 +106,21 @@ fn assert_matches(what: &str, got: &Tensor, want: &Tensor) {
             &want.values::<f64>().unwrap(),
             1e-12,
         ),
-        DType::Int32 => assert_eq!(got.values::<i32>().unwrap(), want.values::<i32>().unwrap(), "{what}"),
-        DType::Int64 => assert_eq!(got.values::<i64>().unwrap(), want.values::<i64>().unwrap(), "{what}"),
-        DType::Bool => assert_eq!(got.values::<bool>().unwrap(), want.values::<bool>().unwrap(), "{what}"),
+        DType::Int32 => assert_eq!(
+            got.values::<i32>().unwrap(),
+            want.values::<i32>().unwrap(),
+            "{what}"
+        ),
+        DType::Int64 => assert_eq!(
+            got.values::<i64>().unwrap(),
+            want.values::<i64>().unwrap(),
+            "{what}"
+        ),
+        DType::Bool => assert_eq!(
+            got.values::<bool>().unwrap(),
+            want.values::<bool>().unwrap(),
+            "{what}"
+        ),
         other => panic!("{what}: dtype {other}"),
     }
 }
@@ -188,7 +210,9 @@ fn embedding_kernels_match_tensorflow() {
                 assert!(e.message().starts_with("node `x` (op "), "{what}: {e}");
                 errors += 1;
             }
-            (Ok(got), Some(err)) => panic!("{what}: TensorFlow fails with {err}, tessera gives {got:?}"),
+            (Ok(got), Some(err)) => {
+                panic!("{what}: TensorFlow fails with {err}, tessera gives {got:?}")
+            }
             (Err(e), None) => panic!("{what}: tessera fails: {e}"),
         }
     }
@@ -259,7 +283,11 @@ fn scatters_update_the_variable_in_place_and_reject_bad_updates() {
         );
         node("ResourceScatterUpdate")
             .run_on(
-                vec![h.clone(), ivec(&[1]), Tensor::from_strings([1], vec!["z".into()]).unwrap()],
+                vec![
+                    h.clone(),
+                    ivec(&[1]),
+                    Tensor::from_strings([1], vec!["z".into()]).unwrap(),
+                ],
                 &r,
             )
             .unwrap();
@@ -285,7 +313,10 @@ fn scatters_update_the_variable_in_place_and_reject_bad_updates() {
     }
     // VariableShape and DisableCopyOnRead on an existing variable.
     let shape = node("VariableShape")
-        .run_on(vec![table(&resources, f32s(&[3, 2], &[0.; 6])).1], &resources)
+        .run_on(
+            vec![table(&resources, f32s(&[3, 2], &[0.; 6])).1],
+            &resources,
+        )
         .unwrap();
     assert_exact(&shape[0], &[2], &[3i32, 2]);
 }

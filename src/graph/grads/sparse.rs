@@ -139,12 +139,16 @@ pub fn gather_v2(g: &mut Graph, c: &GradCtx) -> Grads {
         .ok_or_else(|| c.err("the axis must be a constant for the gradient"))?;
     let r = rank as i64;
     if axis < -r || axis >= r {
-        return Err(c.err(format!("axis {axis} is out of range for params of rank {rank}")));
+        return Err(c.err(format!(
+            "axis {axis} is out of range for params of rank {rank}"
+        )));
     }
     let axis = if axis < 0 { axis + r } else { axis } as usize;
     let b = batch_dims_of(c, &indices)?;
     if b > axis {
-        return Err(c.err(format!("batch_dims ({b}) must be less than or equal to axis ({axis})")));
+        return Err(c.err(format!(
+            "batch_dims ({b}) must be less than or equal to axis ({axis})"
+        )));
     }
     let ps = g.shape_of(&params)?;
     let ps = as_i32(g, &ps)?;

@@ -259,7 +259,12 @@ fn resource_gather_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
 }
 
 fn variable_shape_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
-    let rank = ctx.handle_shapes.first().cloned().flatten().and_then(|s| s.rank());
+    let rank = ctx
+        .handle_shapes
+        .first()
+        .cloned()
+        .flatten()
+        .and_then(|s| s.rank());
     Ok(vec![PartialShape::new(vec![rank])])
 }
 
@@ -277,15 +282,15 @@ fn unique_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
 
 fn unsorted_segment_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let (data, ids) = (ctx.input(0), ctx.input(1));
-    let rows = ctx
-        .scalar_value(2)
-        .and_then(|n| usize::try_from(n).ok());
+    let rows = ctx.scalar_value(2).and_then(|n| usize::try_from(n).ok());
     let Some(r) = ids.rank() else {
         return Ok(vec![PartialShape::unknown()]);
     };
     if let (Some(d), Some(i)) = (data.dims(), ids.dims()) {
         let prefix = d.len() >= i.len()
-            && d.iter().zip(i).all(|(a, b)| sf::merge_dim(*a, *b).is_some());
+            && d.iter()
+                .zip(i)
+                .all(|(a, b)| sf::merge_dim(*a, *b).is_some());
         if !prefix {
             return Err(ctx.error(format!(
                 "data.shape = {data} does not start with segment_ids.shape = {ids}"
@@ -300,16 +305,12 @@ fn segment_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
 }
 
 fn sparse_segment_num_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
-    let rows = ctx
-        .scalar_value(3)
-        .and_then(|n| usize::try_from(n).ok());
+    let rows = ctx.scalar_value(3).and_then(|n| usize::try_from(n).ok());
     Ok(vec![lead(rows, &ctx.input(0), 1)])
 }
 
 fn sparse_segment_grad_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
-    let rows = ctx
-        .scalar_value(3)
-        .and_then(|n| usize::try_from(n).ok());
+    let rows = ctx.scalar_value(3).and_then(|n| usize::try_from(n).ok());
     Ok(vec![lead(rows, &ctx.input(0), 1)])
 }
 

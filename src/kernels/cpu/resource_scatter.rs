@@ -26,8 +26,12 @@ use crate::tensor::{DType, Element, Tensor};
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
         "ResourceGather" => ResourceGather::create,
-        "ResourceScatterUpdate" | "ResourceScatterAdd" | "ResourceScatterSub"
-        | "ResourceScatterMul" | "ResourceScatterDiv" | "ResourceScatterMin"
+        "ResourceScatterUpdate"
+        | "ResourceScatterAdd"
+        | "ResourceScatterSub"
+        | "ResourceScatterMul"
+        | "ResourceScatterDiv"
+        | "ResourceScatterMin"
         | "ResourceScatterMax" => ResourceScatter::create,
         "VariableShape" => VariableShape::create,
         "DisableCopyOnRead" => |_| super::stateless(disable_copy_on_read),

@@ -30,7 +30,9 @@ use crate::tensor::{DType, Shape, Tensor};
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
         "Unique" | "UniqueV2" => Unique::create,
-        "UnsortedSegmentSum" | "UnsortedSegmentMax" | "UnsortedSegmentMin"
+        "UnsortedSegmentSum"
+        | "UnsortedSegmentMax"
+        | "UnsortedSegmentMin"
         | "UnsortedSegmentProd" => Segments::create,
         "SegmentSum" | "SegmentMean" | "SegmentMax" | "SegmentMin" | "SegmentProd" => {
             Segments::create
@@ -240,9 +242,7 @@ impl Segments {
             return Err(ctx.invalid("segment_ids should be a vector."));
         }
         if data.dims().first() != Some(&ids.num_elements()) {
-            return Err(ctx.invalid(
-                "segment_ids should be the same size as dimension 0 of input.",
-            ));
+            return Err(ctx.invalid("segment_ids should be the same size as dimension 0 of input."));
         }
         let ids = int_values(ctx, &ids, "segment_ids")?;
         let rows = sorted_rows(ctx, &ids, None)?;
@@ -318,9 +318,7 @@ fn sorted_rows(ctx: &OpContext<'_>, ids: &[i64], num_segments: Option<i64>) -> R
     let rows = match num_segments {
         Some(n) => {
             if n < 0 {
-                return Err(ctx.invalid(format!(
-                    "Input num_segments == {n} must not be negative."
-                )));
+                return Err(ctx.invalid(format!("Input num_segments == {n} must not be negative.")));
             }
             if last.is_some_and(|l| l >= n) {
                 return Err(ctx.invalid("segment ids must be < num_segments"));
@@ -467,9 +465,9 @@ impl OpKernel for SparseSegmentGrad {
                 return Err(ctx.invalid(format!("Index {index} out of range [0, {dim0}).")));
             }
             if id < 0 || id >= num_segments {
-                return Err(ctx.invalid(format!(
-                    "Segment id {id} out of range [0, {num_segments})."
-                )));
+                return Err(
+                    ctx.invalid(format!("Segment id {id} out of range [0, {num_segments})."))
+                );
             }
             counts[id as usize] += 1;
             rows.push(index as usize);
@@ -508,7 +506,10 @@ fn int_tensor(dtype: DType, dims: Vec<usize>, values: Vec<i64>) -> Result<Tensor
     if dtype == DType::Int64 {
         Tensor::from_vec(dims, values)
     } else {
-        Tensor::from_vec(dims, values.into_iter().map(|v| v as i32).collect::<Vec<_>>())
+        Tensor::from_vec(
+            dims,
+            values.into_iter().map(|v| v as i32).collect::<Vec<_>>(),
+        )
     }
 }
 
@@ -570,10 +571,7 @@ impl Unique {
 
     /// The slices of `x` along `axis` (of `n`), numbered by first occurrence: returns the
     /// position of each distinct slice's first occurrence and each slice's number.
-    fn first_occurrences<T: UniqueKey>(
-        x: &Tensor,
-        axis: usize,
-    ) -> Result<(Vec<usize>, Vec<i64>)> {
+    fn first_occurrences<T: UniqueKey>(x: &Tensor, axis: usize) -> Result<(Vec<usize>, Vec<i64>)> {
         let values = T::items(x)?;
         let dims = x.dims();
         let n = dims[axis];
@@ -619,9 +617,7 @@ impl OpKernel for Unique {
                     let rank = x.rank() as i64;
                     let a = if *a < 0 { a + rank } else { *a };
                     if !(0..rank).contains(&a) {
-                        return Err(
-                            ctx.invalid(format!("axis has to be between [0, {rank})"))
-                        );
+                        return Err(ctx.invalid(format!("axis has to be between [0, {rank})")));
                     }
                     Some(a as usize)
                 }
@@ -667,7 +663,10 @@ fn dynamic_partition(ctx: &mut OpContext<'_>) -> Result<()> {
         )));
     }
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); num.max(0) as usize];
-    for (i, &p) in int_values(ctx, &partitions, "partitions")?.iter().enumerate() {
+    for (i, &p) in int_values(ctx, &partitions, "partitions")?
+        .iter()
+        .enumerate()
+    {
         if p < 0 || p >= num {
             return Err(ctx.invalid(format!(
                 "partitions{} = {p} is not in [0, {num})",
@@ -793,7 +792,10 @@ mod tests {
         let max = reduce_rows(&data, 2, &pairs, 3, Reduce::Max, false);
         assert_eq!(max[2], f32::MIN);
         assert_eq!(reduce_rows(&data, 2, &pairs, 3, Reduce::Max, true)[2], 0.0);
-        assert_eq!(Reduce::of("SparseSegmentSqrtNWithNumSegments"), Reduce::SqrtN);
+        assert_eq!(
+            Reduce::of("SparseSegmentSqrtNWithNumSegments"),
+            Reduce::SqrtN
+        );
         assert_eq!(Reduce::of("SparseSegmentMeanGradV2"), Reduce::Mean);
         assert_eq!(Reduce::of("UnsortedSegmentProd"), Reduce::Prod);
     }
