@@ -316,3 +316,115 @@ fn resource_gather_gradient_sums_the_rows_it_read() {
         &[6., 7., 2., 3., 6., 7.]
     );
 }
+
+/// An embedding table read through both kinds of gather, and a dense weight: the table's
+/// gradient comes back as the rows read, equal once densified to the dense gradient, and a
+/// gradient-descent step through `ResourceScatterAdd` moves only those rows.
+#[test]
+fn sparse_gradients_give_the_rows_a_gather_read() {
+    use tessera::graph::{sparse_gradients, GradientTensor};
+
+    let mut g = Graph::new();
+    let init = g
+        .constant(&Tensor::from_vec([6, 2], (0..12).map(|v| v as f32).collect()).unwrap())
+        .unwrap();
+    let table = g.variable("table", &init).unwrap();
+    let w0 = g
+        .constant(&Tensor::from_vec([2, 1], vec![1.0f32, -2.0]).unwrap())
+        .unwrap();
+    let w = g.variable("w", &w0).unwrap();
+    let ids = g
+        .placeholder("ids", DType::Int64, PartialShape::new(vec![None]))
+        .unwrap();
+    let read = g.read_variable(&table.handle).unwrap();
+    let rows = g.gather(&read, &ids, 0).unwrap();
+    let more = ints32(&mut g, &[2], &[5, 1]);
+    let rows2 = g
+        .resource_gather(&table.handle, &more, DType::Float, 0)
+        .unwrap();
+    let both = g.concat(&[rows, rows2], 0).unwrap();
+    let wr = g.read_variable(&w.handle).unwrap();
+    let logits = g.matmul(&both, &wr).unwrap();
+    let sq = g.unary("Square", &logits).unwrap();
+    let loss = g.sum(&sq, &[0, 1], false).unwrap();
+    let xs = [table.handle.clone(), w.handle.clone()];
+    let sparse = sparse_gradients(&mut g, std::slice::from_ref(&loss), &xs, None).unwrap();
+    let Some(GradientTensor::Slices(slices)) = &sparse[0] else {
+        panic!("the table's gradient should be slices: {:?}", sparse[0]);
+    };
+    let Some(GradientTensor::Dense(dw)) = &sparse[1] else {
+        panic!("w's gradient should be dense: {:?}", sparse[1]);
+    };
+    let slices = slices.clone();
+    let deduplicated = slices.deduplicated(&mut g).unwrap();
+    let from_slices = slices.to_dense(&mut g).unwrap();
+    let dense = gradients(&mut g, std::slice::from_ref(&loss), &xs, None).unwrap();
+    let lr = g.scalar("lr", DType::Float, 0.1).unwrap();
+    let step = g.mul(&slices.values, &lr).unwrap();
+    let minus = g.unary("Neg", &step).unwrap();
+    let train = g
+        .resource_scatter("ResourceScatterAdd", &table.handle, &slices.indices, &minus)
+        .unwrap();
+    let init_op = g.global_variables_initializer().unwrap();
+
+    let session = Session::local();
+    session.extend(&g.to_graph_def()).unwrap();
+    session.run(&[], &[], &[&init_op]).unwrap();
+    let feed = [("ids:0", Tensor::from_vec([3], vec![2i64, 0, 2]).unwrap())];
+    let fetch = [
+        slices.indices.name(),
+        slices.values.name(),
+        from_slices.name(),
+        dense[0].as_ref().unwrap().name(),
+        dw.name(),
+        dense[1].as_ref().unwrap().name(),
+        deduplicated.indices.name(),
+        deduplicated.values.name(),
+    ];
+    let fetch: Vec<&str> = fetch.iter().map(String::as_str).collect();
+    let out = session.run(&feed, &fetch, &[]).unwrap();
+    // The indices of both gathers, in order, as int64 (one of them was int32).
+    assert_eq!(out[0].values::<i64>().unwrap().as_ref(), &[2, 0, 2, 5, 1]);
+    assert_eq!(out[1].dims(), &[5, 2]);
+    assert_eq!(
+        out[2].values::<f32>().unwrap(),
+        out[3].values::<f32>().unwrap()
+    );
+    assert_eq!(
+        out[4].values::<f32>().unwrap(),
+        out[5].values::<f32>().unwrap()
+    );
+    // Row 2, read twice, is one row of the deduplicated slices holding both gradients.
+    assert_eq!(out[6].values::<i64>().unwrap().as_ref(), &[2, 0, 5, 1]);
+    let v = out[1].values::<f32>().unwrap();
+    let d = out[7].values::<f32>().unwrap();
+    assert_eq!(&d[..2], &[v[0] + v[4], v[1] + v[5]]);
+
+    let before = session.run(&[], &[&table.value.name()], &[]).unwrap()[0]
+        .values::<f32>()
+        .unwrap()
+        .into_owned();
+    session.run(&feed, &[], &[&train]).unwrap();
+    let after = session.run(&[], &[&table.value.name()], &[]).unwrap()[0]
+        .values::<f32>()
+        .unwrap()
+        .into_owned();
+    let dense_grad = out[3].values::<f32>().unwrap();
+    for row in 0..6 {
+        for j in 0..2 {
+            let k = row * 2 + j;
+            let want = before[k] - 0.1 * dense_grad[k];
+            assert!(
+                (after[k] - want).abs() < 1e-4,
+                "row {row}: {} vs {want}",
+                after[k]
+            );
+            if [3, 4].contains(&row) {
+                assert_eq!(
+                    after[k], before[k],
+                    "row {row} was not read and must not move"
+                );
+            }
+        }
+    }
+}

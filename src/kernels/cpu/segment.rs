@@ -577,6 +577,9 @@ impl Unique {
         let n = dims[axis];
         let outer: usize = dims[..axis].iter().product();
         let inner: usize = dims[axis + 1..].iter().product();
+        if outer * inner == 1 {
+            return Ok(Self::first_occurrences_1d(&values));
+        }
         let mut seen: HashMap<Vec<T::Key>, i64> = HashMap::new();
         let (mut firsts, mut idx) = (Vec::new(), Vec::with_capacity(n));
         for j in 0..n {
@@ -603,6 +606,27 @@ impl Unique {
             idx.push(number);
         }
         Ok((firsts, idx))
+    }
+}
+
+impl Unique {
+    /// [`Unique::first_occurrences`] of single elements, without a key per slice (the ids
+    /// of a sparse gradient come through here on every step).
+    fn first_occurrences_1d<T: UniqueKey>(values: &[T]) -> (Vec<usize>, Vec<i64>) {
+        let mut seen: HashMap<T::Key, i64> = HashMap::with_capacity(values.len());
+        let (mut firsts, mut idx) = (Vec::new(), Vec::with_capacity(values.len()));
+        for (j, v) in values.iter().enumerate() {
+            let next = firsts.len() as i64;
+            let number = match v.key() {
+                Some(k) => *seen.entry(k).or_insert(next),
+                None => next,
+            };
+            if number == next {
+                firsts.push(j);
+            }
+            idx.push(number);
+        }
+        (firsts, idx)
     }
 }
 
