@@ -320,3 +320,61 @@ fn scatters_update_the_variable_in_place_and_reject_bad_updates() {
         .unwrap();
     assert_exact(&shape[0], &[2], &[3i32, 2]);
 }
+
+/// A graph written by TensorFlow 1 code (embedding lookups, segment reductions, partition
+/// and stitch, tf.gradients through them, a GradientDescent step whose sparse update is a
+/// ResourceScatterAdd) runs in a tessera session to TensorFlow's values: the op defs accept
+/// the nodes TensorFlow writes, and the kernels compute what TensorFlow's do.
+#[test]
+fn a_tensorflow_embedding_graph_runs_to_tensorflows_values() {
+    use prost::Message;
+    use tessera::client::Session;
+    use tessera::proto::GraphDef;
+
+    let test = "a_tensorflow_embedding_graph_runs_to_tensorflows_values";
+    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+        return;
+    };
+    let mut command = Command::new(python);
+    command.arg(SCRIPT).arg("graph");
+    let json = Client::spawn(command).finish_quietly().json;
+    let hex = json["graph_def"].as_str().unwrap();
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let graph = GraphDef::decode(bytes.as_slice()).unwrap();
+    let session = Session::local();
+    session.extend(&graph).unwrap();
+    session
+        .run(&[], &[], &[json["init"].as_str().unwrap()])
+        .unwrap();
+    let feeds: Vec<(String, Tensor)> = json["feeds"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), tensor(v)))
+        .collect();
+    let feeds: Vec<(&str, Tensor)> = feeds.iter().map(|(k, t)| (k.as_str(), t.clone())).collect();
+    let fetches: Vec<&str> = json["fetches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    let got = session.run(&feeds, &fetches, &[]).unwrap();
+    for ((name, g), want) in fetches
+        .iter()
+        .zip(&got)
+        .zip(json["values"].as_array().unwrap())
+    {
+        assert_matches(name, g, &tensor(want));
+    }
+    session
+        .run(&feeds, &[], &[json["train"].as_str().unwrap()])
+        .unwrap();
+    let after = session
+        .run(&[], &[json["table"].as_str().unwrap()], &[])
+        .unwrap();
+    assert_matches("table after the step", &after[0], &tensor(&json["after"]));
+}

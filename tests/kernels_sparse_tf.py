@@ -2,13 +2,20 @@
 scatter, segment, unique, partition and stitch kernels on seeded inputs, and the errors it
 raises for bad indices and shapes, printed as one JSON line.
 
-    python3 tests/kernels_sparse_tf.py
+    python3 tests/kernels_sparse_tf.py          # the kernel cases
+    python3 tests/kernels_sparse_tf.py graph    # a TensorFlow 1 graph using them, with values
 
 Each case is {"op", "attrs", "inputs", "var"?, "outputs" | "error"}. Tensors are
 {"dtype", "shape", "values"}; attrs are {"name": [kind, value]} with kind int, bool or type.
 A case with "var" runs on a resource variable holding that tensor (input 0 is its handle);
 for the scatters, "outputs" holds the variable's value afterwards. An error is TensorFlow's
 exception class and message, without the `{{function_node ...}}` prefix and `[Op:...]` suffix.
+
+`graph` prints {"graph_def": hex, "init", "train", "feeds", "fetches", "values", "after"}: a
+graph built as a TensorFlow 1 program builds it (embedding lookups, segment reductions,
+partition and stitch, their gradients from tf.gradients, a GradientDescent step whose sparse
+update is a ResourceScatterAdd), what a session computes for the fetches before the step, and
+the table after it.
 """
 import json
 import os
@@ -260,10 +267,64 @@ def partitions():
          kwargs_names=["indices", "data"])
 
 
-gathers()
-resource_rows()
-uniques()
-segments()
-partitions()
-json.dump({"cases": cases}, sys.stdout)
-print()
+def graph():
+    g = tf.Graph()
+    with g.as_default():
+        table = tf.compat.v1.get_variable(
+            "table", initializer=np.arange(24, dtype=np.float32).reshape(8, 3) / 10.0,
+            use_resource=True)
+        ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+        x = tf.compat.v1.placeholder(tf.float32, [4, 5, 2], name="x")
+        emb = tf.nn.embedding_lookup(table, ids)
+        pooled = tf.math.unsorted_segment_sum(emb, tf.constant([0, 2, 0, 1], tf.int32), 3)
+        by_row = tf.gather(x, tf.constant([[1, 4], [0, 0], [3, 2], [4, 1]]), axis=1,
+                           batch_dims=1)
+        means = tf.sparse.segment_mean(tf.reshape(x, [20, 2]),
+                                            tf.constant([3, 7, 7, 19]),
+                                            tf.constant([0, 0, 1, 1]))
+        sums = tf.math.segment_sum(tf.reshape(x, [4, 10]), tf.constant([0, 0, 1, 1]))
+        parts = tf.dynamic_partition(tf.reshape(x, [8, 5]), tf.constant([1, 0, 1, 1, 0, 0, 1, 0]), 2)
+        stitched = tf.dynamic_stitch([tf.constant([0, 2, 4, 6]), tf.constant([1, 3, 5, 7])],
+                                     [parts[0] * 2.0, parts[1]])
+        unique, positions = tf.unique(ids)
+        loss = tf.identity(
+            tf.reduce_sum(pooled * pooled) + tf.reduce_sum(by_row * by_row)
+            + tf.reduce_sum(means * 3.0) + tf.reduce_sum(sums * sums)
+            + tf.reduce_sum(stitched * stitched) + tf.reduce_sum(tf.cast(positions, tf.float32)),
+            name="loss")
+        dtable, dx = tf.gradients(loss, [table, x])
+        dtable = tf.identity(tf.convert_to_tensor(dtable), name="dtable")
+        dx = tf.identity(dx, name="dx")
+        unique = tf.identity(unique, name="unique_ids")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss, var_list=[table], name="train")
+        init = tf.compat.v1.global_variables_initializer()
+        table_now = tf.identity(table.value(), name="table_now")
+        feeds = {"ids:0": np.array([5, 1, 5, 0], np.int64),
+                 "x:0": rng.uniform(-1, 1, (4, 5, 2)).astype(np.float32)}
+        fetches = ["loss:0", "dtable:0", "dx:0", "unique_ids:0"]
+        with tf.compat.v1.Session(graph=g) as s:
+            s.run(init)
+            values = s.run(fetches, feeds)
+            s.run(train, feeds)
+            after = s.run(table_now)
+        json.dump({
+            "graph_def": g.as_graph_def().SerializeToString().hex(),
+            "init": init.name, "train": train.name,
+            "feeds": {k: enc(v) for k, v in feeds.items()},
+            "fetches": fetches, "values": [enc(v) for v in values], "after": enc(after),
+            "table": table_now.name,
+        }, sys.stdout)
+        print()
+
+
+if sys.argv[1:] == ["graph"]:
+    graph()
+else:
+    gathers()
+    resource_rows()
+    uniques()
+    segments()
+    partitions()
+    json.dump({"cases": cases}, sys.stdout)
+    print()
