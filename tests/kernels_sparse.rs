@@ -378,3 +378,43 @@ fn a_tensorflow_embedding_graph_runs_to_tensorflows_values() {
         .unwrap();
     assert_matches("table after the step", &after[0], &tensor(&json["after"]));
 }
+
+/// A scatter into a table nobody else holds writes the touched rows into the table's own
+/// buffer (no copy of the table); one into a table a reader still holds copies it, and the
+/// reader keeps the old rows.
+#[test]
+fn scatters_write_in_place_unless_a_reader_holds_the_table() {
+    let resources = ResourceMgr::new();
+    let rows = 1000;
+    let (var, handle) = table(&resources, f32s(&[rows, 4], &vec![1.0; rows * 4]));
+    let address = |var: &Var| var.snapshot().unwrap().bytes().unwrap().as_ptr() as usize;
+    let add = |idx: &[i32]| {
+        node("ResourceScatterAdd")
+            .run_on(
+                vec![
+                    handle.clone(),
+                    ivec(idx),
+                    f32s(&[idx.len(), 4], &vec![1.0; idx.len() * 4]),
+                ],
+                &resources,
+            )
+            .unwrap();
+    };
+    // The first update may copy the assigned buffer (a tensor built from a Vec cannot be
+    // written through); from then on the table's own buffer is written.
+    add(&[999]);
+    let before = address(&var);
+    add(&[7, 999]);
+    assert_eq!(address(&var), before, "the table was copied");
+    let held = var.snapshot().unwrap();
+    add(&[7]);
+    assert_ne!(address(&var), before, "a held snapshot was written through");
+    assert_eq!(held.values::<f32>().unwrap()[7 * 4], 2.0);
+    let now = var
+        .snapshot()
+        .unwrap()
+        .values::<f32>()
+        .unwrap()
+        .into_owned();
+    assert_eq!((now[7 * 4], now[999 * 4], now[0]), (3.0, 3.0, 1.0));
+}
