@@ -2,7 +2,9 @@
 //! `ResourceScatter*` updates, `Unique`, the segment reductions and the sparse segment gradient
 //! ops, `DynamicPartition`, `DynamicStitch`): against stock TensorFlow 2.21's own numbers and
 //! errors on seeded inputs (`tests/kernels_sparse_tf.py` computes them live: skipped without
-//! TensorFlow, a failure under CI), and a few cases worked out by hand (no TensorFlow needed).
+//! TensorFlow, a failure under CI); a graph TensorFlow 1 code wrote with these ops and their
+//! gradients, run in a tessera session to TensorFlow's values; and a few cases worked out by
+//! hand (no TensorFlow needed), in-place scatters among them.
 //!
 //! Integer and bool outputs must be equal; float ones agree to 1e-5 (float32) or 1e-12
 //! (float64) of the largest magnitude in each output tensor, since sums may run in another
