@@ -247,6 +247,32 @@ fn gathers_worked_by_hand() {
         .unwrap();
     assert_exact(&out[1], &[4], &[0i32, 1, 0, 1]);
     assert_eq!(out[0].dims(), &[2]);
+    // Strings move through Unique, DynamicPartition and DynamicStitch like numbers.
+    let words = |w: &[&str]| {
+        Tensor::from_strings(
+            [w.len()],
+            w.iter().map(|s| s.as_bytes().to_vec().into()).collect(),
+        )
+        .unwrap()
+    };
+    let out = node("Unique").run(vec![words(&["b", "a", "b"])]).unwrap();
+    assert_eq!(out[0].strings().unwrap(), &["b", "a"]);
+    assert_exact(&out[1], &[3], &[0i32, 1, 0]);
+    let parts = node("DynamicPartition")
+        .attr("num_partitions", value::int(2))
+        .run(vec![words(&["x", "y", "z"]), ivec(&[1, 0, 1])])
+        .unwrap();
+    assert_eq!(parts[1].strings().unwrap(), &["x", "z"]);
+    let merged = run1(
+        node("DynamicStitch"),
+        vec![
+            ivec(&[2, 0]),
+            ivec(&[1]),
+            parts[1].clone(),
+            parts[0].clone(),
+        ],
+    );
+    assert_eq!(merged.strings().unwrap(), &["z", "y", "x"]);
 }
 
 #[test]
