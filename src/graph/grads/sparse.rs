@@ -127,7 +127,9 @@ fn batch_dims_of(c: &GradCtx, indices: &Output) -> Result<usize> {
     usize::try_from(b).map_err(|_| c.err(format!("batch_dims {b} is out of range")))
 }
 
-/// `GatherV2`: the dense gradient of any axis and `batch_dims` (see [`gather_grad`]).
+/// `GatherV2`: the dense gradient of any axis and `batch_dims`: the gradient's rows summed into
+/// the params' rows by `UnsortedSegmentSum`, the axis moved next to the batch dimensions and
+/// back.
 pub fn gather_v2(g: &mut Graph, c: &GradCtx) -> Grads {
     let (params, indices) = (c.input(0)?.clone(), c.input(1)?.clone());
     let rank = params
