@@ -428,3 +428,48 @@ fn sparse_gradients_give_the_rows_a_gather_read() {
         }
     }
 }
+
+/// A reference variable (`VariableV2`, read through its `Identity`) gathered from gets slices
+/// too, equal once densified to the dense gradient.
+#[test]
+fn sparse_gradients_of_a_reference_variable() {
+    use tessera::graph::{sparse_gradients, GradientTensor, VariableKind};
+
+    let mut g = Graph::new();
+    g.set_variable_kind(VariableKind::Reference);
+    let init = g
+        .constant(&Tensor::from_vec([5, 2], (0..10).map(f64::from).collect()).unwrap())
+        .unwrap();
+    let table = g.variable("table", &init).unwrap();
+    let ids = ints32(&mut g, &[3], &[4, 0, 4]);
+    let rows = g.gather(&table.value, &ids, 0).unwrap();
+    let sq = g.unary("Square", &rows).unwrap();
+    let loss = g.sum(&sq, &[0, 1], false).unwrap();
+    let xs = [table.handle.clone()];
+    let sparse = sparse_gradients(&mut g, std::slice::from_ref(&loss), &xs, None).unwrap();
+    let Some(GradientTensor::Slices(slices)) = sparse[0].clone() else {
+        panic!("the table's gradient should be slices: {:?}", sparse[0]);
+    };
+    let from_slices = slices.to_dense(&mut g).unwrap();
+    let dense = gradients(&mut g, std::slice::from_ref(&loss), &xs, None).unwrap();
+    let init_op = g.global_variables_initializer().unwrap();
+    let session = Session::local();
+    session.extend(&g.to_graph_def()).unwrap();
+    session.run(&[], &[], &[&init_op]).unwrap();
+    let out = session
+        .run(
+            &[],
+            &[
+                &slices.indices.name(),
+                &from_slices.name(),
+                &dense[0].as_ref().unwrap().name(),
+            ],
+            &[],
+        )
+        .unwrap();
+    assert_eq!(out[0].values::<i32>().unwrap().as_ref(), &[4, 0, 4]);
+    // d/dx sum(x^2) at row 4 = (8, 9), read twice; at row 0 = (0, 1).
+    let want = [0., 2., 0., 0., 0., 0., 0., 0., 32., 36.];
+    assert_eq!(out[1].values::<f64>().unwrap().as_ref(), &want);
+    assert_eq!(out[2].values::<f64>().unwrap().as_ref(), &want);
+}

@@ -4,8 +4,9 @@
 //!
 //! [`sparse_gradients`] is [`gradients`] for tensors some of which are only read through
 //! gathers: a variable's handle whose every use on the way to `ys` is a `ResourceGather` (or a
-//! `ReadVariableOp` whose every use is an axis-0 `GatherV2`), or a tensor whose every use is an
-//! axis-0 `GatherV2` of it. Those get [`GradientTensor::Slices`]: the gradients of the gathers'
+//! `ReadVariableOp` whose every use is an axis-0 `GatherV2`), or a tensor (a reference
+//! variable, say) whose every use is an axis-0 `GatherV2` of it or an `Identity` of it whose
+//! every use is one. Those get [`GradientTensor::Slices`]: the gradients of the gathers'
 //! outputs (one backward graph for everything, from one [`gradients`] call), reshaped to rows
 //! and concatenated, with the gathers' indices; any other tensor gets the dense gradient
 //! [`gradients`] gives it. The dense API is untouched: [`gradients`] still returns dense
@@ -171,7 +172,14 @@ fn pieces_of(
     }
     let mut pieces = Vec::new();
     for &(node, pos) in used_by(x)? {
-        if x.dtype == DType::Resource && node.op == "ReadVariableOp" {
+        // A read of the variable (a resource's ReadVariableOp, a reference variable's
+        // Identity) counts as the variable when all its own uses are gathers.
+        let reads = match node.op.as_str() {
+            "ReadVariableOp" => x.dtype == DType::Resource,
+            "Identity" => x.dtype != DType::Resource,
+            _ => false,
+        };
+        if reads {
             let read = g.output(&node.name, 0).ok()?;
             if is_y(&read) {
                 return None;
