@@ -14,6 +14,7 @@ mod list;
 mod math;
 mod nn;
 mod slicing;
+mod sparse;
 mod sparse_training;
 mod state;
 mod summary;
@@ -36,6 +37,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     nn::register(r);
     conv::register(r);
     slicing::register(r);
+    sparse::register(r);
     state::register(r);
     summary::register(r);
     io::register(r);
