@@ -107,6 +107,21 @@ pub fn elu(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(g.binary("EluGrad", c.grad(0)?, c.output(0)?)?)])
 }
 
+/// `Relu6`: `Relu6Grad(grad, x)`.
+pub fn relu6(g: &mut Graph, c: &GradCtx) -> Grads {
+    Ok(vec![Some(g.binary("Relu6Grad", c.grad(0)?, c.input(0)?)?)])
+}
+
+/// `Softplus`: `SoftplusGrad(grad, x)`.
+pub fn softplus(g: &mut Graph, c: &GradCtx) -> Grads {
+    Ok(vec![Some(g.binary("SoftplusGrad", c.grad(0)?, c.input(0)?)?)])
+}
+
+/// `Selu`: `SeluGrad(grad, y)`.
+pub fn selu(g: &mut Graph, c: &GradCtx) -> Grads {
+    Ok(vec![Some(g.binary("SeluGrad", c.grad(0)?, c.output(0)?)?)])
+}
+
 /// `L2Loss`: `x * grad`.
 pub fn l2_loss(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, c.input(0)?, c.grad(0)?)?)])

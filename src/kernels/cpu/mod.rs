@@ -80,16 +80,20 @@ macro_rules! dispatch_items {
 }
 
 mod accumulator;
+mod activation;
 mod array;
+mod batch_norm;
 pub mod broadcast;
 pub mod collective;
 mod compare;
 mod control_flow;
 mod conv;
+mod depthwise;
 mod io;
 mod items;
 mod list;
 mod list_tensor;
+mod lrn;
 mod math;
 mod matmul;
 pub(crate) mod nn;
