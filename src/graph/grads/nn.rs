@@ -109,17 +109,29 @@ pub fn elu(g: &mut Graph, c: &GradCtx) -> Grads {
 
 /// `Relu6`: `Relu6Grad(grad, x)`.
 pub fn relu6(g: &mut Graph, c: &GradCtx) -> Grads {
-    Ok(vec![Some(g.binary("Relu6Grad", c.grad(0)?, c.input(0)?)?)])
+    Ok(vec![Some(g.binary(
+        "Relu6Grad",
+        c.grad(0)?,
+        c.input(0)?,
+    )?)])
 }
 
 /// `Softplus`: `SoftplusGrad(grad, x)`.
 pub fn softplus(g: &mut Graph, c: &GradCtx) -> Grads {
-    Ok(vec![Some(g.binary("SoftplusGrad", c.grad(0)?, c.input(0)?)?)])
+    Ok(vec![Some(g.binary(
+        "SoftplusGrad",
+        c.grad(0)?,
+        c.input(0)?,
+    )?)])
 }
 
 /// `Selu`: `SeluGrad(grad, y)`.
 pub fn selu(g: &mut Graph, c: &GradCtx) -> Grads {
-    Ok(vec![Some(g.binary("SeluGrad", c.grad(0)?, c.output(0)?)?)])
+    Ok(vec![Some(g.binary(
+        "SeluGrad",
+        c.grad(0)?,
+        c.output(0)?,
+    )?)])
 }
 
 /// `L2Loss`: `x * grad`.
@@ -170,6 +182,87 @@ pub fn conv2d(g: &mut Graph, c: &GradCtx) -> Grads {
         &CONV_ATTRS,
     ))?;
     Ok(vec![Some(dx), Some(df)])
+}
+
+/// The attrs `DepthwiseConv2dNative` passes on to its backprops.
+const DEPTHWISE_ATTRS: [&str; 5] = [
+    "strides",
+    "padding",
+    "explicit_paddings",
+    "data_format",
+    "dilations",
+];
+
+/// `DepthwiseConv2dNative`: `DepthwiseConv2dNativeBackpropInput(shape(input), filter, grad)`
+/// and `DepthwiseConv2dNativeBackpropFilter(input, shape(filter), grad)`, with the forward
+/// node's attrs.
+pub fn depthwise_conv2d(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (x, f, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());
+    let sx = g.shape_of(&x)?;
+    let sf = g.shape_of(&f)?;
+    let dx = g.add1(with_attrs(
+        NodeSpec::new("DepthwiseConv2dNativeBackpropInput")
+            .input(&sx)
+            .input(&f)
+            .input(&gr),
+        c,
+        &DEPTHWISE_ATTRS,
+    ))?;
+    let df = g.add1(with_attrs(
+        NodeSpec::new("DepthwiseConv2dNativeBackpropFilter")
+            .input(&x)
+            .input(&sf)
+            .input(&gr),
+        c,
+        &DEPTHWISE_ATTRS,
+    ))?;
+    Ok(vec![Some(dx), Some(df)])
+}
+
+/// `FusedBatchNorm`, `V2` and `V3` (TensorFlow's `_BaseFusedBatchNormGrad`): the matching
+/// `FusedBatchNormGrad*` of the gradient of `y`, with the batch statistics the forward op
+/// saved in its reserve spaces (training) or the population `mean` and `variance` inputs
+/// (inference); no gradient for `mean` and `variance`.
+pub fn fused_batch_norm(g: &mut Graph, c: &GradCtx) -> Grads {
+    let op = match c.node.op.as_str() {
+        "FusedBatchNormV3" => "FusedBatchNormGradV3",
+        "FusedBatchNormV2" => "FusedBatchNormGradV2",
+        _ => "FusedBatchNormGrad",
+    };
+    let training = attr::bool_or(&c.node, "is_training", true)?;
+    let (mean, var) = if training {
+        (c.output(3)?, c.output(4)?)
+    } else {
+        (c.input(3)?, c.input(4)?)
+    };
+    let mut spec = NodeSpec::new(op)
+        .input(c.grad(0)?)
+        .input(c.input(0)?)
+        .input(c.input(1)?)
+        .input(mean)
+        .input(var);
+    if op == "FusedBatchNormGradV3" {
+        spec = spec.input(c.output(5)?);
+    }
+    let spec = with_attrs(spec, c, &["epsilon", "data_format", "is_training"]);
+    let out = g.add_node(spec)?;
+    Ok(vec![
+        Some(out[0].clone()),
+        Some(out[1].clone()),
+        Some(out[2].clone()),
+        None,
+        None,
+    ])
+}
+
+/// `LRN`: `LRNGrad(grad, input, output)` with the forward node's attrs.
+pub fn lrn(g: &mut Graph, c: &GradCtx) -> Grads {
+    let spec = NodeSpec::new("LRNGrad")
+        .input(c.grad(0)?)
+        .input(c.input(0)?)
+        .input(c.output(0)?);
+    let names = ["depth_radius", "bias", "alpha", "beta"];
+    Ok(vec![Some(g.add1(with_attrs(spec, c, &names))?)])
 }
 
 /// `MaxPool`: `MaxPoolGrad(input, output, grad)` with the forward node's attrs.

@@ -13,6 +13,7 @@ mod io;
 mod list;
 mod math;
 mod nn;
+mod normalization;
 mod slicing;
 mod state;
 mod summary;
@@ -34,6 +35,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     math::register(r);
     nn::register(r);
     conv::register(r);
+    normalization::register(r);
     slicing::register(r);
     state::register(r);
     summary::register(r);

@@ -74,7 +74,11 @@ pub(super) fn register(r: &mut Registry) {
         .shape(sf::merge_all)
         .register(r);
     for (op, t, g) in [
-        ("Relu6", REAL, grad::relu6 as crate::graph::gradients::GradFn),
+        (
+            "Relu6",
+            REAL,
+            grad::relu6 as crate::graph::gradients::GradFn,
+        ),
         ("Softplus", FLOAT, grad::softplus),
         ("Selu", FLOAT, grad::selu),
     ] {

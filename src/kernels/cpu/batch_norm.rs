@@ -11,7 +11,8 @@
 //! The reserve spaces are what TensorFlow's default (oneDNN) CPU build hands on: in training
 //! `reserve_space_1` is the batch mean and `reserve_space_2` the biased batch variance, in
 //! inference the two inputs; `V3`'s `reserve_space_3` is an empty `[0]`. The gradient ops'
-//! trailing reserve outputs are empty `[0]` float tensors, as the op's shape function says.
+//! two trailing reserve outputs, which nothing reads, have the shapes TensorFlow's shape
+//! function gives them: `[0]` in training, zeros per channel in inference.
 //! The gradient takes the first two reserve spaces as the statistics to differentiate
 //! through (training) or the population statistics (inference).
 //!
@@ -40,17 +41,16 @@ pub(super) struct BatchNorm {
 
 impl BatchNorm {
     fn parse(node: &NodeDef) -> Result<BatchNorm> {
-        let format = match attr::string_or(node, "data_format", "NHWC")?.as_str() {
-            "NDHWC" | "NCDHW" => {
-                return Err(node_error(
+        let format =
+            match attr::string_or(node, "data_format", "NHWC")?.as_str() {
+                "NDHWC" | "NCDHW" => return Err(node_error(
                     node,
                     Status::unimplemented(
                         "tessera's CPU batch normalization takes 4-D inputs only (NHWC or NCHW)",
                     ),
-                ))
-            }
-            _ => DataFormat::of(node)?,
-        };
+                )),
+                _ => DataFormat::of(node)?,
+            };
         Ok(BatchNorm {
             epsilon: f64::from(attr::float_or(node, "epsilon", 1e-4)?),
             factor: f64::from(attr::float_or(node, "exponential_avg_factor", 1.0)?),
@@ -292,18 +292,14 @@ impl OpKernel for Backward {
                 let d = f64::from(dp[ch]);
                 let v = if bn.training {
                     let xc = centered(ch, xp[ch]);
-                    k * (d
-                        - sum_dy[ch] / n
-                        - xc * coef[ch] * coef[ch] * sum_dy_xc[ch] / n)
+                    k * (d - sum_dy[ch] / n - xc * coef[ch] * coef[ch] * sum_dy_xc[ch] / n)
                 } else {
                     k * d
                 };
                 dx.push(v as f32);
             }
         }
-        let dscale: Vec<f32> = (0..c)
-            .map(|ch| (sum_dy_xc[ch] * coef[ch]) as f32)
-            .collect();
+        let dscale: Vec<f32> = (0..c).map(|ch| (sum_dy_xc[ch] * coef[ch]) as f32).collect();
         let doffset: Vec<f32> = sum_dy.iter().map(|&s| s as f32).collect();
         ctx.set_output(
             0,
@@ -311,8 +307,9 @@ impl OpKernel for Backward {
         );
         ctx.set_output(1, vector(dscale)?);
         ctx.set_output(2, vector(doffset)?);
-        ctx.set_output(3, vector(Vec::new())?);
-        ctx.set_output(4, vector(Vec::new())?);
+        let reserve = if bn.training { 0 } else { c };
+        ctx.set_output(3, vector(vec![0.0; reserve])?);
+        ctx.set_output(4, vector(vec![0.0; reserve])?);
         Ok(())
     }
 }

@@ -246,7 +246,10 @@ impl Depthwise {
                     *x = *x + d * fv;
                 }
             } else {
-                for ((x, d), fr) in xr.iter_mut().zip(dr.chunks_exact(m)).zip(fr.chunks_exact(m))
+                for ((x, d), fr) in xr
+                    .iter_mut()
+                    .zip(dr.chunks_exact(m))
+                    .zip(fr.chunks_exact(m))
                 {
                     *x = d.iter().zip(fr).fold(*x, |s, (&d, &fv)| s + d * fv);
                 }

@@ -8,8 +8,6 @@
 
 use std::sync::Arc;
 
-
-
 use super::numeric::Float;
 use super::{input, same_dtype};
 use crate::error::{Result, Status};

@@ -9,9 +9,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::broadcast::{broadcast_shape, broadcast_to, incompatible};
 use super::activation;
 use super::batch_norm::BatchNorm;
+use super::broadcast::{broadcast_shape, broadcast_to, incompatible};
 use super::conv::Conv2D;
 use super::depthwise::Depthwise;
 use super::lrn::Lrn;
