@@ -309,7 +309,7 @@ fn cnn_kernels_match_tensorflow() {
         group("lrn"),
         group("elementwise"),
     );
-    assert!(depthwise.len() >= 24 && batch_norm.len() >= 9 && lrn.len() >= 5);
+    assert!(depthwise.len() >= 28 && batch_norm.len() >= 9 && lrn.len() >= 5);
     assert!(elementwise.len() >= 16);
     depthwise.iter().for_each(check_depthwise);
     batch_norm.iter().for_each(check_batch_norm);
@@ -620,7 +620,7 @@ fn check_gradients(
     let analytic = run(&params, true).split_off(1);
     let mut checked = 0;
     for k in 0..params.len() {
-        for i in 0..params[k].values.len() {
+        for (i, &got) in analytic[k].iter().enumerate() {
             let saved = params[k].values[i];
             params[k].values[i] = saved + eps;
             let up = run(&params, false)[0][0];
@@ -628,7 +628,6 @@ fn check_gradients(
             let down = run(&params, false)[0][0];
             params[k].values[i] = saved;
             let numeric = (up - down) / (2.0 * eps);
-            let got = analytic[k][i];
             assert!(
                 (got - numeric).abs() <= tol + tol * numeric.abs(),
                 "{what}: d/d{}[{i}]: gradient {got}, central difference {numeric}",
