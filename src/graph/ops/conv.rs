@@ -414,6 +414,36 @@ mod tests {
     }
 
     #[test]
+    fn depthwise_outputs_in_depth_times_multiplier_channels() {
+        let mut g = Graph::new();
+        let x = input(&mut g, [None, Some(8), Some(7), Some(3)]);
+        let f = g
+            .placeholder(
+                "f",
+                DType::Float,
+                PartialShape::new(vec![Some(3), Some(3), Some(3), Some(2)]),
+            )
+            .unwrap();
+        let y = g.depthwise_conv2d(&x, &f, &[1, 2, 2, 1], "SAME").unwrap();
+        assert_eq!(y.shape.to_string(), "[?,4,4,6]");
+        let f4 = g
+            .placeholder(
+                "f4",
+                DType::Float,
+                PartialShape::new(vec![Some(3), Some(3), Some(4), Some(2)]),
+            )
+            .unwrap();
+        let err = g
+            .depthwise_conv2d(&x, &f4, &[1, 1, 1, 1], "VALID")
+            .unwrap_err();
+        assert!(
+            err.message()
+                .contains("input and filter must have the same depth: 3 vs 4"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn bad_convolutions_fail_at_build_time_naming_the_node() {
         let mut g = Graph::new();
         let x = input(&mut g, [None, Some(8), Some(8), Some(4)]);

@@ -235,3 +235,58 @@ impl Graph {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::attr::value;
+    use crate::graph::builder::{Graph, NodeSpec};
+    use crate::tensor::{DType, PartialShape};
+
+    fn ph(g: &mut Graph, name: &str, dims: &[Option<usize>]) -> crate::graph::Output {
+        g.placeholder(name, DType::Float, PartialShape::new(dims.to_vec()))
+            .unwrap()
+    }
+
+    #[test]
+    fn batch_norm_shapes_follow_the_channels_of_the_format() {
+        let mut g = Graph::new();
+        let x = ph(&mut g, "x", &[None, Some(5), Some(4), Some(4)]);
+        let v = ph(&mut g, "v", &[None]);
+        let e = ph(&mut g, "e", &[Some(0)]);
+        let outs = g
+            .add_node(
+                NodeSpec::new("FusedBatchNormV3")
+                    .input(&x)
+                    .input(&v)
+                    .input(&v)
+                    .input(&e)
+                    .input(&e)
+                    .attr("data_format", value::string("NCHW")),
+            )
+            .unwrap();
+        let shapes: Vec<String> = outs.iter().map(|o| o.shape.to_string()).collect();
+        assert_eq!(
+            shapes,
+            ["[?,5,4,4]", "[5]", "[5]", "[5]", "[5]", "<unknown>"]
+        );
+        // In inference the mean and variance must match the channels.
+        let three = ph(&mut g, "three", &[Some(3)]);
+        let err = g
+            .fused_batch_norm(&x, &v, &v, &three, &three, 1e-3, false)
+            .unwrap_err();
+        assert!(err.message().contains("channels of x"), "{err}");
+    }
+
+    #[test]
+    fn lrn_takes_4d_inputs() {
+        let mut g = Graph::new();
+        let x = ph(&mut g, "x", &[Some(2), Some(3)]);
+        let err = g.lrn(&x, 2, 1.0, 1e-4, 0.75).unwrap_err();
+        assert!(err.message().contains("rank"), "{err}");
+        let x = ph(&mut g, "x4", &[None, Some(3), Some(3), Some(8)]);
+        assert_eq!(
+            g.lrn(&x, 2, 1.0, 1e-4, 0.75).unwrap().shape.to_string(),
+            "[?,3,3,8]"
+        );
+    }
+}
