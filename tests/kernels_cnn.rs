@@ -7,7 +7,9 @@
 //! - TensorFlow's errors for bad shapes (no TensorFlow needed);
 //! - the builder's gradient of each op against central differences through a local session:
 //!   in float64 where the op takes it, in float32 (with a wider step and tolerance) for batch
-//!   normalization and LRN, whose op definitions take float32 only, as TensorFlow's do.
+//!   normalization and LRN, whose op definitions take float32 only, as TensorFlow's do; and
+//!   the gradients TensorFlow registers for the gradient ops (`Relu6Grad`, `SoftplusGrad`,
+//!   `SeluGrad`, the depthwise backprops), for second derivatives.
 
 mod kernels_support;
 mod support;
@@ -826,4 +828,74 @@ fn lrn_gradient_matches_central_differences() {
             g.lrn(&p[0], radius, bias, alpha, beta).unwrap()
         });
     }
+}
+
+/// The gradients of the gradient ops (for second derivatives, as TensorFlow registers them):
+/// `Relu6Grad`, `SoftplusGrad`, `SeluGrad` and the two depthwise backprops.
+#[test]
+fn gradients_of_the_gradient_ops_match_central_differences() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20);
+    let mut away_from_kinks = |name: &'static str| {
+        let mut p = param(&mut rng, name, &[3, 4], -3.0, 8.0);
+        for v in &mut p.values {
+            if v.abs() < 0.05 || (*v - 6.0).abs() < 0.05 {
+                *v += 0.2;
+            }
+        }
+        p
+    };
+    for op in ["Relu6Grad", "SoftplusGrad", "SeluGrad"] {
+        let params = vec![away_from_kinks("dy"), away_from_kinks("x")];
+        check_gradients(op, DType::Double, params, 1e-6, 1e-7, |g, p| {
+            g.binary(op, &p[0], &p[1]).unwrap()
+        });
+    }
+    let attrs = |spec: tessera::graph::NodeSpec| {
+        spec.attr("strides", value::int_list(vec![1, 2, 1, 1]))
+            .attr("dilations", value::int_list(vec![1, 1, 2, 1]))
+            .attr("padding", value::string("SAME"))
+    };
+    // x [2, 5, 4, 3], filter [2, 3, 3, 2]: out_backprop [2, 3, 4, 6].
+    let params = vec![
+        param(&mut rng, "f", &[2, 3, 3, 2], -1.0, 1.0),
+        param(&mut rng, "dy", &[2, 3, 4, 6], -1.0, 1.0),
+    ];
+    check_gradients(
+        "DepthwiseConv2dNativeBackpropInput",
+        DType::Double,
+        params,
+        1e-6,
+        1e-7,
+        |g, p| {
+            let sizes = g.const_vec_i32("sizes", &[2, 5, 4, 3]).unwrap();
+            g.add1(attrs(
+                tessera::graph::NodeSpec::new("DepthwiseConv2dNativeBackpropInput")
+                    .input(&sizes)
+                    .input(&p[0])
+                    .input(&p[1]),
+            ))
+            .unwrap()
+        },
+    );
+    let params = vec![
+        param(&mut rng, "x", &[2, 5, 4, 3], -1.0, 1.0),
+        param(&mut rng, "dy", &[2, 3, 4, 6], -1.0, 1.0),
+    ];
+    check_gradients(
+        "DepthwiseConv2dNativeBackpropFilter",
+        DType::Double,
+        params,
+        1e-6,
+        1e-7,
+        |g, p| {
+            let sizes = g.const_vec_i32("sizes", &[2, 3, 3, 2]).unwrap();
+            g.add1(attrs(
+                tessera::graph::NodeSpec::new("DepthwiseConv2dNativeBackpropFilter")
+                    .input(&p[0])
+                    .input(&sizes)
+                    .input(&p[1]),
+            ))
+            .unwrap()
+        },
+    );
 }

@@ -70,12 +70,14 @@ pub(super) fn register(r: &mut Registry) {
         .input("filter: T")
         .input("out_backprop: T")
         .shape(|ctx| sizes_shape(ctx, 0))
+        .grad(grad::depthwise_backprop_input)
         .register(r);
     depthwise("DepthwiseConv2dNativeBackpropFilter")
         .input("input: T")
         .input("filter_sizes: int32")
         .input("out_backprop: T")
         .shape(|ctx| sizes_shape(ctx, 1))
+        .grad(grad::depthwise_backprop_filter)
         .register(r);
 
     let pool = |name: &'static str, t: &'static str| {

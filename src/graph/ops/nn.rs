@@ -90,10 +90,15 @@ pub(super) fn register(r: &mut Registry) {
             .grad(g)
             .register(r);
     }
-    for (op, t, second) in [
-        ("Relu6Grad", REAL, "features: T"),
-        ("SoftplusGrad", FLOAT, "features: T"),
-        ("SeluGrad", FLOAT, "outputs: T"),
+    for (op, t, second, g) in [
+        (
+            "Relu6Grad",
+            REAL,
+            "features: T",
+            grad::relu6_grad as crate::graph::gradients::GradFn,
+        ),
+        ("SoftplusGrad", FLOAT, "features: T", grad::softplus_grad),
+        ("SeluGrad", FLOAT, "outputs: T", grad::selu_grad),
     ] {
         OpDef::build(op)
             .input("gradients: T")
@@ -101,6 +106,7 @@ pub(super) fn register(r: &mut Registry) {
             .output("backprops: T")
             .attr(t)
             .shape(sf::merge_all)
+            .grad(g)
             .register(r);
     }
     OpDef::build("Softmax")
