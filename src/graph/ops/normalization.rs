@@ -8,7 +8,6 @@ use crate::graph::builder::{Graph, NodeSpec, Output};
 use crate::graph::grads::nn as grad;
 use crate::graph::registry::{OpDef, Registry};
 use crate::graph::shape_fn::{self as sf, ShapeCtx};
-use crate::graph::window::DataFormat;
 use crate::tensor::PartialShape;
 
 /// The attrs every fused batch normalization op shares (the gradients have no
@@ -137,9 +136,17 @@ pub(super) fn register(r: &mut Registry) {
 /// The channel count of input 0 (4-D in the node's `data_format`), merged with the lengths of
 /// the per-channel inputs `vectors`.
 fn channels(ctx: &ShapeCtx<'_>, vectors: &[usize]) -> Result<(PartialShape, Option<usize>)> {
-    let x = ctx.with_rank(0, 4)?;
-    let format = DataFormat::of(ctx.node)?;
-    let mut c = x.dims().and_then(|d| format.nhwc(d)[3]);
+    // The 3-D formats (`V3` only: the registry checks the attr's values) take 5-D inputs.
+    let format = attr::string_or(ctx.node, "data_format", "NHWC")?;
+    let rank = if format.len() == 5 { 5 } else { 4 };
+    let x = ctx.with_rank(0, rank)?;
+    let mut c = x.dims().and_then(|d| {
+        if format.ends_with('C') {
+            d[rank - 1]
+        } else {
+            d[1]
+        }
+    });
     for &i in vectors {
         let v = ctx.with_rank(i, 1)?;
         let n = v.dims().and_then(|d| d[0]);
@@ -174,7 +181,7 @@ fn batch_norm_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
 
 fn batch_norm_grad_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let (x, c) = channels(ctx, &[2, 3, 4])?;
-    let dy = ctx.with_rank(1, 4)?;
+    let dy = ctx.with_rank(1, x.rank().unwrap_or(4))?;
     let x = sf::merge(ctx, &x, &dy)?;
     let v = PartialShape::new(vec![c]);
     // As TensorFlow's shape function: empty reserve outputs in training, per-channel ones

@@ -1,6 +1,7 @@
 //! Fused batch normalization: `FusedBatchNorm`, `FusedBatchNormV2`, `FusedBatchNormV3` and
-//! their gradients `FusedBatchNormGrad{,V2,V3}`, float32, `NHWC` and `NCHW`, training and
-//! inference, as TensorFlow's CPU kernels compute them (`fused_batch_norm_op.cc`).
+//! their gradients `FusedBatchNormGrad{,V2,V3}`, float32, `NHWC` and `NCHW` (and the 3-D
+//! `NDHWC` and `NCDHW` where `V3` takes them), training and inference, as TensorFlow's CPU
+//! kernels compute them (`fused_batch_norm_op.cc`).
 //!
 //! Training normalizes by the batch's own mean and (biased) variance per channel and reports
 //! running statistics: with `exponential_avg_factor` 1 the batch mean and the variance with
@@ -10,7 +11,9 @@
 //!
 //! The reserve spaces are what TensorFlow's default (oneDNN) CPU build hands on: in training
 //! `reserve_space_1` is the batch mean and `reserve_space_2` the biased batch variance, in
-//! inference the two inputs; `V3`'s `reserve_space_3` is an empty `[0]`. The gradient ops'
+//! inference the two inputs; `V3`'s `reserve_space_3` is an empty `[0]` (a scalar for 5-D
+//! inputs, which TensorFlow's plain CPU kernel takes, leaving the first two reserve spaces
+//! uninitialized in inference where tessera passes the statistics on). The gradient ops'
 //! two trailing reserve outputs, which nothing reads, have the shapes TensorFlow's shape
 //! function gives them: `[0]` in training, zeros per channel in inference.
 //! The gradient takes the first two reserve spaces as the statistics to differentiate
@@ -18,13 +21,13 @@
 //!
 //! Sums are accumulated in float64.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::conv::{from_nhwc, to_nhwc};
 use super::input;
 use crate::error::{Result, Status};
 use crate::graph::attr;
-use crate::graph::window::{node_error, DataFormat};
+use crate::graph::window::node_error;
 use crate::kernels::{OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{DType, Tensor};
@@ -33,7 +36,10 @@ use crate::tensor::{DType, Tensor};
 pub(super) struct BatchNorm {
     epsilon: f64,
     factor: f64,
-    format: DataFormat,
+    /// Whether channels come last (`NHWC`, `NDHWC`) rather than second (`NCHW`, `NCDHW`).
+    channels_last: bool,
+    /// The rank the data format implies: 4, or 5 for the 3-D formats.
+    rank: usize,
     training: bool,
     /// How many outputs the forward op has (5, or 6 for `V3`).
     outputs: usize,
@@ -41,20 +47,25 @@ pub(super) struct BatchNorm {
 
 impl BatchNorm {
     fn parse(node: &NodeDef) -> Result<BatchNorm> {
-        let format =
-            match attr::string_or(node, "data_format", "NHWC")?.as_str() {
-                "NDHWC" | "NCDHW" => return Err(node_error(
+        let (channels_last, rank) = match attr::string_or(node, "data_format", "NHWC")?.as_str() {
+            "NHWC" => (true, 4),
+            "NCHW" => (false, 4),
+            "NDHWC" => (true, 5),
+            "NCDHW" => (false, 5),
+            other => {
+                return Err(node_error(
                     node,
-                    Status::unimplemented(
-                        "tessera's CPU batch normalization takes 4-D inputs only (NHWC or NCHW)",
-                    ),
-                )),
-                _ => DataFormat::of(node)?,
-            };
+                    Status::invalid_argument(format!(
+                        "unknown data_format `{other}`; use NHWC, NCHW, NDHWC or NCDHW"
+                    )),
+                ))
+            }
+        };
         Ok(BatchNorm {
             epsilon: f64::from(attr::float_or(node, "epsilon", 1e-4)?),
             factor: f64::from(attr::float_or(node, "exponential_avg_factor", 1.0)?),
-            format,
+            channels_last,
+            rank,
             training: attr::bool_or(node, "is_training", true)?,
             outputs: if node.op.ends_with("V3") { 6 } else { 5 },
         })
@@ -83,12 +94,57 @@ fn floats(ctx: &OpContext<'_>, t: &Tensor) -> Result<Vec<f32>> {
     Ok(t.values::<f32>()?.into_owned())
 }
 
-/// Fails unless `t` is 4-D.
-fn check_input_rank(ctx: &OpContext<'_>, t: &Tensor) -> Result<()> {
-    if t.rank() != 4 {
-        return Err(ctx.invalid(format!("input must be 4-dimensional{}", t.shape())));
+impl BatchNorm {
+    /// Fails unless `t` has the rank of the data format.
+    fn check_rank(&self, ctx: &OpContext<'_>, t: &Tensor) -> Result<()> {
+        if t.rank() != self.rank {
+            return Err(ctx.invalid(format!(
+                "input must be {}-dimensional{}",
+                self.rank,
+                t.shape()
+            )));
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// The channel count of an input of these dims.
+    fn channels(&self, dims: &[usize]) -> usize {
+        if self.channels_last {
+            dims[dims.len() - 1]
+        } else {
+            dims[1]
+        }
+    }
+
+    /// The values of an input of these dims with channels last (borrowed when they are).
+    fn channels_last_values<'a>(&self, dims: &[usize], v: &'a [f32]) -> Cow<'a, [f32]> {
+        if self.channels_last {
+            return Cow::Borrowed(v);
+        }
+        let (c, rest) = (dims[1], dims[2..].iter().product::<usize>());
+        let mut out = Vec::with_capacity(v.len());
+        for image in v.chunks_exact((c * rest).max(1)) {
+            for p in 0..rest {
+                out.extend((0..c).map(|ch| image[ch * rest + p]));
+            }
+        }
+        Cow::Owned(out)
+    }
+
+    /// Lays out channels-last values in the data format, for an output of these dims.
+    fn in_format(&self, dims: &[usize], v: Vec<f32>) -> Vec<f32> {
+        if self.channels_last {
+            return v;
+        }
+        let (c, rest) = (dims[1], dims[2..].iter().product::<usize>());
+        let mut out = Vec::with_capacity(v.len());
+        for image in v.chunks_exact((c * rest).max(1)) {
+            for ch in 0..c {
+                out.extend((0..rest).map(|p| image[p * c + ch]));
+            }
+        }
+        out
+    }
 }
 
 /// Fails unless `t` is 1-D; with `channels`, also unless it holds that many elements.
@@ -135,7 +191,7 @@ impl OpKernel for Forward {
         let x = input(ctx, 0)?;
         let [scale, offset, mean_in, var_in] = [1, 2, 3, 4].map(|i| input(ctx, i));
         let (scale, offset, mean_in, var_in) = (scale?, offset?, mean_in?, var_in?);
-        check_input_rank(ctx, &x)?;
+        bn.check_rank(ctx, &x)?;
         for (t, what) in [
             (&scale, "scale"),
             (&offset, "offset"),
@@ -144,8 +200,7 @@ impl OpKernel for Forward {
         ] {
             check_vector(ctx, t, what, None)?;
         }
-        let dims = bn.format.nhwc(x.dims());
-        let c = dims[3];
+        let c = bn.channels(x.dims());
         check_vector(ctx, &scale, "scale", Some((c, "")))?;
         check_vector(ctx, &offset, "offset", Some((c, "")))?;
         let need_stats = if !bn.training {
@@ -160,7 +215,7 @@ impl OpKernel for Forward {
             check_vector(ctx, &var_in, "variance", Some((c, prefix)))?;
         }
         let xv = floats(ctx, &x)?;
-        let xs = to_nhwc(bn.format, x.dims(), &xv);
+        let xs = bn.channels_last_values(x.dims(), &xv);
         let (scale, offset) = (floats(ctx, &scale)?, floats(ctx, &offset)?);
         let (mean_in, var_in) = (floats(ctx, &mean_in)?, floats(ctx, &var_in)?);
         let rest = xs.len().checked_div(c).unwrap_or(0);
@@ -197,7 +252,7 @@ impl OpKernel for Forward {
                     .map(|(ch, &v)| (f64::from(v) * a[ch] + b[ch]) as f32),
             );
         }
-        let y = from_nhwc(bn.format, dims, y);
+        let y = bn.in_format(x.dims(), y);
         let as_f32 = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
         let (batch_mean, batch_var, reserve_1, reserve_2) = if bn.training {
             let adjust = rest as f64 / (rest.max(2) - 1) as f64;
@@ -229,7 +284,14 @@ impl OpKernel for Forward {
         ctx.set_output(3, vector(reserve_1)?);
         ctx.set_output(4, vector(reserve_2)?);
         if bn.outputs == 6 {
-            ctx.set_output(5, vector(Vec::new())?);
+            // TensorFlow's oneDNN kernel (4-D) gives an empty vector, its plain one (5-D) a
+            // scalar.
+            let reserve_3 = if bn.rank == 4 {
+                vector(Vec::new())?
+            } else {
+                Tensor::scalar(0f32)
+            };
+            ctx.set_output(5, reserve_3);
         }
         Ok(())
     }
@@ -240,8 +302,8 @@ impl OpKernel for Backward {
         let bn = &self.0;
         let (dy, x) = (input(ctx, 0)?, input(ctx, 1)?);
         let (scale, mean, var) = (input(ctx, 2)?, input(ctx, 3)?, input(ctx, 4)?);
-        check_input_rank(ctx, &dy)?;
-        check_input_rank(ctx, &x)?;
+        bn.check_rank(ctx, &dy)?;
+        bn.check_rank(ctx, &x)?;
         for (t, what) in [
             (&scale, "scale"),
             (&mean, "reserve_space_1"),
@@ -257,15 +319,14 @@ impl OpKernel for Backward {
                 dy.shape()
             )));
         }
-        let dims = bn.format.nhwc(x.dims());
-        let c = dims[3];
+        let c = bn.channels(x.dims());
         check_vector(ctx, &scale, "scale", Some((c, "")))?;
         check_vector(ctx, &mean, "reserve_space_1", Some((c, "")))?;
         check_vector(ctx, &var, "reserve_space_2", Some((c, "")))?;
         let (dyv, xv) = (floats(ctx, &dy)?, floats(ctx, &x)?);
         let (dys, xs) = (
-            to_nhwc(bn.format, dy.dims(), &dyv),
-            to_nhwc(bn.format, x.dims(), &xv),
+            bn.channels_last_values(dy.dims(), &dyv),
+            bn.channels_last_values(x.dims(), &xv),
         );
         let (scale, mean, var) = (
             floats(ctx, &scale)?,
@@ -303,7 +364,7 @@ impl OpKernel for Backward {
         let doffset: Vec<f32> = sum_dy.iter().map(|&s| s as f32).collect();
         ctx.set_output(
             0,
-            Tensor::from_vec(x.shape().clone(), from_nhwc(bn.format, dims, dx))?,
+            Tensor::from_vec(x.shape().clone(), bn.in_format(x.dims(), dx))?,
         );
         ctx.set_output(1, vector(dscale)?);
         ctx.set_output(2, vector(doffset)?);
