@@ -1,7 +1,7 @@
 //! CPU kernels, one file per op family; math through ndarray.
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
-//! (`math`, `matmul`, `nn` with `conv` and `pool`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
+//! (`math`, `matmul`, `nn` with `conv`, `depthwise`, `pool`, `batch_norm`, `lrn` and `activation`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
 //! `list_tensor`, `control_flow`, `variable`, `ref_variable`, `training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
 //! exposes its own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
