@@ -508,6 +508,21 @@ fn bad_shapes_fail_as_in_tensorflow() {
         let message = expect_err(b, inputs, code, needle);
         assert!(message.starts_with("node `x` (op "), "{message}");
     }
+    // A multiplier of 0 gives no output channels, and zero gradients, without failing.
+    let y = run1(
+        depthwise("DepthwiseConv2dNative", &[1, 1, 1, 1]),
+        vec![x.clone(), zeros(&[2, 2, 3, 0])],
+    );
+    assert_eq!(y.dims(), [1, 4, 4, 0]);
+    let dx = run1(
+        depthwise("DepthwiseConv2dNativeBackpropInput", &[1, 1, 1, 1]),
+        vec![
+            ivec(&[1, 5, 5, 3]),
+            zeros(&[2, 2, 3, 0]),
+            zeros(&[1, 4, 4, 0]),
+        ],
+    );
+    assert_f32(&dx, &[1, 5, 5, 3], &[0.0; 75], 0.0);
     // depth_radius is checked when the kernel is made.
     let err = node("LRN")
         .t(DType::Float)

@@ -89,6 +89,10 @@ impl Geometry {
     /// the tap's filter row, in `NHWC` / `HWIM` order.
     fn for_each_tap(&self, mut f: impl FnMut(usize, usize, usize)) {
         let (oh, ow, oc) = (self.dims[0].output, self.dims[1].output, self.out_c());
+        if oc == 0 {
+            // No channels (or a multiplier of 0): nothing to add, and no chunks to cut.
+            return;
+        }
         for n in 0..self.batch {
             for y in 0..oh {
                 for x in 0..ow {
