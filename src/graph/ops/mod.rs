@@ -13,6 +13,7 @@ mod io;
 mod list;
 mod math;
 mod nn;
+mod normalization;
 mod slicing;
 mod sparse;
 mod sparse_training;
@@ -36,6 +37,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     math::register(r);
     nn::register(r);
     conv::register(r);
+    normalization::register(r);
     slicing::register(r);
     sparse::register(r);
     state::register(r);

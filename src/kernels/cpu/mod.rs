@@ -1,8 +1,10 @@
 //! CPU kernels, one file per op family; math through ndarray.
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
-//! (`math`, `matmul`, `nn` with `conv` and `pool`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
-//! `list_tensor`, `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training`, `io`, `queue`,
+//! (`math`, `matmul`, `nn` with `conv`, `depthwise`, `pool`, `batch_norm`, `lrn` and
+//! `activation`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with `list_tensor`,
+//! `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training` with
+//! `sparse_training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
 //! exposes its own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
 //! broadcasting), `numeric` (element arithmetic traits), `items` (element types that can be
@@ -80,16 +82,20 @@ macro_rules! dispatch_items {
 }
 
 mod accumulator;
+mod activation;
 mod array;
+mod batch_norm;
 pub mod broadcast;
 pub mod collective;
 mod compare;
 mod control_flow;
 mod conv;
+mod depthwise;
 mod io;
 mod items;
 mod list;
 mod list_tensor;
+mod lrn;
 mod math;
 mod matmul;
 pub(crate) mod nn;
