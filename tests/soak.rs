@@ -29,10 +29,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::cluster::Cluster;
+use support::regression::{batch, model, scalar, Model};
 use tessera::client::Session;
-use tessera::graph::Graph;
-use tessera::tensor::{DType, PartialShape, Tensor};
-use tessera::train::optimizer::{get_or_create_global_step, Optimizer};
 
 /// Fixed RSS growth allowed between the start and end samples.
 const RSS_SLACK_BYTES: u64 = 16 << 20;
@@ -66,75 +64,6 @@ fn sample(pid: u32) -> Sample {
         rss_bytes: kib * 1024,
         fds,
     }
-}
-
-/// The graph one client builds, placing its computation on `worker`.
-struct Model {
-    graph: Graph,
-    x: String,
-    y: String,
-    loss: String,
-    train: String,
-    init: String,
-}
-
-fn model(worker: usize) -> Model {
-    let mut g = Graph::new();
-    let (w, b, step) = g
-        .with_device("/job:ps/task:0", |g| {
-            let w0 = g.constant(&Tensor::from_vec(vec![3, 1], vec![0f32; 3])?)?;
-            let w = g.variable("w", &w0)?;
-            let b0 = g.constant(&Tensor::from_vec(vec![1], vec![0f32])?)?;
-            let b = g.variable("b", &b0)?;
-            let step = get_or_create_global_step(g)?;
-            Ok::<_, tessera::Status>((w, b, step))
-        })
-        .expect("variables");
-    let (x, y, loss) = g
-        .with_device(&format!("/job:worker/task:{worker}"), |g| {
-            let x = g.placeholder("x", DType::Float, PartialShape::new(vec![None, Some(3)]))?;
-            let y = g.placeholder("y", DType::Float, PartialShape::new(vec![None, Some(1)]))?;
-            let xw = g.matmul(&x, &w.value)?;
-            let pred = g.add(&xw, &b.value)?;
-            let err = g.sub(&pred, &y)?;
-            let sq = g.mul(&err, &err)?;
-            let loss = g.mean(&sq, &[0, 1], false)?;
-            Ok::<_, tessera::Status>((x, y, loss))
-        })
-        .expect("forward pass");
-    let train = g
-        .with_device(&format!("/job:worker/task:{worker}"), |g| {
-            Optimizer::gradient_descent(0.1).minimize(g, &loss, Some(&step))
-        })
-        .expect("minimize");
-    let init = g.global_variables_initializer().expect("initializer");
-    Model {
-        x: x.name(),
-        y: y.name(),
-        loss: loss.name(),
-        train,
-        init,
-        graph: g,
-    }
-}
-
-/// Batch `k` of 4 rows: x from a fixed cycle, y = x·[1, -2, 0.5] + 0.3.
-fn batch(k: usize) -> (Tensor, Tensor) {
-    let x: Vec<f32> = (0..12)
-        .map(|i| ((k * 5 + i * 7) % 13) as f32 / 6.5 - 1.0)
-        .collect();
-    let y: Vec<f32> = x
-        .chunks(3)
-        .map(|r| r[0] - 2.0 * r[1] + 0.5 * r[2] + 0.3)
-        .collect();
-    (
-        Tensor::from_vec(vec![4, 3], x).expect("x"),
-        Tensor::from_vec(vec![4, 1], y).expect("y"),
-    )
-}
-
-fn scalar(t: &Tensor) -> f32 {
-    t.values::<f32>().expect("a float loss")[0]
 }
 
 /// One client session: connect, extend, train `steps` steps, close. Returns the last loss.

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use prost::Message;
 use support::cluster::{Cluster, TEST_TIMEOUTS};
+use support::regression::{batch, model, scalar, Model};
 use tessera::client::Session;
 use tessera::graph::builder::NodeSpec;
 use tessera::graph::Graph;
@@ -48,7 +49,6 @@ use tessera::proto::{
     NamedTensorProto, RunGraphRequest, RunStepRequest, TensorProto, TensorShapeProto,
 };
 use tessera::tensor::{DType, PartialShape, Tensor};
-use tessera::train::optimizer::{get_or_create_global_step, Optimizer};
 use tessera::wire::channel::{hello, RequestHead};
 
 /// Each CPU device's memory budget in the storm's cluster.
@@ -122,71 +122,6 @@ impl Tally {
     }
 }
 
-/// The training graph of worker `w`: `w`, `b` and the global step on the ps, the regression
-/// and its update on the worker.
-struct Model {
-    graph: Graph,
-    x: String,
-    y: String,
-    loss: String,
-    train: String,
-    init: String,
-    step: String,
-}
-
-fn model(worker: usize) -> Model {
-    let mut g = Graph::new();
-    let (w, b, step) = g
-        .with_device("/job:ps/task:0", |g| {
-            let w0 = g.constant(&Tensor::from_vec(vec![3, 1], vec![0f32; 3])?)?;
-            let w = g.variable("w", &w0)?;
-            let b0 = g.constant(&Tensor::from_vec(vec![1], vec![0f32])?)?;
-            let b = g.variable("b", &b0)?;
-            let step = get_or_create_global_step(g)?;
-            Ok::<_, tessera::Status>((w, b, step))
-        })
-        .expect("variables");
-    let device = format!("/job:worker/task:{worker}");
-    let (x, y, loss, train) = g
-        .with_device(&device, |g| {
-            let x = g.placeholder("x", DType::Float, PartialShape::new(vec![None, Some(3)]))?;
-            let y = g.placeholder("y", DType::Float, PartialShape::new(vec![None, Some(1)]))?;
-            let xw = g.matmul(&x, &w.value)?;
-            let pred = g.add(&xw, &b.value)?;
-            let err = g.sub(&pred, &y)?;
-            let sq = g.mul(&err, &err)?;
-            let loss = g.mean(&sq, &[0, 1], false)?;
-            let train = Optimizer::gradient_descent(0.1).minimize(g, &loss, Some(&step))?;
-            Ok::<_, tessera::Status>((x, y, loss, train))
-        })
-        .expect("the regression");
-    let init = g.global_variables_initializer().expect("initializer");
-    Model {
-        x: x.name(),
-        y: y.name(),
-        loss: loss.name(),
-        train,
-        init,
-        step: step.value.name(),
-        graph: g,
-    }
-}
-
-/// Batch `k`: 4 rows of x from a fixed cycle, y = x·[1, -2, 0.5] + 0.3.
-fn batch(k: usize) -> (Tensor, Tensor) {
-    let x: Vec<f32> = (0..12)
-        .map(|i| ((k * 5 + i * 7) % 13) as f32 / 6.5 - 1.0)
-        .collect();
-    let y: Vec<f32> = x
-        .chunks(3)
-        .map(|r| r[0] - 2.0 * r[1] + 0.5 * r[2] + 0.3)
-        .collect();
-    (
-        Tensor::from_vec(vec![4, 3], x).unwrap(),
-        Tensor::from_vec(vec![4, 1], y).unwrap(),
-    )
-}
-
 /// Trains `steps` steps through worker `w`'s master; returns the first and last loss.
 fn train(target: &str, m: &Model, w: usize, steps: usize) -> (f32, f32) {
     let sess = Session::connect(target).expect("connect a training client");
@@ -197,7 +132,7 @@ fn train(target: &str, m: &Model, w: usize, steps: usize) -> (f32, f32) {
         let out = sess
             .run(&[(&m.x, x), (&m.y, y)], &[&m.loss], &[&m.train])
             .unwrap_or_else(|e| panic!("worker {w}: training step {k} failed in the storm: {e}"));
-        let loss = out[0].values::<f32>().unwrap()[0];
+        let loss = scalar(&out[0]);
         if k == 0 {
             losses.0 = loss;
         }

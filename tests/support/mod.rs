@@ -8,6 +8,7 @@ pub mod fake_master;
 pub mod kernel_check;
 pub mod mlp;
 pub mod raw_grpc;
+pub mod regression;
 pub mod requirement;
 pub mod tensorflow;
 pub mod training;
