@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod cluster;
 pub mod fake_master;
+pub mod finite_differences;
 pub mod kernel_check;
 pub mod mlp;
 pub mod raw_grpc;
