@@ -91,6 +91,17 @@ impl MemoryBudget {
         resident.get(&store).copied().unwrap_or(0)
     }
 
+    /// Returns the bytes of variables every store but `store` last reported (read at once, so
+    /// a concurrent report cannot make it negative).
+    pub fn resident_except(&self, store: usize) -> u64 {
+        let resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        resident
+            .iter()
+            .filter(|(&id, _)| id != store)
+            .map(|(_, &bytes)| bytes)
+            .sum()
+    }
+
     /// Returns the bytes left under the limit now: steps' tensors and variables taken out.
     pub fn room(&self) -> u64 {
         self.limit
@@ -258,6 +269,7 @@ mod tests {
         );
         assert!(budget.check_fits("b", "Fill", 1).is_err());
         // A store that lets go of its variables gives their bytes back.
+        assert_eq!(budget.resident_except(1), 200);
         budget.set_resident(2, 0);
         assert_eq!(budget.resident_of(2), 0);
         budget.check_fits("b", "Fill", 200).unwrap();

@@ -203,7 +203,7 @@ impl ResourceMgr {
             }
         }
         if let Some(budget) = memory {
-            let others = budget.resident() - budget.resident_of(self.store_id());
+            let others = budget.resident_except(self.store_id());
             let steps = budget.in_use();
             let total = others.saturating_add(steps).saturating_add(after);
             if total > budget.limit() {
