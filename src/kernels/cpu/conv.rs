@@ -30,39 +30,79 @@ use crate::tensor::{Shape, Tensor};
 /// The most elements of patches built at once (16 Mi: 64 MiB of float32).
 const PATCH_ELEMENTS: usize = 1 << 24;
 
-/// Which of the three convolution ops a [`Conv2D`] kernel computes.
+/// Which of a convolution's three ops a kernel computes: the op or one of its two gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pass {
+pub(super) enum Pass {
     Forward,
     BackpropInput,
     BackpropFilter,
+}
+
+/// A family of convolutions (`Conv2D`, `DepthwiseConv2dNative`): the three passes over its
+/// checked attrs. [`create`] makes its kernels and [`compute`] runs them, so the families
+/// share reading the inputs, checking their dtypes and dispatching on them.
+pub(super) trait Convolution: Send + Sync + Sized + 'static {
+    /// The kernel for `pass` with these attrs.
+    fn new(attrs: ConvAttrs, pass: Pass) -> Self;
+    /// Which op the kernel computes.
+    fn pass(&self) -> Pass;
+    /// `op(x, filter)`.
+    fn forward<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor, f: &Tensor) -> Result<Tensor>;
+    /// The input's gradient, from the input's sizes, the filter and the output's gradient.
+    fn backprop_input<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        sizes: &Tensor,
+        f: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Tensor>;
+    /// The filter's gradient, from the input, the filter's sizes and the output's gradient.
+    fn backprop_filter<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        x: &Tensor,
+        sizes: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Tensor>;
+}
+
+/// The kernel of family `K` for `pass`, its attrs checked once.
+pub(super) fn create<K: Convolution>(node: &NodeDef, pass: Pass) -> Result<Arc<dyn OpKernel>> {
+    Ok(Arc::new(Kernel(K::new(ConvAttrs::of(node)?, pass))))
+}
+
+/// A convolution family's kernel.
+pub(super) struct Kernel<K>(K);
+
+impl<K: Convolution> OpKernel for Kernel<K> {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let k = &self.0;
+        let (a, b) = (input(ctx, 0)?, input(ctx, 1)?);
+        let out = match k.pass() {
+            Pass::Forward => {
+                same_dtype(ctx, &a, &b)?;
+                dispatch_float!(ctx, a.dtype(), T => k.forward::<T>(ctx, &a, &b)?)
+            }
+            Pass::BackpropInput => {
+                let dy = input(ctx, 2)?;
+                same_dtype(ctx, &b, &dy)?;
+                dispatch_float!(ctx, b.dtype(), T => k.backprop_input::<T>(ctx, &a, &b, &dy)?)
+            }
+            Pass::BackpropFilter => {
+                let dy = input(ctx, 2)?;
+                same_dtype(ctx, &a, &dy)?;
+                dispatch_float!(ctx, a.dtype(), T => k.backprop_filter::<T>(ctx, &a, &b, &dy)?)
+            }
+        };
+        ctx.set_output(0, out);
+        Ok(())
+    }
 }
 
 /// `Conv2D`, `Conv2DBackpropInput` or `Conv2DBackpropFilter`, with its checked attrs.
 pub(super) struct Conv2D {
     attrs: ConvAttrs,
     pass: Pass,
-}
-
-impl Conv2D {
-    fn parse(node: &NodeDef, pass: Pass) -> Result<Arc<dyn OpKernel>> {
-        Ok(Arc::new(Conv2D {
-            attrs: ConvAttrs::of(node)?,
-            pass,
-        }))
-    }
-
-    pub(super) fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Self::parse(node, Pass::Forward)
-    }
-
-    pub(super) fn create_backprop_input(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Self::parse(node, Pass::BackpropInput)
-    }
-
-    pub(super) fn create_backprop_filter(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Self::parse(node, Pass::BackpropFilter)
-    }
 }
 
 /// The sizes of one convolution, in `NHWC` terms.
@@ -187,6 +227,16 @@ impl Conv2D {
             )));
         }
         Ok(())
+    }
+}
+
+impl Convolution for Conv2D {
+    fn new(attrs: ConvAttrs, pass: Pass) -> Self {
+        Self { attrs, pass }
+    }
+
+    fn pass(&self) -> Pass {
+        self.pass
     }
 
     fn forward<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor, f: &Tensor) -> Result<Tensor> {
@@ -313,31 +363,6 @@ impl Conv2D {
             }
         });
         Tensor::from_vec(Shape::new(filter_dims), dw)
-    }
-}
-
-impl OpKernel for Conv2D {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (a, b, c) = match self.pass {
-            Pass::Forward => (input(ctx, 0)?, input(ctx, 1)?, None),
-            _ => (input(ctx, 0)?, input(ctx, 1)?, Some(input(ctx, 2)?)),
-        };
-        let out = match (self.pass, c) {
-            (Pass::BackpropInput, Some(dy)) => {
-                same_dtype(ctx, &b, &dy)?;
-                dispatch_float!(ctx, b.dtype(), T => self.backprop_input::<T>(ctx, &a, &b, &dy)?)
-            }
-            (Pass::BackpropFilter, Some(dy)) => {
-                same_dtype(ctx, &a, &dy)?;
-                dispatch_float!(ctx, a.dtype(), T => self.backprop_filter::<T>(ctx, &a, &b, &dy)?)
-            }
-            _ => {
-                same_dtype(ctx, &a, &b)?;
-                dispatch_float!(ctx, a.dtype(), T => self.forward::<T>(ctx, &a, &b)?)
-            }
-        };
-        ctx.set_output(0, out);
-        Ok(())
     }
 }
 

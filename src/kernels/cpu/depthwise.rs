@@ -11,50 +11,18 @@
 //! multiply-add when the multiplier is 1, as in MobileNet). The geometry, attr checks and
 //! layout transposes are the ones [`super::conv`] uses ([`crate::graph::window`]).
 
-use std::sync::Arc;
-
-use super::conv::{check_rank4, from_nhwc, sizes_of, to_nhwc};
+use super::conv::{check_rank4, from_nhwc, sizes_of, to_nhwc, Convolution, Pass};
 use super::numeric::Real;
-use super::{checked_elements, input, same_dtype};
+use super::checked_elements;
 use crate::error::Result;
 use crate::graph::window::{ConvAttrs, WindowDim};
-use crate::kernels::{OpContext, OpKernel};
-use crate::proto::NodeDef;
+use crate::kernels::OpContext;
 use crate::tensor::{Shape, Tensor};
-
-/// Which of the three depthwise ops a [`Depthwise`] kernel computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pass {
-    Forward,
-    BackpropInput,
-    BackpropFilter,
-}
 
 /// `DepthwiseConv2dNative` or one of its backprops, with its checked attrs.
 pub(super) struct Depthwise {
     attrs: ConvAttrs,
     pass: Pass,
-}
-
-impl Depthwise {
-    fn parse(node: &NodeDef, pass: Pass) -> Result<Arc<dyn OpKernel>> {
-        Ok(Arc::new(Depthwise {
-            attrs: ConvAttrs::of(node)?,
-            pass,
-        }))
-    }
-
-    pub(super) fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Self::parse(node, Pass::Forward)
-    }
-
-    pub(super) fn create_backprop_input(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Self::parse(node, Pass::BackpropInput)
-    }
-
-    pub(super) fn create_backprop_filter(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Self::parse(node, Pass::BackpropFilter)
-    }
 }
 
 /// The sizes of one depthwise convolution, in `NHWC` terms.
@@ -181,6 +149,16 @@ impl Depthwise {
             )));
         }
         Ok(())
+    }
+}
+
+impl Convolution for Depthwise {
+    fn new(attrs: ConvAttrs, pass: Pass) -> Self {
+        Self { attrs, pass }
+    }
+
+    fn pass(&self) -> Pass {
+        self.pass
     }
 
     fn forward<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor, f: &Tensor) -> Result<Tensor> {
@@ -309,26 +287,3 @@ impl Depthwise {
     }
 }
 
-impl OpKernel for Depthwise {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let (a, b) = (input(ctx, 0)?, input(ctx, 1)?);
-        let out = match self.pass {
-            Pass::Forward => {
-                same_dtype(ctx, &a, &b)?;
-                dispatch_float!(ctx, a.dtype(), T => self.forward::<T>(ctx, &a, &b)?)
-            }
-            Pass::BackpropInput => {
-                let dy = input(ctx, 2)?;
-                same_dtype(ctx, &b, &dy)?;
-                dispatch_float!(ctx, b.dtype(), T => self.backprop_input::<T>(ctx, &a, &b, &dy)?)
-            }
-            Pass::BackpropFilter => {
-                let dy = input(ctx, 2)?;
-                same_dtype(ctx, &a, &dy)?;
-                dispatch_float!(ctx, a.dtype(), T => self.backprop_filter::<T>(ctx, &a, &b, &dy)?)
-            }
-        };
-        ctx.set_output(0, out);
-        Ok(())
-    }
-}

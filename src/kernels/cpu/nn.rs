@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::activation;
 use super::batch_norm::BatchNorm;
 use super::broadcast::{broadcast_shape, broadcast_to, incompatible};
-use super::conv::Conv2D;
+use super::conv::{self, Conv2D, Pass};
 use super::depthwise::Depthwise;
 use super::lrn::Lrn;
 use super::pool::Pool;
@@ -46,9 +46,9 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "SoftmaxCrossEntropyWithLogits" => |_| stateless(softmax_xent),
         "SparseSoftmaxCrossEntropyWithLogits" => |_| stateless(sparse_softmax_xent),
         "L2Loss" => |_| stateless(l2_loss),
-        "Conv2D" => Conv2D::create,
-        "Conv2DBackpropInput" => Conv2D::create_backprop_input,
-        "Conv2DBackpropFilter" => Conv2D::create_backprop_filter,
+        "Conv2D" => |n| conv::create::<Conv2D>(n, Pass::Forward),
+        "Conv2DBackpropInput" => |n| conv::create::<Conv2D>(n, Pass::BackpropInput),
+        "Conv2DBackpropFilter" => |n| conv::create::<Conv2D>(n, Pass::BackpropFilter),
         "MaxPool" | "MaxPoolV2" => Pool::create_max,
         "MaxPoolGrad" | "MaxPoolGradV2" => Pool::create_max_grad,
         "AvgPool" => Pool::create_avg,
@@ -61,9 +61,13 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "SeluGrad" => |_| stateless(activation::selu_grad),
         "Erf" => |_| stateless(activation::erf),
         "Log1p" => |_| stateless(activation::log1p),
-        "DepthwiseConv2dNative" => Depthwise::create,
-        "DepthwiseConv2dNativeBackpropInput" => Depthwise::create_backprop_input,
-        "DepthwiseConv2dNativeBackpropFilter" => Depthwise::create_backprop_filter,
+        "DepthwiseConv2dNative" => |n| conv::create::<Depthwise>(n, Pass::Forward),
+        "DepthwiseConv2dNativeBackpropInput" => {
+            |n| conv::create::<Depthwise>(n, Pass::BackpropInput)
+        }
+        "DepthwiseConv2dNativeBackpropFilter" => {
+            |n| conv::create::<Depthwise>(n, Pass::BackpropFilter)
+        }
         "FusedBatchNorm" | "FusedBatchNormV2" | "FusedBatchNormV3" => BatchNorm::create,
         "FusedBatchNormGrad" | "FusedBatchNormGradV2" | "FusedBatchNormGradV3" => {
             BatchNorm::create_grad
