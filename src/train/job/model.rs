@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! x [b, d] float32, y [b] int64                     placeholders, fed per step
-//! layer<k>/w, layer<k>/b                           variables (round robin over the ps tasks)
+//! layer<k>/w, layer<k>/b                           variables (round robin over the ps tasks);
+//!   the cnn's: conv<k>/w, conv<k>/b, dense/w, dense/b  (see [`super::cnn`])
 //! logits → SparseSoftmaxCrossEntropyWithLogits → loss (mean)
 //! async: <Optimizer> (minimize, global_step += 1)  sync: SyncReplicasOptimizer's ops
 //! save/...                                         the chief's checkpoints
@@ -30,7 +31,8 @@ use crate::train::towers::{
     average_towers, build_towers, local_devices, GradientSum, TowerOptions,
 };
 
-use super::spec::TrainSpec;
+use super::cnn::Cnn;
+use super::spec::{ModelKind, TrainSpec};
 
 /// The features placeholder.
 pub const X: &str = "x:0";
@@ -109,6 +111,12 @@ pub fn build(
              classes (0 and 1)"
         )));
     }
+    let net = match &spec.model {
+        ModelKind::Cnn { filters } => Net::Conv(Cnn::new(features, filters, classes)?),
+        ModelKind::Softmax | ModelKind::Mlp { .. } => Net::Dense {
+            hidden: spec.model.hidden().to_vec(),
+        },
+    };
     let worker = format!("/job:worker/task:{}", placement.worker_index);
     let setter = replica_device_setter(placement.num_ps.max(1), &worker)?;
     let mut g = Graph::new();
@@ -116,45 +124,22 @@ pub fn build(
         let global_step = get_or_create_global_step(g)?;
         let x = g.placeholder("x", DType::Float, PartialShape::new([None, Some(features)]))?;
         let y = g.placeholder("y", DType::Int64, PartialShape::new([None]))?;
-        let mut widths = vec![features];
-        widths.extend(spec.model.hidden());
-        widths.push(classes);
         let mut rng = StdRng::seed_from_u64(spec.seed);
-        let mut layers = Vec::new();
-        for (layer, pair) in widths.windows(2).enumerate() {
-            let (fan_in, fan_out) = (pair[0], pair[1]);
-            let w0 = g.constant(&glorot(&mut rng, fan_in, fan_out)?)?;
-            let w = g.variable(&format!("layer{layer}/w"), &w0)?;
-            let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
-            let b = g.variable(&format!("layer{layer}/b"), &b0)?;
-            layers.push((w, b));
-        }
-        let variables: Vec<Variable> = layers
-            .iter()
-            .flat_map(|(w, b)| [w.clone(), b.clone()])
-            .collect();
+        let params = net.variables(g, &mut rng, features, classes)?;
+        let variables: Vec<Variable> = params.iter().map(|(_, v)| v.clone()).collect();
         // The whole batch's logits (the held-out evaluation; the loss too without towers).
-        let values: Vec<(Output, Output)> = layers
-            .iter()
-            .map(|(w, b)| (w.value.clone(), b.value.clone()))
-            .collect();
-        let logits = forward(g, &x, &values)?;
+        let values: Vec<Output> = params.iter().map(|(_, v)| v.value.clone()).collect();
+        let logits = net.forward(g, &x, &values)?;
         let (loss, train) = if spec.towers > 1 {
-            tower_train_op(g, spec, &worker, &x, &y, &layers, &variables, &global_step)?
+            tower_train_op(g, spec, &net, &worker, &x, &y, &variables, &global_step)?
         } else {
             let loss = mean_loss(g, &logits, &y)?;
             let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
             (loss, train)
         };
-        let trainable: Vec<(String, String)> = layers
+        let trainable: Vec<(String, String)> = params
             .iter()
-            .enumerate()
-            .flat_map(|(layer, (w, b))| {
-                [
-                    (format!("layer{layer}/w"), w.value.name()),
-                    (format!("layer{layer}/b"), b.value.name()),
-                ]
-            })
+            .map(|(name, v)| (name.clone(), v.value.name()))
             .collect();
         Ok((global_step, logits, loss, train, trainable))
     })?;
@@ -193,14 +178,63 @@ pub fn build(
     })
 }
 
+/// The network a [`ModelKind`] builds: its variables, and its logits from their values.
+enum Net {
+    /// Dense layers (softmax regression, the MLP): `layer<k>/w`, `layer<k>/b`.
+    Dense { hidden: Vec<usize> },
+    /// The convolutional network ([`Cnn`]).
+    Conv(Cnn),
+}
+
+impl Net {
+    /// Creates the variables (seeded by `rng`) for examples of `features` features in
+    /// `classes` classes; returns them named, input side first.
+    fn variables(
+        &self,
+        g: &mut Graph,
+        rng: &mut StdRng,
+        features: usize,
+        classes: usize,
+    ) -> Result<Vec<(String, Variable)>> {
+        let hidden = match self {
+            Self::Conv(cnn) => return cnn.variables(g, rng),
+            Self::Dense { hidden } => hidden,
+        };
+        let mut widths = vec![features];
+        widths.extend(hidden);
+        widths.push(classes);
+        let mut params = Vec::new();
+        for (layer, pair) in widths.windows(2).enumerate() {
+            let (fan_in, fan_out) = (pair[0], pair[1]);
+            let w0 = g.constant(&glorot(rng, fan_in, fan_out)?)?;
+            let name = format!("layer{layer}/w");
+            params.push((name.clone(), g.variable(&name, &w0)?));
+            let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
+            let name = format!("layer{layer}/b");
+            params.push((name.clone(), g.variable(&name, &b0)?));
+        }
+        Ok(params)
+    }
+
+    /// The logits of `x` with `values` the variables' values (reads), in the order
+    /// [`Net::variables`] returns them.
+    fn forward(&self, g: &mut Graph, x: &Output, values: &[Output]) -> Result<Output> {
+        match self {
+            Self::Conv(cnn) => cnn.forward(g, x, values),
+            Self::Dense { .. } => dense_forward(g, x, values),
+        }
+    }
+}
+
 /// The layers' dense maps on `x`: `h = x·w + b` per layer, ReLU between layers; returns the
-/// logits. `layers` are the `(w, b)` values to use (reads of the variables).
-fn forward(g: &mut Graph, x: &Output, layers: &[(Output, Output)]) -> Result<Output> {
+/// logits. `values` are `w, b` of each layer in turn (reads of the variables).
+fn dense_forward(g: &mut Graph, x: &Output, values: &[Output]) -> Result<Output> {
     let mut h = x.clone();
-    for (layer, (w, b)) in layers.iter().enumerate() {
-        let z = g.matmul(&h, w)?;
-        h = g.bias_add(&z, b)?;
-        if layer + 1 < layers.len() {
+    let layers = values.len() / 2;
+    for (layer, pair) in values.chunks_exact(2).enumerate() {
+        let z = g.matmul(&h, &pair[0])?;
+        h = g.bias_add(&z, &pair[1])?;
+        if layer + 1 < layers {
             h = g.relu(&h)?;
         }
     }
@@ -222,10 +256,10 @@ fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
 fn tower_train_op(
     g: &mut Graph,
     spec: &TrainSpec,
+    net: &Net,
     replica: &str,
     x: &Output,
     y: &Output,
-    layers: &[(Variable, Variable)],
     variables: &[Variable],
     global_step: &Variable,
 ) -> Result<(Output, TrainOp)> {
@@ -239,11 +273,11 @@ fn tower_train_op(
         ..TowerOptions::new(local_devices(spec.tower_device.as_str(), spec.towers))
     };
     let model = |g: &mut Graph, parts: &[Output]| -> Result<Output> {
-        let mut values = Vec::with_capacity(layers.len());
-        for (w, b) in layers {
-            values.push((g.read_variable(&w.handle)?, g.read_variable(&b.handle)?));
-        }
-        let logits = forward(g, &parts[0], &values)?;
+        let values = variables
+            .iter()
+            .map(|v| g.read_variable(&v.handle))
+            .collect::<Result<Vec<_>>>()?;
+        let logits = net.forward(g, &parts[0], &values)?;
         mean_loss(g, &logits, &parts[1])
     };
     let inputs = [x.clone(), y.clone()];

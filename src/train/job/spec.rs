@@ -16,8 +16,10 @@ use crate::kernels::DeviceType;
 use crate::train::checkpoint::saver::{ensure_dir_writable, ensure_writable};
 use crate::train::optimizer::Optimizer;
 
+use super::cnn::DEFAULT_FILTERS;
+
 /// The built-in models, by the names `--model` accepts.
-pub const MODEL_NAMES: [&str; 2] = ["softmax", "mlp"];
+pub const MODEL_NAMES: [&str; 3] = ["softmax", "mlp", "cnn"];
 
 /// The optimizers `--optimizer` accepts (aliases such as `sgd` work too).
 pub const OPTIMIZER_NAMES: [&str; 5] = ["gd", "momentum", "adagrad", "adam", "rmsprop"];
@@ -32,11 +34,18 @@ pub enum ModelKind {
         /// Hidden layer widths, input side first; at least one.
         hidden: Vec<usize>,
     },
+    /// A convolutional network on square grayscale images ([`super::cnn`]): 3×3 convolutions
+    /// with ReLU and 2×2 max pooling, then a dense layer to the classes.
+    Cnn {
+        /// Filters per convolution, input side first; at least one.
+        filters: Vec<usize>,
+    },
 }
 
 impl ModelKind {
     /// The model called `name` (one of [`MODEL_NAMES`], `softmax_regression` too) with these
-    /// hidden widths (used by `mlp` only); an unknown name lists the known ones.
+    /// hidden widths (used by `mlp` only; `cnn` gets [`DEFAULT_FILTERS`], see
+    /// [`ModelKind::with_filters`]); an unknown name lists the known ones.
     pub fn from_name(name: &str, hidden: &[usize]) -> Result<Self> {
         match name.to_ascii_lowercase().as_str() {
             "softmax" | "softmax_regression" | "linear" => Ok(Self::Softmax),
@@ -51,6 +60,9 @@ impl ModelKind {
                     hidden: hidden.to_vec(),
                 })
             }
+            "cnn" => Ok(Self::Cnn {
+                filters: DEFAULT_FILTERS.to_vec(),
+            }),
             _ => Err(Status::invalid_argument(format!(
                 "unknown model `{name}`; choose one of {} (--model)",
                 MODEL_NAMES.join(", ")
@@ -66,13 +78,41 @@ impl ModelKind {
                 let widths: Vec<String> = hidden.iter().map(usize::to_string).collect();
                 format!("an MLP ({})", widths.join(", "))
             }
+            Self::Cnn { filters } => {
+                let filters: Vec<String> = filters.iter().map(usize::to_string).collect();
+                format!("a CNN (conv {})", filters.join(", "))
+            }
         }
     }
 
-    /// The hidden widths (empty for softmax regression).
+    /// Applies `--filters` (the convolutions' filter counts), which only `cnn` takes; empty
+    /// keeps the model as it is.
+    pub fn with_filters(self, filters: &[usize]) -> Result<Self> {
+        if filters.is_empty() {
+            return Ok(self);
+        }
+        match self {
+            Self::Cnn { .. } => {
+                if filters.contains(&0) {
+                    return Err(Status::invalid_argument(format!(
+                        "--filters {filters:?}: every convolution needs at least one filter \
+                         (e.g. --filters 16,32)"
+                    )));
+                }
+                Ok(Self::Cnn {
+                    filters: filters.to_vec(),
+                })
+            }
+            _ => Err(Status::invalid_argument(
+                "--filters applies to --model cnn only; remove it or train the cnn",
+            )),
+        }
+    }
+
+    /// The hidden dense widths (empty for softmax regression and the cnn).
     pub fn hidden(&self) -> &[usize] {
         match self {
-            Self::Softmax => &[],
+            Self::Softmax | Self::Cnn { .. } => &[],
             Self::Mlp { hidden } => hidden,
         }
     }
@@ -461,7 +501,7 @@ mod tests {
     #[test]
     fn unknown_names_list_the_known_ones() {
         let err = ModelKind::from_name("resnet", &[]).unwrap_err();
-        assert!(err.message().contains("softmax, mlp"), "{err}");
+        assert!(err.message().contains("softmax, mlp, cnn"), "{err}");
         let spec = TrainSpec {
             optimizer: "lbfgs".into(),
             ..TrainSpec::default()
