@@ -500,4 +500,34 @@ mod tests {
         let err = local.training.to_spec(2).unwrap_err().to_string();
         assert!(err.contains("--data tfrecord:PATH only"), "{err}");
     }
+
+    #[test]
+    fn local_hands_its_children_the_cnns_filters() {
+        let given = ["tessera", "local", "--model", "cnn", "--filters", "8,16,32"];
+        let Some(Command::Local(local)) = Cli::parse_from(given).command else {
+            panic!("not parsed as local");
+        };
+        let mut train = vec!["tessera".to_string(), "train".into()];
+        train.extend(local.training.to_args());
+        let Some(Command::Train(child)) = Cli::parse_from(train).command else {
+            panic!("not parsed as train");
+        };
+        assert_eq!(
+            child.training.to_spec(2).unwrap().model,
+            ModelKind::Cnn {
+                filters: vec![8, 16, 32]
+            }
+        );
+        // Without --filters, the cnn's own default.
+        let given = ["tessera", "local", "--model", "cnn"];
+        let Some(Command::Local(local)) = Cli::parse_from(given).command else {
+            panic!("not parsed as local");
+        };
+        assert_eq!(
+            local.training.to_spec(2).unwrap().model,
+            ModelKind::Cnn {
+                filters: vec![16, 32]
+            }
+        );
+    }
 }

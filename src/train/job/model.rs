@@ -546,4 +546,124 @@ mod tests {
         assert!(!built.logits.starts_with("tower_"), "{}", built.logits);
         assert!(matches!(built.train, TrainOp::Async(_)));
     }
+
+    /// The cnn with its default filters.
+    fn cnn() -> crate::train::job::ModelKind {
+        crate::train::job::ModelKind::from_name("cnn", &[]).unwrap()
+    }
+
+    #[test]
+    fn the_cnns_variables_go_to_the_ps_and_its_convolutions_to_the_worker() {
+        let spec = TrainSpec {
+            model: cnn(),
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 2,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        // 8x8 images (the digits), 10 classes.
+        let built = build(&spec, &placement, 64, 10).unwrap();
+        let names: Vec<&str> = built.trainable.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["conv0/w", "conv0/b", "conv1/w", "conv1/b", "dense/w", "dense/b"]
+        );
+        let node = |name: &str| {
+            built
+                .graph
+                .node
+                .iter()
+                .find(|n| n.name == name)
+                .unwrap_or_else(|| panic!("no node {name}"))
+        };
+        // Round robin over two ps tasks in creation order: global_step, conv0/w, conv0/b...
+        assert_eq!(node("global_step").device, "/job:ps/task:0");
+        assert_eq!(node("conv0/w").device, "/job:ps/task:1");
+        assert_eq!(node("conv0/b").device, "/job:ps/task:0");
+        assert_eq!(node("dense/b").device, "/job:ps/task:0");
+        for name in &names {
+            assert!(built.saved.contains(&name.to_string()), "{name} not saved");
+        }
+        let mut computed = BTreeMap::new();
+        for node in &built.graph.node {
+            if node.op == "VarHandleOp" {
+                assert!(node.device.starts_with("/job:ps/"), "`{}`", node.name);
+            }
+            let heavy = [
+                "Conv2D",
+                "Conv2DBackpropInput",
+                "Conv2DBackpropFilter",
+                "MaxPool",
+                "MaxPoolGrad",
+                "MatMul",
+            ];
+            if heavy.contains(&node.op.as_str()) {
+                assert!(
+                    node.device.starts_with("/job:worker/task:1"),
+                    "`{}` ({}) on {}",
+                    node.name,
+                    node.op,
+                    node.device
+                );
+                *computed.entry(node.op.as_str()).or_insert(0) += 1;
+            }
+        }
+        // Two convolutions and pools forward and backward (the first conv needs no input
+        // gradient).
+        assert_eq!(computed.get("Conv2D"), Some(&2), "{computed:?}");
+        assert_eq!(
+            computed.get("Conv2DBackpropFilter"),
+            Some(&2),
+            "{computed:?}"
+        );
+        assert_eq!(computed.get("MaxPoolGrad"), Some(&2), "{computed:?}");
+    }
+
+    #[test]
+    fn the_cnns_towers_convolve_on_the_workers_cpus() {
+        let spec = TrainSpec {
+            model: cnn(),
+            towers: 2,
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 1,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        let built = build(&spec, &placement, 784, 10).unwrap();
+        let mut convs = [0usize; 2];
+        for node in &built.graph.node {
+            if node.op == "VarHandleOp" {
+                assert_eq!(node.device, "/job:ps/task:0", "`{}`", node.name);
+            }
+            for (i, count) in convs.iter_mut().enumerate() {
+                if node.name.starts_with(&format!("tower_{i}/")) {
+                    let want = format!("/job:worker/task:1/device:CPU:{i}");
+                    assert_eq!(node.device, want, "`{}` ({})", node.name, node.op);
+                    *count += usize::from(node.op.starts_with("Conv2D"));
+                }
+            }
+        }
+        // Per tower: two forward convolutions and both backprops of each.
+        assert_eq!(convs, [6, 6]);
+    }
+
+    #[test]
+    fn the_cnn_refuses_examples_that_are_not_square_images() {
+        let spec = TrainSpec {
+            model: cnn(),
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 1,
+            worker_index: 0,
+            num_workers: 1,
+        };
+        let err = build(&spec, &placement, 30, 10).unwrap_err();
+        assert_eq!(err.code(), crate::Code::InvalidArgument);
+        assert!(err.message().contains("30 features per example"), "{err}");
+    }
 }
