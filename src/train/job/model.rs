@@ -131,7 +131,8 @@ pub fn build(
         let values: Vec<Output> = params.iter().map(|(_, v)| v.value.clone()).collect();
         let logits = net.forward(g, &x, &values)?;
         let (loss, train) = if spec.towers > 1 {
-            tower_train_op(g, spec, &net, &worker, &x, &y, &variables, &global_step)?
+            let inputs = [x.clone(), y.clone()];
+            tower_train_op(g, spec, &net, &worker, inputs, &variables, &global_step)?
         } else {
             let loss = mean_loss(g, &logits, &y)?;
             let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
@@ -251,15 +252,14 @@ fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
 /// reads the variables and computes its part's mean loss and gradients on its own device; the
 /// setter adds this worker's job and task), the gradients summed (on `CPU:0`, or among the
 /// towers with `--all_reduce`) and averaged on `CPU:0`, then the same update as without
-/// towers. Returns the mean of the tower losses (the whole batch's mean loss) and
-/// the train op.
+/// towers. `inputs` are the features and the labels. Returns the mean of the tower losses
+/// (the whole batch's mean loss) and the train op.
 fn tower_train_op(
     g: &mut Graph,
     spec: &TrainSpec,
     net: &Net,
     replica: &str,
-    x: &Output,
-    y: &Output,
+    inputs: [Output; 2],
     variables: &[Variable],
     global_step: &Variable,
 ) -> Result<(Output, TrainOp)> {
@@ -280,7 +280,6 @@ fn tower_train_op(
         let logits = net.forward(g, &parts[0], &values)?;
         mean_loss(g, &logits, &parts[1])
     };
-    let inputs = [x.clone(), y.clone()];
     if spec.sync.is_none() {
         let towers = build_towers(
             g,
