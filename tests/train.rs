@@ -1094,7 +1094,8 @@ fn write_quadrant_images(dir: &Path, n: usize, rows: usize, cols: usize) -> Stri
 #[test]
 fn the_cnn_trains_on_28x28_mnist_format_idx_files() {
     let dir = tempfile::tempdir().unwrap();
-    let data = write_quadrant_images(dir.path(), 400, 28, 28);
+    // 5200 images: the 1040 held out are evaluated in two steps (at most 1000 each).
+    let data = write_quadrant_images(dir.path(), 5200, 28, 28);
     let ended = run_job(
         &[("ps", 1), ("worker", 2)],
         &["--model", "cnn", "--data", &data, "--steps", "60"],
@@ -1102,8 +1103,8 @@ fn the_cnn_trains_on_28x28_mnist_format_idx_files() {
     assert_all_exited_0(&ended);
     let chief = chief(&ended);
     assert!(
-        chief.stdout.contains("on 80 examples"),
-        "a fifth of 400 held out:\n{}",
+        chief.stdout.contains("on 1040 examples"),
+        "a fifth of 5200 held out:\n{}",
         chief.stdout
     );
     // Four classes (chance: 25 %), one bright block each: the cnn finds them.
