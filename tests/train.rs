@@ -1118,14 +1118,23 @@ fn the_cnn_trains_on_28x28_mnist_format_idx_files() {
 
 #[test]
 fn the_cnn_refuses_images_that_are_not_square_and_filters_without_the_cnn() {
+    // Rows of 5 features (a CSV has no image shape): between 2×2 and 3×3.
     let dir = tempfile::tempdir().unwrap();
-    // 5×6 images: 30 features, between 5×5 and 6×6.
-    let data = write_quadrant_images(dir.path(), 40, 5, 6);
+    let csv = dir.path().join("five.csv");
+    let rows: String = (0..20)
+        .map(|i| format!("0.1,0.2,0.3,0.4,{},{}\n", i % 2, i % 2))
+        .collect();
+    std::fs::write(&csv, rows).unwrap();
+    let data = format!("csv:{}", csv.display());
     let ended = run_chief_alone(&["--model", "cnn", "--data", &data]);
     assert_fails_with(
         &ended,
-        &["--model cnn", "30 features per example", "not a square"],
+        &["--model cnn", "5 features per example", "not a square"],
     );
+    // 16×4 IDX images: 64 features, as many as 8×8, but not a square image.
+    let data = write_quadrant_images(dir.path(), 40, 16, 4);
+    let ended = run_chief_alone(&["--model", "cnn", "--data", &data]);
+    assert_fails_with(&ended, &["16x4 pixels", "needs square images"]);
     let ended = run_chief_alone(&["--filters", "8"]);
     assert_fails_with(&ended, &["--filters applies to --model cnn only"]);
     let ended = run_chief_alone(&["--model", "cnn", "--filters", "8,0"]);

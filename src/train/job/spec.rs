@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
-use crate::data::idx::read_mnist;
+use crate::data::idx::{read_idx_dims, read_mnist};
 use crate::data::tfrecord::{read_tfrecord, TfRecordOptions};
 use crate::data::{blobs, BlobOptions, Dataset};
 use crate::error::{Result, Status};
@@ -477,9 +477,27 @@ impl TrainSpec {
         }
     }
 
+    /// The cnn on IDX images: refuses images that are not square (`[n, 16, 4]` flattens to
+    /// 64 features, which the cnn alone would take for 8x8).
+    fn check_image_dims(&self) -> Result<()> {
+        let (ModelKind::Cnn { .. }, DataSource::Idx { images, .. }) = (&self.model, &self.data)
+        else {
+            return Ok(());
+        };
+        match read_idx_dims(images)?[..] {
+            [_, rows, cols] if rows != cols => Err(Status::invalid_argument(format!(
+                "{}: its images are {rows}x{cols} pixels; --model cnn needs square images \
+                 (e.g. MNIST's 28x28), so pad or crop them, or use --model mlp",
+                images.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Loads the data and splits it: `(training set, held-out set)`, the same split on every
     /// task. Refuses a data set too small to hold out anything or to fill a batch.
     pub fn load_data(&self) -> Result<(Dataset, Dataset)> {
+        self.check_image_dims()?;
         let data = self.data.load(self.seed)?;
         let (train, held_out) = data.split(self.held_out_fraction, self.seed)?;
         if train.is_empty() || held_out.is_empty() {
@@ -562,6 +580,39 @@ mod tests {
         );
         assert!(DataSource::parse("idx:a").is_err());
         assert!(DataSource::parse("parquet:x").is_err());
+    }
+
+    #[test]
+    fn the_cnn_refuses_idx_images_that_are_not_square() {
+        use crate::data::idx::{write_idx, IdxArray};
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, dims: Vec<usize>| {
+            let path = dir.path().join(name);
+            let data = vec![1u8; dims.iter().product()];
+            write_idx(&path, &IdxArray { dims, data }).unwrap();
+            path
+        };
+        let labels = write("labels", vec![10]);
+        // 16x4: 64 features, a square count of pixels in an image that is not square.
+        let spec = |images| TrainSpec {
+            model: ModelKind::from_name("cnn", &[]).unwrap(),
+            data: DataSource::Idx {
+                images,
+                labels: labels.clone(),
+            },
+            ..TrainSpec::default()
+        };
+        let err = spec(write("tall", vec![10, 16, 4]))
+            .load_data()
+            .unwrap_err();
+        assert_eq!(err.code(), crate::Code::InvalidArgument);
+        assert!(err.message().contains("16x4 pixels"), "{err}");
+        spec(write("square", vec![10, 8, 8])).load_data().unwrap();
+        let mlp = TrainSpec {
+            model: ModelKind::Mlp { hidden: vec![8] },
+            ..spec(write("tall_mlp", vec![10, 16, 4]))
+        };
+        mlp.load_data().unwrap();
     }
 
     #[test]
