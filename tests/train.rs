@@ -8,7 +8,8 @@
 //! chance and below what a converged model reaches, so they do not flake on a slow machine.
 //!
 //! Each test keeps its step count small: the whole file runs in about a minute in the dev
-//! profile on two cores.
+//! profile on two cores. The cnn's accuracy test runs its full 1000 steps (about 25 s alone);
+//! its IDX test trains on 28×28 images (about 30 s).
 
 mod support;
 
