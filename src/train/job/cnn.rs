@@ -121,16 +121,6 @@ impl Cnn {
         let z = g.matmul(&h, &dense[0])?;
         g.bias_add(&z, &dense[1])
     }
-
-    /// The network in words: `a CNN (8x8 images; conv 16, 32)`.
-    pub fn describe(&self) -> String {
-        let filters: Vec<String> = self.filters.iter().map(usize::to_string).collect();
-        format!(
-            "a CNN ({0}x{0} images; conv {1})",
-            self.side,
-            filters.join(", ")
-        )
-    }
 }
 
 /// The side of the square one-channel image of `features` pixels, or INVALID_ARGUMENT
