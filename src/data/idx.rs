@@ -25,14 +25,29 @@ pub struct IdxArray {
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
-        let status = match e.kind() {
-            std::io::ErrorKind::NotFound => Status::not_found,
-            std::io::ErrorKind::PermissionDenied => Status::permission_denied,
-            _ => Status::unavailable,
-        };
-        status(format!("cannot read IDX file {}: {e}", path.display()))
-    })
+    std::fs::read(path).map_err(|e| read_error(path, &e))
+}
+
+/// Why `path` could not be read, with the code its I/O error maps to.
+fn read_error(path: &Path, e: &std::io::Error) -> Status {
+    let status = match e.kind() {
+        std::io::ErrorKind::NotFound => Status::not_found,
+        std::io::ErrorKind::PermissionDenied => Status::permission_denied,
+        _ => Status::unavailable,
+    };
+    status(format!("cannot read IDX file {}: {e}", path.display()))
+}
+
+/// The dimensions an IDX file's header declares, read without its elements (whose count
+/// [`read_idx`] checks).
+pub fn read_idx_dims(path: impl AsRef<Path>) -> Result<Vec<usize>> {
+    use std::io::Read;
+    let path = path.as_ref();
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4 + 4 * 255).read_to_end(&mut head))
+        .map_err(|e| read_error(path, &e))?;
+    parse_header(&head, &path.display().to_string()).map(|(dims, _)| dims)
 }
 
 /// Reads an IDX file of unsigned bytes.
@@ -43,6 +58,33 @@ pub fn read_idx(path: impl AsRef<Path>) -> Result<IdxArray> {
 
 /// Parses IDX bytes; `file` names them in errors.
 pub fn parse_idx(bytes: &[u8], file: &str) -> Result<IdxArray> {
+    let (dims, header) = parse_header(bytes, file)?;
+    let count = dims
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Status::invalid_argument(format!("{file}: dimensions {dims:?} overflow")))?;
+    let have = bytes.len() - header;
+    if have < count {
+        return Err(Status::data_loss(format!(
+            "{file} is truncated: its header declares dimensions {dims:?} ({count} bytes of \
+             data), the file has {have}; download it again"
+        )));
+    }
+    if have > count {
+        return Err(Status::data_loss(format!(
+            "{file} has {} bytes after the {count} its header (dimensions {dims:?}) declares",
+            have - count
+        )));
+    }
+    Ok(IdxArray {
+        dims,
+        data: bytes[header..].to_vec(),
+    })
+}
+
+/// The dimensions and the header's length in bytes of IDX `bytes` (which may stop after the
+/// header); `file` names them in errors.
+fn parse_header(bytes: &[u8], file: &str) -> Result<(Vec<usize>, usize)> {
     if bytes.starts_with(&[0x1f, 0x8b]) {
         return Err(Status::invalid_argument(format!(
             "{file} is gzip-compressed; decompress it (gunzip) before reading"
@@ -79,27 +121,7 @@ pub fn parse_idx(bytes: &[u8], file: &str) -> Result<IdxArray> {
         .chunks_exact(4)
         .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
         .collect();
-    let count = dims
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .ok_or_else(|| Status::invalid_argument(format!("{file}: dimensions {dims:?} overflow")))?;
-    let have = bytes.len() - header;
-    if have < count {
-        return Err(Status::data_loss(format!(
-            "{file} is truncated: its header declares dimensions {dims:?} ({count} bytes of \
-             data), the file has {have}; download it again"
-        )));
-    }
-    if have > count {
-        return Err(Status::data_loss(format!(
-            "{file} has {} bytes after the {count} its header (dimensions {dims:?}) declares",
-            have - count
-        )));
-    }
-    Ok(IdxArray {
-        dims,
-        data: bytes[header..].to_vec(),
-    })
+    Ok((dims, header))
 }
 
 /// Encodes an array of unsigned bytes as IDX.

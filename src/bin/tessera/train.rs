@@ -37,12 +37,18 @@ pub(crate) struct LocalArgs {
 /// The model and training flags, the same for every task of a job.
 #[derive(Clone, Debug, Args)]
 pub(crate) struct TrainingFlags {
-    /// The model: softmax (regression) or mlp.
+    /// The model: softmax (regression), mlp, or cnn (3x3 convolutions with ReLU and 2x2 max
+    /// pooling, then a dense layer; each example read as a square grayscale image: 8x8 for the
+    /// digits, 28x28 for MNIST). The cnn trains well with the same defaults as the mlp (adam,
+    /// 0.01, batches of 64, 1000 steps).
     #[arg(long, default_value = "mlp")]
     model: String,
     /// Hidden layer widths of the mlp.
     #[arg(long, value_delimiter = ',', default_value = "128")]
     hidden: Vec<usize>,
+    /// Filters of each convolution of the cnn, input side first (default: 16,32).
+    #[arg(long, value_delimiter = ',')]
+    filters: Vec<usize>,
     /// The optimizer: gd, momentum, adagrad, adam or rmsprop.
     #[arg(long, default_value = "adam")]
     optimizer: String,
@@ -134,7 +140,7 @@ impl TrainingFlags {
             bail!("--replicas_to_aggregate needs --sync");
         }
         Ok(TrainSpec {
-            model: ModelKind::from_name(&self.model, &self.hidden)?,
+            model: ModelKind::from_name(&self.model, &self.hidden)?.with_filters(&self.filters)?,
             optimizer: self.optimizer.clone(),
             learning_rate: self.learning_rate,
             batch_size: self.batch_size,
@@ -179,6 +185,10 @@ impl TrainingFlags {
             format!("--held_out={}", self.held_out),
             format!("--wait_for_model={}ms", self.wait_for_model.as_millis()),
         ];
+        if !self.filters.is_empty() {
+            let filters: Vec<String> = self.filters.iter().map(usize::to_string).collect();
+            args.push(format!("--filters={}", filters.join(",")));
+        }
         if self.sync {
             args.push("--sync".into());
         }
@@ -489,5 +499,35 @@ mod tests {
         };
         let err = local.training.to_spec(2).unwrap_err().to_string();
         assert!(err.contains("--data tfrecord:PATH only"), "{err}");
+    }
+
+    #[test]
+    fn local_hands_its_children_the_cnns_filters() {
+        let given = ["tessera", "local", "--model", "cnn", "--filters", "8,16,32"];
+        let Some(Command::Local(local)) = Cli::parse_from(given).command else {
+            panic!("not parsed as local");
+        };
+        let mut train = vec!["tessera".to_string(), "train".into()];
+        train.extend(local.training.to_args());
+        let Some(Command::Train(child)) = Cli::parse_from(train).command else {
+            panic!("not parsed as train");
+        };
+        assert_eq!(
+            child.training.to_spec(2).unwrap().model,
+            ModelKind::Cnn {
+                filters: vec![8, 16, 32]
+            }
+        );
+        // Without --filters, the cnn's own default.
+        let given = ["tessera", "local", "--model", "cnn"];
+        let Some(Command::Local(local)) = Cli::parse_from(given).command else {
+            panic!("not parsed as local");
+        };
+        assert_eq!(
+            local.training.to_spec(2).unwrap().model,
+            ModelKind::Cnn {
+                filters: vec![16, 32]
+            }
+        );
     }
 }

@@ -4,11 +4,13 @@
 //! - [`spec`]: the [`TrainSpec`] (model, optimizer, data, schedule, sync, checkpoints) and the
 //!   checks that refuse bad input before training starts.
 //! - [`model`]: the between-graph replicated training graph each worker builds.
+//! - [`cnn`]: the convolutional network of `--model cnn`, on square grayscale images.
 //! - [`role`]: what a ps, a worker and the chief do next to their daemon.
 //! - [`signal`]: how the chief tells every task that training is over, through the runtime.
 //! - [`progress`]: the chief's progress line.
 //! - [`launcher`]: `tessera local`, the embedded cluster as child processes.
 
+pub mod cnn;
 pub mod launcher;
 pub mod model;
 pub mod progress;

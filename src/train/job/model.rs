@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! x [b, d] float32, y [b] int64                     placeholders, fed per step
-//! layer<k>/w, layer<k>/b                           variables (round robin over the ps tasks)
+//! layer<k>/w, layer<k>/b                           variables (round robin over the ps tasks);
+//!   the cnn's: conv<k>/w, conv<k>/b, dense/w, dense/b  (see [`super::cnn`])
 //! logits → SparseSoftmaxCrossEntropyWithLogits → loss (mean)
 //! async: <Optimizer> (minimize, global_step += 1)  sync: SyncReplicasOptimizer's ops
 //! save/...                                         the chief's checkpoints
@@ -30,7 +31,8 @@ use crate::train::towers::{
     average_towers, build_towers, local_devices, GradientSum, TowerOptions,
 };
 
-use super::spec::TrainSpec;
+use super::cnn::Cnn;
+use super::spec::{ModelKind, TrainSpec};
 
 /// The features placeholder.
 pub const X: &str = "x:0";
@@ -109,6 +111,12 @@ pub fn build(
              classes (0 and 1)"
         )));
     }
+    let net = match &spec.model {
+        ModelKind::Cnn { filters } => Net::Conv(Cnn::new(features, filters, classes)?),
+        ModelKind::Softmax | ModelKind::Mlp { .. } => Net::Dense {
+            hidden: spec.model.hidden().to_vec(),
+        },
+    };
     let worker = format!("/job:worker/task:{}", placement.worker_index);
     let setter = replica_device_setter(placement.num_ps.max(1), &worker)?;
     let mut g = Graph::new();
@@ -116,45 +124,23 @@ pub fn build(
         let global_step = get_or_create_global_step(g)?;
         let x = g.placeholder("x", DType::Float, PartialShape::new([None, Some(features)]))?;
         let y = g.placeholder("y", DType::Int64, PartialShape::new([None]))?;
-        let mut widths = vec![features];
-        widths.extend(spec.model.hidden());
-        widths.push(classes);
         let mut rng = StdRng::seed_from_u64(spec.seed);
-        let mut layers = Vec::new();
-        for (layer, pair) in widths.windows(2).enumerate() {
-            let (fan_in, fan_out) = (pair[0], pair[1]);
-            let w0 = g.constant(&glorot(&mut rng, fan_in, fan_out)?)?;
-            let w = g.variable(&format!("layer{layer}/w"), &w0)?;
-            let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
-            let b = g.variable(&format!("layer{layer}/b"), &b0)?;
-            layers.push((w, b));
-        }
-        let variables: Vec<Variable> = layers
-            .iter()
-            .flat_map(|(w, b)| [w.clone(), b.clone()])
-            .collect();
+        let params = net.variables(g, &mut rng, features, classes)?;
+        let variables: Vec<Variable> = params.iter().map(|(_, v)| v.clone()).collect();
         // The whole batch's logits (the held-out evaluation; the loss too without towers).
-        let values: Vec<(Output, Output)> = layers
-            .iter()
-            .map(|(w, b)| (w.value.clone(), b.value.clone()))
-            .collect();
-        let logits = forward(g, &x, &values)?;
+        let values: Vec<Output> = params.iter().map(|(_, v)| v.value.clone()).collect();
+        let logits = net.forward(g, &x, &values)?;
         let (loss, train) = if spec.towers > 1 {
-            tower_train_op(g, spec, &worker, &x, &y, &layers, &variables, &global_step)?
+            let inputs = [x.clone(), y.clone()];
+            tower_train_op(g, spec, &net, &worker, inputs, &variables, &global_step)?
         } else {
             let loss = mean_loss(g, &logits, &y)?;
             let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
             (loss, train)
         };
-        let trainable: Vec<(String, String)> = layers
+        let trainable: Vec<(String, String)> = params
             .iter()
-            .enumerate()
-            .flat_map(|(layer, (w, b))| {
-                [
-                    (format!("layer{layer}/w"), w.value.name()),
-                    (format!("layer{layer}/b"), b.value.name()),
-                ]
-            })
+            .map(|(name, v)| (name.clone(), v.value.name()))
             .collect();
         Ok((global_step, logits, loss, train, trainable))
     })?;
@@ -193,14 +179,63 @@ pub fn build(
     })
 }
 
+/// The network a [`ModelKind`] builds: its variables, and its logits from their values.
+enum Net {
+    /// Dense layers (softmax regression, the MLP): `layer<k>/w`, `layer<k>/b`.
+    Dense { hidden: Vec<usize> },
+    /// The convolutional network ([`Cnn`]).
+    Conv(Cnn),
+}
+
+impl Net {
+    /// Creates the variables (seeded by `rng`) for examples of `features` features in
+    /// `classes` classes; returns them named, input side first.
+    fn variables(
+        &self,
+        g: &mut Graph,
+        rng: &mut StdRng,
+        features: usize,
+        classes: usize,
+    ) -> Result<Vec<(String, Variable)>> {
+        let hidden = match self {
+            Self::Conv(cnn) => return cnn.variables(g, rng),
+            Self::Dense { hidden } => hidden,
+        };
+        let mut widths = vec![features];
+        widths.extend(hidden);
+        widths.push(classes);
+        let mut params = Vec::new();
+        for (layer, pair) in widths.windows(2).enumerate() {
+            let (fan_in, fan_out) = (pair[0], pair[1]);
+            let w0 = g.constant(&glorot(rng, fan_in, fan_out)?)?;
+            let name = format!("layer{layer}/w");
+            params.push((name.clone(), g.variable(&name, &w0)?));
+            let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
+            let name = format!("layer{layer}/b");
+            params.push((name.clone(), g.variable(&name, &b0)?));
+        }
+        Ok(params)
+    }
+
+    /// The logits of `x` with `values` the variables' values (reads), in the order
+    /// [`Net::variables`] returns them.
+    fn forward(&self, g: &mut Graph, x: &Output, values: &[Output]) -> Result<Output> {
+        match self {
+            Self::Conv(cnn) => cnn.forward(g, x, values),
+            Self::Dense { .. } => dense_forward(g, x, values),
+        }
+    }
+}
+
 /// The layers' dense maps on `x`: `h = x·w + b` per layer, ReLU between layers; returns the
-/// logits. `layers` are the `(w, b)` values to use (reads of the variables).
-fn forward(g: &mut Graph, x: &Output, layers: &[(Output, Output)]) -> Result<Output> {
+/// logits. `values` are `w, b` of each layer in turn (reads of the variables).
+fn dense_forward(g: &mut Graph, x: &Output, values: &[Output]) -> Result<Output> {
     let mut h = x.clone();
-    for (layer, (w, b)) in layers.iter().enumerate() {
-        let z = g.matmul(&h, w)?;
-        h = g.bias_add(&z, b)?;
-        if layer + 1 < layers.len() {
+    let layers = values.len() / 2;
+    for (layer, pair) in values.chunks_exact(2).enumerate() {
+        let z = g.matmul(&h, &pair[0])?;
+        h = g.bias_add(&z, &pair[1])?;
+        if layer + 1 < layers {
             h = g.relu(&h)?;
         }
     }
@@ -217,15 +252,14 @@ fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
 /// reads the variables and computes its part's mean loss and gradients on its own device; the
 /// setter adds this worker's job and task), the gradients summed (on `CPU:0`, or among the
 /// towers with `--all_reduce`) and averaged on `CPU:0`, then the same update as without
-/// towers. Returns the mean of the tower losses (the whole batch's mean loss) and
-/// the train op.
+/// towers. `inputs` are the features and the labels. Returns the mean of the tower losses
+/// (the whole batch's mean loss) and the train op.
 fn tower_train_op(
     g: &mut Graph,
     spec: &TrainSpec,
+    net: &Net,
     replica: &str,
-    x: &Output,
-    y: &Output,
-    layers: &[(Variable, Variable)],
+    inputs: [Output; 2],
     variables: &[Variable],
     global_step: &Variable,
 ) -> Result<(Output, TrainOp)> {
@@ -239,14 +273,13 @@ fn tower_train_op(
         ..TowerOptions::new(local_devices(spec.tower_device.as_str(), spec.towers))
     };
     let model = |g: &mut Graph, parts: &[Output]| -> Result<Output> {
-        let mut values = Vec::with_capacity(layers.len());
-        for (w, b) in layers {
-            values.push((g.read_variable(&w.handle)?, g.read_variable(&b.handle)?));
-        }
-        let logits = forward(g, &parts[0], &values)?;
+        let values = variables
+            .iter()
+            .map(|v| g.read_variable(&v.handle))
+            .collect::<Result<Vec<_>>>()?;
+        let logits = net.forward(g, &parts[0], &values)?;
         mean_loss(g, &logits, &parts[1])
     };
-    let inputs = [x.clone(), y.clone()];
     if spec.sync.is_none() {
         let towers = build_towers(
             g,
@@ -511,5 +544,125 @@ mod tests {
         );
         assert!(!built.logits.starts_with("tower_"), "{}", built.logits);
         assert!(matches!(built.train, TrainOp::Async(_)));
+    }
+
+    /// The cnn with its default filters.
+    fn cnn() -> crate::train::job::ModelKind {
+        crate::train::job::ModelKind::from_name("cnn", &[]).unwrap()
+    }
+
+    #[test]
+    fn the_cnns_variables_go_to_the_ps_and_its_convolutions_to_the_worker() {
+        let spec = TrainSpec {
+            model: cnn(),
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 2,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        // 8x8 images (the digits), 10 classes.
+        let built = build(&spec, &placement, 64, 10).unwrap();
+        let names: Vec<&str> = built.trainable.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["conv0/w", "conv0/b", "conv1/w", "conv1/b", "dense/w", "dense/b"]
+        );
+        let node = |name: &str| {
+            built
+                .graph
+                .node
+                .iter()
+                .find(|n| n.name == name)
+                .unwrap_or_else(|| panic!("no node {name}"))
+        };
+        // Round robin over two ps tasks in creation order: global_step, conv0/w, conv0/b...
+        assert_eq!(node("global_step").device, "/job:ps/task:0");
+        assert_eq!(node("conv0/w").device, "/job:ps/task:1");
+        assert_eq!(node("conv0/b").device, "/job:ps/task:0");
+        assert_eq!(node("dense/b").device, "/job:ps/task:0");
+        for name in &names {
+            assert!(built.saved.contains(&name.to_string()), "{name} not saved");
+        }
+        let mut computed = BTreeMap::new();
+        for node in &built.graph.node {
+            if node.op == "VarHandleOp" {
+                assert!(node.device.starts_with("/job:ps/"), "`{}`", node.name);
+            }
+            let heavy = [
+                "Conv2D",
+                "Conv2DBackpropInput",
+                "Conv2DBackpropFilter",
+                "MaxPool",
+                "MaxPoolGrad",
+                "MatMul",
+            ];
+            if heavy.contains(&node.op.as_str()) {
+                assert!(
+                    node.device.starts_with("/job:worker/task:1"),
+                    "`{}` ({}) on {}",
+                    node.name,
+                    node.op,
+                    node.device
+                );
+                *computed.entry(node.op.as_str()).or_insert(0) += 1;
+            }
+        }
+        // Two convolutions and pools forward and backward (the first conv needs no input
+        // gradient).
+        assert_eq!(computed.get("Conv2D"), Some(&2), "{computed:?}");
+        assert_eq!(
+            computed.get("Conv2DBackpropFilter"),
+            Some(&2),
+            "{computed:?}"
+        );
+        assert_eq!(computed.get("MaxPoolGrad"), Some(&2), "{computed:?}");
+    }
+
+    #[test]
+    fn the_cnns_towers_convolve_on_the_workers_cpus() {
+        let spec = TrainSpec {
+            model: cnn(),
+            towers: 2,
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 1,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        let built = build(&spec, &placement, 784, 10).unwrap();
+        let mut convs = [0usize; 2];
+        for node in &built.graph.node {
+            if node.op == "VarHandleOp" {
+                assert_eq!(node.device, "/job:ps/task:0", "`{}`", node.name);
+            }
+            for (i, count) in convs.iter_mut().enumerate() {
+                if node.name.starts_with(&format!("tower_{i}/")) {
+                    let want = format!("/job:worker/task:1/device:CPU:{i}");
+                    assert_eq!(node.device, want, "`{}` ({})", node.name, node.op);
+                    *count += usize::from(node.op.starts_with("Conv2D"));
+                }
+            }
+        }
+        // Per tower: two forward convolutions and both backprops of each.
+        assert_eq!(convs, [6, 6]);
+    }
+
+    #[test]
+    fn the_cnn_refuses_examples_that_are_not_square_images() {
+        let spec = TrainSpec {
+            model: cnn(),
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 1,
+            worker_index: 0,
+            num_workers: 1,
+        };
+        let err = build(&spec, &placement, 30, 10).unwrap_err();
+        assert_eq!(err.code(), crate::Code::InvalidArgument);
+        assert!(err.message().contains("30 features per example"), "{err}");
     }
 }

@@ -44,6 +44,9 @@ pub const WAIT_FOR_WORKERS: Duration = Duration::from_secs(30);
 const MAX_TO_KEEP: usize = 5;
 /// How long one training step may take through the task's master.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+/// The most held-out examples evaluated in one step: a cnn's activations on all of MNIST's
+/// 12,000 held-out images at once would take gigabytes.
+const EVAL_BATCH: usize = 1000;
 
 /// What the chief reports at the end.
 #[derive(Clone, Debug)]
@@ -517,14 +520,20 @@ fn read_step(session: &MonitoredSession, built: &TrainGraph) -> Result<Option<i6
     }
 }
 
-/// The model's accuracy on `held_out`, in one step.
+/// The model's accuracy on `held_out`, in steps of at most [`EVAL_BATCH`] examples.
 fn evaluate(session: &MonitoredSession, built: &TrainGraph, held_out: &Dataset) -> Result<f64> {
     let raw = session
         .raw_session()
         .ok_or_else(|| Status::internal("the monitored session has no session to evaluate in"))?;
-    let batch = held_out.to_batch()?;
-    let logits = raw.run(&[(X, batch.x), (Y, batch.y)], &[&built.logits], &[])?;
-    model::accuracy(&logits[0], held_out.labels())
+    let mut correct = 0.0;
+    let indices: Vec<usize> = (0..held_out.len()).collect();
+    for chunk in indices.chunks(EVAL_BATCH) {
+        let part = held_out.select(chunk);
+        let batch = part.to_batch()?;
+        let logits = raw.run(&[(X, batch.x), (Y, batch.y)], &[&built.logits], &[])?;
+        correct += model::accuracy(&logits[0], part.labels())? * chunk.len() as f64;
+    }
+    Ok(correct / held_out.len().max(1) as f64)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
-use crate::data::idx::read_mnist;
+use crate::data::idx::{read_idx_dims, read_mnist};
 use crate::data::tfrecord::{read_tfrecord, TfRecordOptions};
 use crate::data::{blobs, BlobOptions, Dataset};
 use crate::error::{Result, Status};
@@ -16,8 +16,10 @@ use crate::kernels::DeviceType;
 use crate::train::checkpoint::saver::{ensure_dir_writable, ensure_writable};
 use crate::train::optimizer::Optimizer;
 
+use super::cnn::DEFAULT_FILTERS;
+
 /// The built-in models, by the names `--model` accepts.
-pub const MODEL_NAMES: [&str; 2] = ["softmax", "mlp"];
+pub const MODEL_NAMES: [&str; 3] = ["softmax", "mlp", "cnn"];
 
 /// The optimizers `--optimizer` accepts (aliases such as `sgd` work too).
 pub const OPTIMIZER_NAMES: [&str; 5] = ["gd", "momentum", "adagrad", "adam", "rmsprop"];
@@ -32,11 +34,18 @@ pub enum ModelKind {
         /// Hidden layer widths, input side first; at least one.
         hidden: Vec<usize>,
     },
+    /// A convolutional network on square grayscale images ([`super::cnn`]): 3×3 convolutions
+    /// with ReLU and 2×2 max pooling, then a dense layer to the classes.
+    Cnn {
+        /// Filters per convolution, input side first; at least one.
+        filters: Vec<usize>,
+    },
 }
 
 impl ModelKind {
     /// The model called `name` (one of [`MODEL_NAMES`], `softmax_regression` too) with these
-    /// hidden widths (used by `mlp` only); an unknown name lists the known ones.
+    /// hidden widths (used by `mlp` only; `cnn` gets [`DEFAULT_FILTERS`], see
+    /// [`ModelKind::with_filters`]); an unknown name lists the known ones.
     pub fn from_name(name: &str, hidden: &[usize]) -> Result<Self> {
         match name.to_ascii_lowercase().as_str() {
             "softmax" | "softmax_regression" | "linear" => Ok(Self::Softmax),
@@ -51,6 +60,9 @@ impl ModelKind {
                     hidden: hidden.to_vec(),
                 })
             }
+            "cnn" => Ok(Self::Cnn {
+                filters: DEFAULT_FILTERS.to_vec(),
+            }),
             _ => Err(Status::invalid_argument(format!(
                 "unknown model `{name}`; choose one of {} (--model)",
                 MODEL_NAMES.join(", ")
@@ -66,13 +78,41 @@ impl ModelKind {
                 let widths: Vec<String> = hidden.iter().map(usize::to_string).collect();
                 format!("an MLP ({})", widths.join(", "))
             }
+            Self::Cnn { filters } => {
+                let filters: Vec<String> = filters.iter().map(usize::to_string).collect();
+                format!("a CNN (conv {})", filters.join(", "))
+            }
         }
     }
 
-    /// The hidden widths (empty for softmax regression).
+    /// Applies `--filters` (the convolutions' filter counts), which only `cnn` takes; empty
+    /// keeps the model as it is.
+    pub fn with_filters(self, filters: &[usize]) -> Result<Self> {
+        if filters.is_empty() {
+            return Ok(self);
+        }
+        match self {
+            Self::Cnn { .. } => {
+                if filters.contains(&0) {
+                    return Err(Status::invalid_argument(format!(
+                        "--filters {filters:?}: every convolution needs at least one filter \
+                         (e.g. --filters 16,32)"
+                    )));
+                }
+                Ok(Self::Cnn {
+                    filters: filters.to_vec(),
+                })
+            }
+            _ => Err(Status::invalid_argument(
+                "--filters applies to --model cnn only; remove it or train the cnn",
+            )),
+        }
+    }
+
+    /// The hidden dense widths (empty for softmax regression and the cnn).
     pub fn hidden(&self) -> &[usize] {
         match self {
-            Self::Softmax => &[],
+            Self::Softmax | Self::Cnn { .. } => &[],
             Self::Mlp { hidden } => hidden,
         }
     }
@@ -437,9 +477,27 @@ impl TrainSpec {
         }
     }
 
+    /// The cnn on IDX images: refuses images that are not square (`[n, 16, 4]` flattens to
+    /// 64 features, which the cnn alone would take for 8x8).
+    fn check_image_dims(&self) -> Result<()> {
+        let (ModelKind::Cnn { .. }, DataSource::Idx { images, .. }) = (&self.model, &self.data)
+        else {
+            return Ok(());
+        };
+        match read_idx_dims(images)?[..] {
+            [_, rows, cols] if rows != cols => Err(Status::invalid_argument(format!(
+                "{}: its images are {rows}x{cols} pixels; --model cnn needs square images \
+                 (e.g. MNIST's 28x28), so pad or crop them, or use --model mlp",
+                images.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Loads the data and splits it: `(training set, held-out set)`, the same split on every
     /// task. Refuses a data set too small to hold out anything or to fill a batch.
     pub fn load_data(&self) -> Result<(Dataset, Dataset)> {
+        self.check_image_dims()?;
         let data = self.data.load(self.seed)?;
         let (train, held_out) = data.split(self.held_out_fraction, self.seed)?;
         if train.is_empty() || held_out.is_empty() {
@@ -461,7 +519,7 @@ mod tests {
     #[test]
     fn unknown_names_list_the_known_ones() {
         let err = ModelKind::from_name("resnet", &[]).unwrap_err();
-        assert!(err.message().contains("softmax, mlp"), "{err}");
+        assert!(err.message().contains("softmax, mlp, cnn"), "{err}");
         let spec = TrainSpec {
             optimizer: "lbfgs".into(),
             ..TrainSpec::default()
@@ -522,6 +580,39 @@ mod tests {
         );
         assert!(DataSource::parse("idx:a").is_err());
         assert!(DataSource::parse("parquet:x").is_err());
+    }
+
+    #[test]
+    fn the_cnn_refuses_idx_images_that_are_not_square() {
+        use crate::data::idx::{write_idx, IdxArray};
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, dims: Vec<usize>| {
+            let path = dir.path().join(name);
+            let data = vec![1u8; dims.iter().product()];
+            write_idx(&path, &IdxArray { dims, data }).unwrap();
+            path
+        };
+        let labels = write("labels", vec![10]);
+        // 16x4: 64 features, a square count of pixels in an image that is not square.
+        let spec = |images| TrainSpec {
+            model: ModelKind::from_name("cnn", &[]).unwrap(),
+            data: DataSource::Idx {
+                images,
+                labels: labels.clone(),
+            },
+            ..TrainSpec::default()
+        };
+        let err = spec(write("tall", vec![10, 16, 4]))
+            .load_data()
+            .unwrap_err();
+        assert_eq!(err.code(), crate::Code::InvalidArgument);
+        assert!(err.message().contains("16x4 pixels"), "{err}");
+        spec(write("square", vec![10, 8, 8])).load_data().unwrap();
+        let mlp = TrainSpec {
+            model: ModelKind::Mlp { hidden: vec![8] },
+            ..spec(write("tall_mlp", vec![10, 16, 4]))
+        };
+        mlp.load_data().unwrap();
     }
 
     #[test]
