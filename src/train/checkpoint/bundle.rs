@@ -15,6 +15,13 @@
 //! the masked CRC32C of what TensorFlow feeds it: the raw bytes for fixed-size tensors; for
 //! strings the lengths (as above), the stored length checksum, then the string bytes.
 //!
+//! A partitioned variable is saved as slices (TensorFlow's `BundleWriter::AddSlice`): its
+//! name's entry holds only the dtype, the full shape and the list of slices, and each slice is
+//! an ordinary entry under the key [`slice_key`] gives it. A reader assembles any slice, or the
+//! whole tensor, from whichever stored slices overlap it ([`BundleReader::read_slice`]), so a
+//! restore may use another partitioning than the save; a merge joins the slice lists of the
+//! shards.
+//!
 //! Writes are atomic: each file is written to `<name>.tempstate<random>`, synced, then renamed,
 //! so a crash leaves either the old file or the whole new one.
 //!
@@ -29,6 +36,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use prost::Message;
 
+use super::slice::{copy_overlap, intersect, slice_key, ShapeAndSlice, TensorSlice};
 use super::table::{self, io_error, mask_crc, unmask_crc, Table};
 use crate::error::{Result, Status};
 use crate::format::files::Files;
@@ -154,7 +162,7 @@ fn extend_length_crc(crc: u32, len: u64) -> u32 {
 }
 
 /// Serializes `entries` (name → entry) under a header of `num_shards` as an index table.
-fn build_index(num_shards: i32, entries: &BTreeMap<String, BundleEntryProto>) -> Result<Vec<u8>> {
+fn build_index(num_shards: i32, entries: &BTreeMap<Vec<u8>, BundleEntryProto>) -> Result<Vec<u8>> {
     let header = BundleHeaderProto {
         num_shards,
         endianness: Endianness::Little as i32,
@@ -166,8 +174,8 @@ fn build_index(num_shards: i32, entries: &BTreeMap<String, BundleEntryProto>) ->
     };
     let mut rows = Vec::with_capacity(entries.len() + 1);
     rows.push((Vec::new(), header.encode_to_vec()));
-    for (name, entry) in entries {
-        rows.push((name.as_bytes().to_vec(), entry.encode_to_vec()));
+    for (key, entry) in entries {
+        rows.push((key.clone(), entry.encode_to_vec()));
     }
     table::build_table(&rows, table::DEFAULT_BLOCK_SIZE)
 }
@@ -181,39 +189,165 @@ pub fn write_bundle(prefix: &str, tensors: &[(String, Tensor)]) -> Result<()> {
 /// [`write_bundle`] through `files`: a prefix outside them is refused before anything is
 /// created or written.
 pub fn write_bundle_with(files: &Files, prefix: &str, tensors: &[(String, Tensor)]) -> Result<()> {
+    let specs: Vec<SaveSpec> = tensors
+        .iter()
+        .map(|(name, tensor)| SaveSpec::whole(name, tensor.clone()))
+        .collect();
+    write_specs_with(files, prefix, &specs)
+}
+
+/// One tensor to save: a whole tensor, or one slice of a partitioned variable (TensorFlow's
+/// `SaveSpec`).
+#[derive(Clone, Debug)]
+pub struct SaveSpec {
+    /// The name the checkpoint stores it under (the full variable's, for a slice).
+    pub name: String,
+    /// The slice the tensor holds; `None` for a whole tensor.
+    pub slice: Option<ShapeAndSlice>,
+    /// The values.
+    pub tensor: Tensor,
+}
+
+impl SaveSpec {
+    /// A whole tensor.
+    pub fn whole(name: impl Into<String>, tensor: Tensor) -> Self {
+        Self {
+            name: name.into(),
+            slice: None,
+            tensor,
+        }
+    }
+
+    /// Slice `slice` of variable `name`: `tensor` must have the slice's shape.
+    pub fn slice(name: impl Into<String>, slice: ShapeAndSlice, tensor: Tensor) -> Self {
+        Self {
+            name: name.into(),
+            slice: Some(slice),
+            tensor,
+        }
+    }
+}
+
+/// Writes `specs` as a one-shard bundle at `prefix`; see [`write_specs_with`].
+pub fn write_specs(prefix: &str, specs: &[SaveSpec]) -> Result<()> {
+    write_specs_with(&Files::ambient(), prefix, specs)
+}
+
+/// Writes `specs` as a one-shard bundle at `prefix` through `files`, as TensorFlow's `SaveV2`:
+/// whole tensors under their names, slices under their slice keys with the variable's entry
+/// listing them (a slice that is the whole variable is saved as a whole tensor). A name given
+/// twice, a slice given twice or overlapping another, or slices of one variable that disagree
+/// on its dtype or full shape are INVALID_ARGUMENT, before anything is written.
+pub fn write_specs_with(files: &Files, prefix: &str, specs: &[SaveSpec]) -> Result<()> {
     let data_path = data_filename(prefix, 0, 1);
     let index_path = index_filename(prefix);
     files.resolve(&data_path)?;
     files.resolve(&index_path)?;
-    create_prefix_dir(files, prefix)?;
     let mut data = Vec::new();
-    let mut entries = BTreeMap::new();
-    for (name, tensor) in tensors {
+    let mut entries: BTreeMap<Vec<u8>, BundleEntryProto> = BTreeMap::new();
+    for spec in specs {
+        let name = &spec.name;
+        let tensor = &spec.tensor;
         if name.is_empty() {
             return Err(Status::invalid_argument(
                 "a checkpoint tensor name must not be empty (the empty key holds the header)",
             ));
         }
+        let bad = |what: String| {
+            Status::invalid_argument(format!("tensor `{name}` for checkpoint {prefix}: {what}"))
+        };
+        let key = match &spec.slice {
+            Some(s) => {
+                if tensor.shape() != &s.slice_shape() {
+                    return Err(bad(format!(
+                        "Slice in shape_and_slice specification does not match the shape of \
+                         the tensor to save: \"{s}\", tensor: {}",
+                        tensor.shape()
+                    )));
+                }
+                if s.is_whole() {
+                    name.as_bytes().to_vec()
+                } else {
+                    let whole = entries.get(name.as_bytes());
+                    if whole.is_some_and(|e| e.slices.is_empty()) {
+                        return Err(bad("it is given both whole and as slices".into()));
+                    }
+                    let full = entries.entry(name.as_bytes().to_vec()).or_insert_with(|| {
+                        BundleEntryProto {
+                            dtype: tensor.dtype().to_proto() as i32,
+                            shape: Some(s.full_shape.to_proto()),
+                            ..Default::default()
+                        }
+                    });
+                    add_slice(full, tensor.dtype(), s).map_err(bad)?;
+                    slice_key(name, &s.slice)
+                }
+            }
+            None => name.as_bytes().to_vec(),
+        };
+        if entries.contains_key(&key) {
+            return Err(bad(
+                "it is given twice (or both whole and as slices); names must be unique".into(),
+            ));
+        }
         let offset = data.len();
         let crc =
             encode_tensor(tensor, &mut data).map_err(|e| e.context(format!("tensor `{name}`")))?;
-        let entry = BundleEntryProto {
-            dtype: tensor.dtype().to_proto() as i32,
-            shape: Some(tensor.shape().to_proto()),
-            shard_id: 0,
-            offset: offset as i64,
-            size: (data.len() - offset) as i64,
-            crc32c: mask_crc(crc),
-            slices: vec![],
-        };
-        if entries.insert(name.clone(), entry).is_some() {
-            return Err(Status::invalid_argument(format!(
-                "tensor name `{name}` is given twice for checkpoint {prefix}; names must be unique"
-            )));
-        }
+        entries.insert(
+            key,
+            BundleEntryProto {
+                dtype: tensor.dtype().to_proto() as i32,
+                shape: Some(tensor.shape().to_proto()),
+                shard_id: 0,
+                offset: offset as i64,
+                size: (data.len() - offset) as i64,
+                crc32c: mask_crc(crc),
+                slices: vec![],
+            },
+        );
     }
+    create_prefix_dir(files, prefix)?;
     write_atomic_with(files, &data_path, &data)?;
     write_atomic_with(files, &index_path, &build_index(1, &entries)?)
+}
+
+/// Lists slice `s` of a `dtype` variable in its entry `full`: the entry must be of that dtype
+/// and full shape, and the slice must not overlap one listed.
+fn add_slice(
+    full: &mut BundleEntryProto,
+    dtype: DType,
+    s: &ShapeAndSlice,
+) -> std::result::Result<(), String> {
+    if full.dtype != dtype.to_proto() as i32 {
+        return Err(format!(
+            "its slices disagree on the dtype: {} and {dtype}",
+            DType::from_i32(full.dtype).map_or_else(|_| full.dtype.to_string(), |d| d.to_string())
+        ));
+    }
+    let shape = full.shape.clone().unwrap_or_default();
+    if shape != s.full_shape.to_proto() {
+        return Err(format!(
+            "its slices disagree on the full shape: {} and {}",
+            Shape::from_proto(&shape).map_or_else(|_| "?".into(), |s| s.to_string()),
+            s.full_shape
+        ));
+    }
+    let ranges = s.ranges();
+    for other in &full.slices {
+        let other = TensorSlice::from_proto(other).map_err(|e| e.message().to_string())?;
+        let theirs = other
+            .ranges(s.full_shape.dims())
+            .map_err(|e| e.message().to_string())?;
+        if intersect(&ranges, &theirs).is_some() {
+            return Err(format!(
+                "slice {} overlaps slice {other} of the same variable; each element must be \
+                 saved once",
+                s.slice
+            ));
+        }
+    }
+    full.slices.push(s.slice.to_proto());
+    Ok(())
 }
 
 /// A bundle opened for reading: its header and index, checked; data read on demand.
@@ -222,7 +356,10 @@ pub struct BundleReader {
     files: Files,
     prefix: String,
     num_shards: i32,
+    /// The tensors by name: whole ones, and the entries of sliced ones listing their slices.
     entries: BTreeMap<String, BundleEntryProto>,
+    /// The stored slices, by slice key.
+    slice_entries: BTreeMap<Vec<u8>, BundleEntryProto>,
 }
 
 impl BundleReader {
@@ -269,21 +406,49 @@ impl BundleReader {
         if header.num_shards < 1 {
             return Err(bad(format!("header says {} shards", header.num_shards)));
         }
-        let mut entries = BTreeMap::new();
+        let mut raw = BTreeMap::new();
         for (key, value) in table.entries() {
             if key.is_empty() {
                 continue;
             }
-            let name = String::from_utf8_lossy(key).into_owned();
-            let entry = BundleEntryProto::decode(value.as_slice())
-                .map_err(|e| bad(format!("unreadable entry for `{name}`: {e}")))?;
-            entries.insert(name, entry);
+            let entry = BundleEntryProto::decode(value.as_slice()).map_err(|e| {
+                bad(format!(
+                    "unreadable entry for `{}`: {e}",
+                    String::from_utf8_lossy(key)
+                ))
+            })?;
+            raw.insert(key.clone(), entry);
         }
+        // The keys a sliced tensor's entry lists are its slices, not tensors of their own
+        // (TensorFlow's checkpoint reader sets them apart the same way).
+        let mut slice_entries = BTreeMap::new();
+        let listed: Vec<Vec<u8>> = raw
+            .iter()
+            .filter(|(_, e)| !e.slices.is_empty())
+            .flat_map(|(key, e)| {
+                let name = String::from_utf8_lossy(key).into_owned();
+                e.slices.iter().filter_map(move |s| {
+                    TensorSlice::from_proto(s)
+                        .ok()
+                        .map(|s| slice_key(&name, &s))
+                })
+            })
+            .collect();
+        for key in listed {
+            if let Some(entry) = raw.remove(&key) {
+                slice_entries.insert(key, entry);
+            }
+        }
+        let entries = raw
+            .into_iter()
+            .map(|(key, e)| (String::from_utf8_lossy(&key).into_owned(), e))
+            .collect();
         Ok(Self {
             files: files.clone(),
             prefix: prefix.to_string(),
             num_shards: header.num_shards,
             entries,
+            slice_entries,
         })
     }
 
@@ -323,18 +488,153 @@ impl BundleReader {
     }
 
     /// Reads tensor `name`, verifying its size and checksum: a missing data file is NOT_FOUND
-    /// and a short or corrupt one DATA_LOSS, naming the file and the tensor.
+    /// and a short or corrupt one DATA_LOSS, naming the file and the tensor. A tensor saved as
+    /// slices is assembled from them; INVALID_ARGUMENT when they do not cover it.
     pub fn read(&self, name: &str) -> Result<Tensor> {
         let entry = self.entry(name)?;
         if !entry.slices.is_empty() {
-            return Err(Status::unimplemented(format!(
-                "tensor `{name}` in checkpoint {} is stored as {} slices of a partitioned \
-                 variable; restoring slices is not supported yet",
+            let (_, shape) = self.dtype_and_shape(name)?;
+            return self.read_slice(name, &TensorSlice::full(shape.rank()));
+        }
+        self.read_entry(name, entry)
+    }
+
+    /// Returns the slices tensor `name` is stored as (none for a tensor saved whole).
+    pub fn slices(&self, name: &str) -> Result<Vec<TensorSlice>> {
+        let entry = self.entry(name)?;
+        entry
+            .slices
+            .iter()
+            .map(|s| {
+                TensorSlice::from_proto(s).map_err(|e| {
+                    e.context(format!(
+                        "tensor `{name}` in checkpoint {}",
+                        index_filename(&self.prefix).display()
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Reads slice `slice` of tensor `name`, assembled from whichever stored slices overlap it
+    /// (the whole tensor, when it was saved whole), as TensorFlow's `LookupSlice`: a slice
+    /// that does not fit the tensor's shape, or that the stored slices do not cover, is
+    /// INVALID_ARGUMENT; stored slices that overlap each other are DATA_LOSS.
+    pub fn read_slice(&self, name: &str, slice: &TensorSlice) -> Result<Tensor> {
+        let entry = self.entry(name)?;
+        let (dtype, full) = self.dtype_and_shape(name)?;
+        let index = index_filename(&self.prefix);
+        let wanted = slice
+            .ranges(full.dims())
+            .map_err(|e| e.context(format!("reading tensor `{name}` from {}", index.display())))?;
+        let out_shape = Shape::new(wanted.iter().map(|r| r.len()).collect::<Vec<_>>());
+        if entry.slices.is_empty() {
+            let whole = self.read_entry(name, entry)?;
+            return cut(&whole, &full, &wanted, dtype, out_shape);
+        }
+        // The stored slices that meet the wanted one, each with its entry and box.
+        let mut stored: Vec<(TensorSlice, Vec<std::ops::Range<usize>>)> = Vec::new();
+        let mut covered = 0usize;
+        for s in self.slices(name)? {
+            let lost = |what: String| {
+                Status::data_loss(format!(
+                    "checkpoint index {} is corrupt: tensor `{name}` {what}",
+                    index.display()
+                ))
+            };
+            let ranges = s
+                .ranges(full.dims())
+                .map_err(|e| lost(format!("lists slice {s}: {}", e.message())))?;
+            if let Some((other, _)) = stored.iter().find(|(_, r)| intersect(r, &ranges).is_some()) {
+                return Err(lost(format!("lists overlapping slices {other} and {s}")));
+            }
+            if let Some(common) = intersect(&ranges, &wanted) {
+                covered += common.iter().map(|r| r.len()).product::<usize>();
+            }
+            stored.push((s, ranges));
+        }
+        if covered != out_shape.num_elements() {
+            let listed: Vec<String> = stored.iter().map(|(s, _)| s.to_string()).collect();
+            return Err(Status::invalid_argument(format!(
+                "Does not have sufficient slices for partitioned tensor {name} to restore in \
+                 slice_spec: {slice} (checkpoint {} holds slices {}); restore a slice the \
+                 saved ones cover",
                 self.prefix,
-                entry.slices.len()
+                listed.join(", ")
             )));
         }
-        let (dtype, shape) = self.dtype_and_shape(name)?;
+        let mut bytes = dtype
+            .size()
+            .map(|size| vec![0u8; out_shape.num_elements() * size]);
+        let mut strings = vec![
+            Bytes::new();
+            if bytes.is_none() {
+                out_shape.num_elements()
+            } else {
+                0
+            }
+        ];
+        for (s, ranges) in &stored {
+            if intersect(ranges, &wanted).is_none() {
+                continue;
+            }
+            let key = slice_key(name, s);
+            let part_entry = self.slice_entries.get(&key).ok_or_else(|| {
+                Status::data_loss(format!(
+                    "checkpoint index {} is corrupt: tensor `{name}` lists slice {s} but the \
+                     index holds no entry for it",
+                    index.display()
+                ))
+            })?;
+            let label = format!("{name}` slice `{s}");
+            let part = self.read_entry(&label, part_entry)?;
+            let part_dims: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
+            if part.dtype() != dtype || part.dims() != part_dims.as_slice() {
+                return Err(Status::data_loss(format!(
+                    "checkpoint {}: slice {s} of tensor `{name}` is stored as a {} tensor of \
+                     shape {}, not {dtype} of shape {}",
+                    self.prefix,
+                    part.dtype(),
+                    part.shape(),
+                    Shape::new(part_dims)
+                )));
+            }
+            if ranges == &wanted {
+                return Ok(part);
+            }
+            match (&mut bytes, dtype.size()) {
+                (Some(out), Some(size)) => {
+                    let src = part.bytes().map(|b| b.as_ref()).unwrap_or_default();
+                    copy_overlap(src, ranges, out, &wanted, size);
+                }
+                _ => copy_overlap(part.strings()?, ranges, &mut strings, &wanted, 1),
+            }
+        }
+        match bytes {
+            Some(b) => Tensor::from_bytes(dtype, out_shape, Bytes::from(b)),
+            None => Tensor::from_strings(out_shape, strings),
+        }
+    }
+
+    /// Reads every stored tensor and slice, verifying sizes and checksums, without assembling
+    /// anything: what a restore checks before it changes a variable.
+    pub fn verify(&self) -> Result<()> {
+        for (name, entry) in &self.entries {
+            if entry.slices.is_empty() {
+                self.read_entry(name, entry)?;
+            }
+        }
+        for (key, entry) in &self.slice_entries {
+            let label = String::from_utf8_lossy(key).into_owned();
+            self.read_entry(&label, entry)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the data of one stored entry (`name` names it in errors).
+    fn read_entry(&self, name: &str, entry: &BundleEntryProto) -> Result<Tensor> {
+        let dtype = DType::from_i32(entry.dtype)?;
+        let shape = Shape::from_proto(&entry.shape.clone().unwrap_or_default())?;
         if entry.shard_id < 0 || entry.shard_id >= self.num_shards {
             return Err(Status::data_loss(format!(
                 "entry `{name}` of {} names shard {} of {}",
@@ -397,6 +697,32 @@ impl BundleReader {
     }
 }
 
+/// Returns box `wanted` of `whole` (a tensor of shape `full`), shaped `out_shape`.
+fn cut(
+    whole: &Tensor,
+    full: &Shape,
+    wanted: &[std::ops::Range<usize>],
+    dtype: DType,
+    out_shape: Shape,
+) -> Result<Tensor> {
+    if out_shape == *full {
+        return Ok(whole.clone());
+    }
+    let all: Vec<std::ops::Range<usize>> = full.dims().iter().map(|&d| 0..d).collect();
+    match (whole.bytes(), dtype.size()) {
+        (Some(src), Some(size)) => {
+            let mut out = vec![0u8; out_shape.num_elements() * size];
+            copy_overlap(src, &all, &mut out, wanted, size);
+            Tensor::from_bytes(dtype, out_shape, Bytes::from(out))
+        }
+        _ => {
+            let mut out = vec![Bytes::new(); out_shape.num_elements()];
+            copy_overlap(whole.strings()?, &all, &mut out, wanted, 1);
+            Tensor::from_strings(out_shape, out)
+        }
+    }
+}
+
 /// Decodes `n` strings laid out as TensorFlow writes them; returns them and the data's CRC.
 fn decode_strings(buf: &[u8], n: usize) -> std::result::Result<(Vec<Bytes>, u32), String> {
     let mut pos = 0;
@@ -445,7 +771,9 @@ fn decode_strings(buf: &[u8], n: usize) -> std::result::Result<(Vec<Bytes>, u32)
 /// Merges the one-or-more-shard bundles at `prefixes` into one bundle at `destination`, as
 /// TensorFlow's `MergeBundles`: data files are renamed to `destination.data-0000i-of-0000N` in
 /// prefix order, the indices merged into `destination.index` (written atomically), the source
-/// indices deleted, and with `delete_old_dirs` their directories removed when empty.
+/// indices deleted, and with `delete_old_dirs` their directories removed when empty. The
+/// slices a partitioned variable's entry lists in each shard are joined into one list (a
+/// tensor saved whole in two shards is INVALID_ARGUMENT, as are overlapping slices).
 pub fn merge_bundles(prefixes: &[String], destination: &str, delete_old_dirs: bool) -> Result<()> {
     merge_bundles_with(&Files::ambient(), prefixes, destination, delete_old_dirs)
 }
@@ -470,7 +798,7 @@ pub fn merge_bundles_with(
         sources.push((index, dir));
     }
     create_prefix_dir(files, destination)?;
-    let mut merged: BTreeMap<String, BundleEntryProto> = BTreeMap::new();
+    let mut merged: BTreeMap<Vec<u8>, BundleEntryProto> = BTreeMap::new();
     let mut renames = Vec::new();
     for prefix in prefixes {
         let reader = BundleReader::open_with(files, prefix)?;
@@ -485,15 +813,33 @@ pub fn merge_bundles_with(
             }
             renames.push(from);
         }
-        for (name, entry) in reader.entries {
-            if merged.contains_key(&name) {
-                return Err(Status::invalid_argument(format!(
-                    "Duplicate tensor keyed by {name} encountered, when merging prefix: {prefix}"
-                )));
+        let named = reader
+            .entries
+            .into_iter()
+            .map(|(name, e)| (name.into_bytes(), e));
+        for (key, mut entry) in named.chain(reader.slice_entries) {
+            let duplicate = |key: &[u8]| {
+                Status::invalid_argument(format!(
+                    "Duplicate tensor keyed by {} encountered, when merging prefix: {prefix}",
+                    String::from_utf8_lossy(key)
+                ))
+            };
+            match merged.get_mut(&key) {
+                // Each shard lists the slices of a partitioned variable it saved.
+                Some(existing) if !existing.slices.is_empty() && !entry.slices.is_empty() => {
+                    merge_slice_lists(existing, &entry).map_err(|what| {
+                        Status::invalid_argument(format!(
+                            "cannot merge the slices of tensor `{}` from {prefix}: {what}",
+                            String::from_utf8_lossy(&key)
+                        ))
+                    })?;
+                }
+                Some(_) => return Err(duplicate(&key)),
+                None => {
+                    entry.shard_id += base;
+                    merged.insert(key, entry);
+                }
             }
-            let mut entry = entry;
-            entry.shard_id += base;
-            merged.insert(name, entry);
         }
     }
     let total = renames.len() as i32;
@@ -520,6 +866,29 @@ pub fn merge_bundles_with(
                 let _ = dir.remove_dir();
             }
         }
+    }
+    Ok(())
+}
+
+/// Appends the slices `more` lists to those of `existing` (entries of one sliced tensor from
+/// two shards): dtype and full shape must agree and no slice may overlap another.
+fn merge_slice_lists(
+    existing: &mut BundleEntryProto,
+    more: &BundleEntryProto,
+) -> std::result::Result<(), String> {
+    let dtype = DType::from_i32(more.dtype).map_err(|e| e.message().to_string())?;
+    let shape = Shape::from_proto(&more.shape.clone().unwrap_or_default())
+        .map_err(|e| e.message().to_string())?;
+    for s in &more.slices {
+        let slice = TensorSlice::from_proto(s).map_err(|e| e.message().to_string())?;
+        let spec = ShapeAndSlice {
+            full_shape: shape.clone(),
+            slice,
+        };
+        spec.slice
+            .ranges(shape.dims())
+            .map_err(|e| e.message().to_string())?;
+        add_slice(existing, dtype, &spec)?;
     }
     Ok(())
 }
