@@ -563,17 +563,9 @@ impl BundleReader {
                 listed.join(", ")
             )));
         }
-        let mut bytes = dtype
-            .size()
-            .map(|size| vec![0u8; out_shape.num_elements() * size]);
-        let mut strings = vec![
-            Bytes::new();
-            if bytes.is_none() {
-                out_shape.num_elements()
-            } else {
-                0
-            }
-        ];
+        // Every overlapping part is located (its bytes checked to lie in its file) before the
+        // output is allocated.
+        let mut parts = Vec::new();
         for (s, ranges) in &stored {
             if intersect(ranges, &wanted).is_none() {
                 continue;
@@ -586,22 +578,34 @@ impl BundleReader {
                     index.display()
                 ))
             })?;
-            let label = format!("{name}` slice `{s}");
-            let part = self.read_entry(&label, part_entry)?;
+            let part = self.locate(&format!("{name}` slice `{s}"), part_entry)?;
             let part_dims: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
-            if part.dtype() != dtype || part.dims() != part_dims.as_slice() {
+            if part.dtype != dtype || part.shape.dims() != part_dims.as_slice() {
                 return Err(Status::data_loss(format!(
                     "checkpoint {}: slice {s} of tensor `{name}` is stored as a {} tensor of \
                      shape {}, not {dtype} of shape {}",
                     self.prefix,
-                    part.dtype(),
-                    part.shape(),
+                    part.dtype,
+                    part.shape,
                     Shape::new(part_dims)
                 )));
             }
-            if ranges == &wanted {
-                return Ok(part);
+            if *ranges == wanted {
+                return part.read();
             }
+            parts.push((part, ranges));
+        }
+        let mut bytes = dtype
+            .size()
+            .map(|size| vec![0u8; out_shape.num_elements() * size]);
+        let n_strings = if bytes.is_none() {
+            out_shape.num_elements()
+        } else {
+            0
+        };
+        let mut strings = vec![Bytes::new(); n_strings];
+        for (part, ranges) in parts {
+            let part = part.read()?;
             match (&mut bytes, dtype.size()) {
                 (Some(out), Some(size)) => {
                     let src = part.bytes().map(|b| b.as_ref()).unwrap_or_default();
@@ -633,6 +637,14 @@ impl BundleReader {
 
     /// Reads the data of one stored entry (`name` names it in errors).
     fn read_entry(&self, name: &str, entry: &BundleEntryProto) -> Result<Tensor> {
+        self.locate(name, entry)?.read()
+    }
+
+    /// Checks where one stored entry's bytes lie and opens its data file: an entry whose size
+    /// does not fit its dtype and shape, or whose bytes run past the end of its file, is
+    /// DATA_LOSS before anything is allocated for it, so a corrupt or hostile index cannot
+    /// make a reader allocate more than the files hold.
+    fn locate(&self, name: &str, entry: &BundleEntryProto) -> Result<Stored> {
         let dtype = DType::from_i32(entry.dtype)?;
         let shape = Shape::from_proto(&entry.shape.clone().unwrap_or_default())?;
         if entry.shard_id < 0 || entry.shard_id >= self.num_shards {
@@ -644,12 +656,7 @@ impl BundleReader {
             )));
         }
         let path = data_filename(&self.prefix, entry.shard_id, self.num_shards);
-        let lost = |what: String| {
-            Status::data_loss(format!(
-                "checkpoint data file {} is corrupt: {what} (tensor `{name}`)",
-                path.display()
-            ))
-        };
+        let lost = |what: String| lost_data(&path, name, what);
         let (offset, size) = match (u64::try_from(entry.offset), usize::try_from(entry.size)) {
             (Ok(o), Ok(s)) => (o, s),
             _ => {
@@ -659,42 +666,100 @@ impl BundleReader {
                 )))
             }
         };
-        if let Some(elem) = dtype.size() {
-            if shape.num_elements().checked_mul(elem) != Some(size) {
+        match dtype.size() {
+            Some(elem) if shape.num_elements().checked_mul(elem) != Some(size) => {
                 return Err(lost(format!(
                     "entry size {size} does not match a {dtype} tensor of shape {shape}"
                 )));
             }
+            // Each string takes at least its one-byte length.
+            None if size < shape.num_elements() => {
+                return Err(lost(format!(
+                    "entry size {size} is too small for {} strings",
+                    shape.num_elements()
+                )));
+            }
+            _ => {}
         }
-        let mut file = self
+        let file = self
             .files
             .resolve(&path)?
             .open()
             .map_err(|e| io_error(&path, "open", &e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| io_error(&path, "read", &e))?
+            .len();
+        if offset.checked_add(size as u64).is_none_or(|end| end > len) {
+            return Err(lost(format!(
+                "file ends before bytes {offset}..{}",
+                offset.saturating_add(size as u64)
+            )));
+        }
+        Ok(Stored {
+            name: name.to_string(),
+            path,
+            file,
+            dtype,
+            shape,
+            offset,
+            size,
+            crc32c: unmask_crc(entry.crc32c),
+        })
+    }
+}
+
+/// One stored entry, located in its opened data file.
+struct Stored {
+    name: String,
+    path: PathBuf,
+    file: std::fs::File,
+    dtype: DType,
+    shape: Shape,
+    offset: u64,
+    size: usize,
+    crc32c: u32,
+}
+
+impl Stored {
+    /// Reads the entry's bytes, verifying the checksum.
+    fn read(mut self) -> Result<Tensor> {
+        let (path, name) = (&self.path, self.name.as_str());
+        let lost = |what: String| lost_data(path, name, what);
+        let (offset, size) = (self.offset, self.size);
         let mut buf = vec![0u8; size];
-        file.seek(SeekFrom::Start(offset))
-            .and_then(|_| file.read_exact(&mut buf))
+        self.file
+            .seek(SeekFrom::Start(offset))
+            .and_then(|_| self.file.read_exact(&mut buf))
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => lost(format!(
                     "file ends before bytes {offset}..{}",
                     offset + size as u64
                 )),
-                _ => io_error(&path, "read", &e),
+                _ => io_error(path, "read", &e),
             })?;
-        let stored = unmask_crc(entry.crc32c);
-        if dtype == DType::String {
+        let shape = self.shape;
+        if self.dtype == DType::String {
             let (strings, crc) = decode_strings(&buf, shape.num_elements()).map_err(lost)?;
-            if crc != stored {
+            if crc != self.crc32c {
                 return Err(lost("checksum mismatch".into()));
             }
             return Tensor::from_strings(shape, strings);
         }
-        if crc32c::crc32c(&buf) != stored {
+        if crc32c::crc32c(&buf) != self.crc32c {
             return Err(lost("checksum mismatch".into()));
         }
-        Tensor::from_bytes(dtype, shape, Bytes::from(buf))
+        Tensor::from_bytes(self.dtype, shape, Bytes::from(buf))
             .map_err(|e| lost(e.message().to_string()))
     }
+}
+
+/// DATA_LOSS: data file `path` is corrupt where it holds tensor `name`.
+fn lost_data(path: &Path, name: &str, what: String) -> Status {
+    Status::data_loss(format!(
+        "checkpoint data file {} is corrupt: {what} (tensor `{name}`)",
+        path.display()
+    ))
 }
 
 /// Returns box `wanted` of `whole` (a tensor of shape `full`), shaped `out_shape`.
