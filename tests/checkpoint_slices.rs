@@ -742,3 +742,65 @@ fn each_runtime_merges_the_others_sliced_shards() {
     assert_reads_the_scripts_values(&reader);
     assert_tensorflow_restored(&script(&python, &["restore", &dest, "2"]), 2);
 }
+
+#[test]
+fn a_hostile_index_claiming_huge_slices_is_data_loss_without_allocating_them() {
+    use prost::Message;
+    use tessera::proto::BundleEntryProto;
+    use tessera::train::checkpoint::table::{build_table, DEFAULT_BLOCK_SIZE};
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = path(&dir.path().join("evil"));
+    write(&prefix, &saver_specs(3));
+    let index = index_filename(&prefix);
+    let bytes = std::fs::read(&index).unwrap();
+    let table = Table::parse(&bytes, &index).unwrap();
+    // emb claims [2^40, 4] in two slices, each entry 2^41 floats long.
+    let rows = 1usize << 40;
+    let halves = [0..rows / 2, rows / 2..rows];
+    let mut full = BundleEntryProto::decode(
+        table
+            .entries()
+            .iter()
+            .find(|(k, _)| k.as_slice() == b"emb")
+            .unwrap()
+            .1
+            .as_slice(),
+    )
+    .unwrap();
+    full.shape = Some(Shape::new(vec![rows, 4]).to_proto());
+    full.slices = halves
+        .iter()
+        .map(|r| spec(rows, 4, r).slice.to_proto())
+        .collect();
+    let mut rows_out: Vec<(Vec<u8>, Vec<u8>)> = table
+        .entries()
+        .iter()
+        .filter(|(k, _)| k.first() != Some(&0) && k.as_slice() != b"emb")
+        .cloned()
+        .collect();
+    rows_out.push((b"emb".to_vec(), full.encode_to_vec()));
+    for r in &halves {
+        let part = BundleEntryProto {
+            dtype: full.dtype,
+            shape: Some(Shape::new(vec![r.len(), 4]).to_proto()),
+            size: (r.len() * 16) as i64,
+            ..Default::default()
+        };
+        rows_out.push((
+            slice_key("emb", &spec(rows, 4, r).slice),
+            part.encode_to_vec(),
+        ));
+    }
+    rows_out.sort();
+    std::fs::write(&index, build_table(&rows_out, DEFAULT_BLOCK_SIZE).unwrap()).unwrap();
+    let reader = BundleReader::open(&prefix).unwrap();
+    for result in [
+        reader.read("emb"),
+        reader.read_slice("emb", &TensorSlice::parse("0,1024:-").unwrap()),
+    ] {
+        let err = result.unwrap_err();
+        assert_eq!(err.code(), Code::DataLoss, "{err}");
+        assert!(err.message().contains("file ends before"), "{err}");
+    }
+    assert_eq!(reader.verify().unwrap_err().code(), Code::DataLoss);
+}
