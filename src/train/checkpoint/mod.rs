@@ -3,8 +3,8 @@
 //!
 //! * [`table`]: the LevelDB-format sorted table of a bundle's `.index` file.
 //! * [`bundle`]: writing, reading (checksums verified) and merging bundles.
-//! * [`slice`](mod@slice): the slices of partitioned variables: `shape_and_slice` specs, the keys a
-//!   bundle files them under, and assembling one slice from others.
+//! * [`slice`](mod@slice): the slices of partitioned variables: `shape_and_slice` specs, the
+//!   keys a bundle files them under, and assembling one slice from others.
 //! * [`state`]: the directory's `checkpoint` state file and [`latest_checkpoint`].
 //! * [`saver`]: the save/restore ops of a graph (sharded per device as TensorFlow's
 //!   `Saver(sharded=True)`), run by [`Saver`], with pruning to `max_to_keep`.
