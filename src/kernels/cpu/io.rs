@@ -1,7 +1,8 @@
 //! Checkpoint kernels: SaveV2 and RestoreV2 (one bundle each; whole tensors, or slices of
 //! partitioned variables named by `shape_and_slices` specs), MergeV2Checkpoints (joins the
-//! shards of a sharded save, and the slice lists of a variable saved by several), and the string helpers TensorFlow's saver graph builds its file
-//! names with: ShardedFilename, StringJoin and StaticRegexFullMatch.
+//! shards of a sharded save, and the slice lists of a variable saved by several), and the
+//! string helpers TensorFlow's saver graph builds its file names with: ShardedFilename,
+//! StringJoin and StaticRegexFullMatch.
 //!
 //! The bundle format itself lives in [`crate::train::checkpoint::bundle`]; these kernels only
 //! check their inputs and call it. Paths are the host's: in a cluster every task writing or
