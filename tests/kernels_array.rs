@@ -472,11 +472,10 @@ fn gather_along_an_axis() {
         Code::InvalidArgument,
         "indices[1] = 5 is not in [0, 3)",
     );
-    let batched = node("GatherV2").attr("batch_dims", value::int(1)).build();
-    let err = tessera::kernels::create_kernel(&batched, tessera::kernels::DeviceType::Cpu)
-        .err()
-        .unwrap();
-    assert_eq!(err.code(), Code::Unimplemented);
+    // batch_dims 1: row i of x23 picks its own columns (more in tests/kernels_sparse.rs).
+    let batched = node("GatherV2").attr("batch_dims", value::int(1));
+    let out = run1(batched, vec![x23(), ivec(&[2, 0]), i32s(&[], &[1])]);
+    assert_exact(&out, &[2], &[3, 4]);
 }
 
 #[test]

@@ -559,7 +559,7 @@ fn storm(steps: usize, deadline: Duration) {
             .collect();
         println!("| {client} | {sent} | {} |", errors.join(", "));
     }
-    println!("| daemon | peak RSS (MiB) | peak charged (MiB) | budget (MiB) |");
+    println!("| daemon | peak RSS (MiB) | peak charged (KiB) | budget (MiB) |");
     println!("|---|---|---|---|");
     for (i, (job, index)) in JOBS.iter().enumerate() {
         assert!(
@@ -573,7 +573,7 @@ fn storm(steps: usize, deadline: Duration) {
         println!(
             "| /job:{job}/task:{index} | {:.1} | {:.1} | {:.0} |",
             mib(peaks[i]),
-            peak / (1 << 20) as f64,
+            peak / 1024.0,
             limit / (1 << 20) as f64
         );
         assert_eq!(limit as u64, CPU_BUDGET);

@@ -16,7 +16,9 @@
 //!   builder ([`Graph::cond`], [`Graph::while_loop`]), the control-flow contexts that wire what
 //!   is built inside them, and the gradient loops of while loops (counters, stacks of forward
 //!   values, accumulators).
-//! - [`gradients()`]: the backward graph, with per-op functions in `grads/`.
+//! - [`gradients()`]: the backward graph, with per-op functions in `grads/`;
+//!   [`sparse_gradients`] gives the gradient of a tensor read only through gathers as
+//!   [`IndexedSlices`] (its rows and their indices).
 //! - [`window`]: the sliding-window geometry of convolutions and pooling (output sizes,
 //!   padding, attr checks), shared by their shape functions and kernels.
 
@@ -30,6 +32,7 @@ mod grad_state;
 pub mod gradients;
 pub mod grads;
 pub mod import;
+pub mod indexed_slices;
 pub mod lower;
 mod ops;
 pub mod partitioned;
@@ -41,6 +44,7 @@ pub mod window;
 pub use builder::{Graph, NodeSpec, Output, Variable, VariableKind};
 pub use gradients::{gradients, gradients_with, GradientOptions};
 pub use import::validate;
+pub use indexed_slices::{sparse_gradients, GradientTensor, IndexedSlices};
 pub use ops::{is_loop_back_edge, ControlFlowOp};
 pub use partitioned::{fixed_size_partitioner, PartitionedVariable, Partitioner, SaveSlice};
 pub use scope::{

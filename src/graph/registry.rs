@@ -671,6 +671,17 @@ mod kernel_tests {
             "BatchMatMulV2",
             "ExpandDims",
             "Exp",
+            "UnsortedSegmentSum",
+            "UnsortedSegmentProd",
+            "SegmentSum",
+            "SegmentProd",
+            "SparseSegmentSumGrad",
+            "SparseSegmentMeanGrad",
+            "SparseSegmentSqrtNGrad",
+            "DynamicPartition",
+            "ParallelDynamicStitch",
+            "VariableShape",
+            "LogicalAnd",
         ];
         let missing: Vec<&str> = needed
             .iter()

@@ -1,16 +1,13 @@
 //! Gradients of array ops (TensorFlow's `array_grad.py`) and of reading a variable.
 //!
-//! Two gradients differ from TensorFlow's because tessera's op set has neither `Pad` nor
-//! `StridedSliceGrad` nor `UnsortedSegmentSum`:
-//! - `Slice` and `StridedSlice` (unit strides, no ellipsis or new axes) pad the gradient with
-//!   zeros by concatenating `Fill`ed blocks before and after, one dimension at a time.
-//! - `GatherV2` (axis 0, no batch dims) returns a dense gradient,
-//!   `one_hot(indices, n)ᵀ · grad`, instead of TensorFlow's sparse `IndexedSlices`: the same
-//!   values, summed over repeated indices, at the cost of a dense `[n, ...]` tensor.
+//! The gradients of `Slice` and `StridedSlice` (unit strides, no ellipsis or new axes) differ
+//! from TensorFlow's, which use `Pad` (tessera has none): they pad the gradient with zeros by
+//! concatenating `Fill`ed blocks before and after, one dimension at a time. The gather's
+//! gradient lives in `sparse.rs`.
 
 use super::{const_ints, mul, named, sum_to_shape};
 use crate::error::Result;
-use crate::graph::attr::{self, value};
+use crate::graph::attr;
 use crate::graph::builder::{Graph, NodeSpec, Output};
 use crate::graph::gradients::GradCtx;
 use crate::tensor::DType;
@@ -269,44 +266,6 @@ pub fn strided_slice(g: &mut Graph, c: &GradCtx) -> Grads {
         None,
         None,
     ])
-}
-
-/// `GatherV2` on axis 0: a dense gradient, `one_hot(indices, n)ᵀ · grad` (see the module doc).
-pub fn gather(g: &mut Graph, c: &GradCtx) -> Grads {
-    let (params, indices) = (c.input(0)?.clone(), c.input(1)?.clone());
-    let axis = const_ints(g, &c.inputs[2]).and_then(|v| v.first().copied());
-    if axis != Some(0) || attr::int_or(&c.node, "batch_dims", 0)? != 0 {
-        return Err(crate::error::Status::unimplemented(format!(
-            "gradient of node `{}` (GatherV2): only axis 0 without batch dims is supported",
-            c.node.name
-        )));
-    }
-    let rest: Option<Vec<usize>> = params
-        .shape
-        .dims()
-        .and_then(|d| d.get(1..)?.iter().copied().collect());
-    let Some(rest) = rest else {
-        return Err(c.err("the params' dimensions after the first must be known for the gradient"));
-    };
-    let width: usize = rest.iter().product();
-    let flat_idx = g.reshape_to(&indices, &[-1])?;
-    let sp = g.shape(&params)?;
-    let zero = g.const_i32("Const", &[], &[0])?;
-    let depth = g.gather(&sp, &zero, 0)?;
-    let on = g.scalar("Const", params.dtype, 1.0)?;
-    let off = g.scalar("Const", params.dtype, 0.0)?;
-    let oh = g.add1(
-        NodeSpec::new("OneHot")
-            .input(&flat_idx)
-            .input(&depth)
-            .input(&on)
-            .input(&off)
-            .attr("axis", value::int(-1)),
-    )?;
-    let g2 = g.reshape_to(c.grad(0)?, &[-1, width as i64])?;
-    let dense = g.matmul_t(&oh, &g2, true, false)?;
-    let out = g.reshape(&dense, &sp)?;
-    Ok(vec![Some(out), None, None])
 }
 
 /// `Tile`: the gradient summed over the tiled copies (TensorFlow's `_TileGrad`).

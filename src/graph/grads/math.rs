@@ -153,6 +153,26 @@ pub fn log(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, c.grad(0)?, &r)?)])
 }
 
+/// `Erf`: `grad * 2/sqrt(pi) * exp(-x^2)`.
+pub fn erf(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (x, gr) = (c.input(0)?.clone(), c.grad(0)?.clone());
+    let k = g.scalar("Const", gr.dtype, std::f64::consts::FRAC_2_SQRT_PI)?;
+    let sq = g.unary("Square", &x)?;
+    let neg = g.neg(&sq)?;
+    let e = g.unary("Exp", &neg)?;
+    let scaled = mul(g, &gr, &k)?;
+    Ok(vec![Some(mul(g, &scaled, &e)?)])
+}
+
+/// `Log1p`: `grad * 1/(1 + x)`.
+pub fn log1p(g: &mut Graph, c: &GradCtx) -> Grads {
+    let x = c.input(0)?.clone();
+    let one = g.scalar("add/x", x.dtype, 1.0)?;
+    let shifted = g.add1(NodeSpec::new("AddV2").name("add").input(&one).input(&x))?;
+    let r = g.unary("Reciprocal", &shifted)?;
+    Ok(vec![Some(mul(g, c.grad(0)?, &r)?)])
+}
+
 /// `Abs`: `grad * sign(x)`.
 pub fn abs(g: &mut Graph, c: &GradCtx) -> Grads {
     let s = g.unary("Sign", c.input(0)?)?;

@@ -8,6 +8,7 @@ pub mod array;
 pub(crate) mod control_flow;
 pub mod math;
 pub mod nn;
+pub mod sparse;
 
 use crate::error::Result;
 use crate::graph::builder::{Graph, NodeSpec, Output};

@@ -1,6 +1,6 @@
 //! Gradients of neural-network ops (TensorFlow's `nn_grad.py`).
 
-use super::{mul, sub};
+use super::{div, mul, sub};
 use crate::error::Result;
 use crate::graph::attr::{self, value};
 use crate::graph::builder::{Graph, NodeSpec, Output};
@@ -107,6 +107,66 @@ pub fn elu(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(g.binary("EluGrad", c.grad(0)?, c.output(0)?)?)])
 }
 
+/// `Relu6`: `Relu6Grad(grad, y)` (TensorFlow passes the output; `0 < y < 6` exactly where
+/// `0 < x < 6`).
+pub fn relu6(g: &mut Graph, c: &GradCtx) -> Grads {
+    Ok(vec![Some(g.binary(
+        "Relu6Grad",
+        c.grad(0)?,
+        c.output(0)?,
+    )?)])
+}
+
+/// `Relu6Grad(dy, x)`: `Relu6Grad(grad, x)` for `dy`, zeros for `x`.
+pub fn relu6_grad(g: &mut Graph, c: &GradCtx) -> Grads {
+    let x = c.input(1)?.clone();
+    let ddy = g.binary("Relu6Grad", c.grad(0)?, &x)?;
+    Ok(vec![Some(ddy), Some(g.zeros_like(&x)?)])
+}
+
+/// `Softplus`: `grad * sigmoid(x)`.
+pub fn softplus(g: &mut Graph, c: &GradCtx) -> Grads {
+    let s = g.unary("Sigmoid", c.input(0)?)?;
+    Ok(vec![Some(mul(g, c.grad(0)?, &s)?)])
+}
+
+/// `SoftplusGrad(dy, x)`: `SoftplusGrad(grad, x)` for `dy`, and
+/// `grad * dy / (exp(-x) + 2 + exp(x))` for `x`.
+pub fn softplus_grad(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (dy, x, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());
+    let ddy = g.binary("SoftplusGrad", &gr, &x)?;
+    let neg = g.neg(&x)?;
+    let e_neg = g.unary("Exp", &neg)?;
+    let two = g.scalar("add/y", x.dtype, 2.0)?;
+    let t = g.add(&e_neg, &two)?;
+    let e_pos = g.unary("Exp", &x)?;
+    let denominator = g.add(&t, &e_pos)?;
+    let numerator = mul(g, &gr, &dy)?;
+    Ok(vec![Some(ddy), Some(div(g, &numerator, &denominator)?)])
+}
+
+/// `Selu`: `SeluGrad(grad, y)`.
+pub fn selu(g: &mut Graph, c: &GradCtx) -> Grads {
+    Ok(vec![Some(g.binary(
+        "SeluGrad",
+        c.grad(0)?,
+        c.output(0)?,
+    )?)])
+}
+
+/// `SeluGrad(dy, y)`: `SeluGrad(grad, y)` for `dy`, and `grad * dy` where `y < 0` (zero
+/// elsewhere) for `y`.
+pub fn selu_grad(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (dy, y, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());
+    let ddy = g.binary("SeluGrad", &gr, &y)?;
+    let zero = g.scalar("Less/y", y.dtype, 0.0)?;
+    let negative = g.binary("Less", &y, &zero)?;
+    let product = mul(g, &gr, &dy)?;
+    let zeros = g.zeros_like(&y)?;
+    let dout = g.select(&negative, &product, &zeros, true)?;
+    Ok(vec![Some(ddy), Some(dout)])
+}
+
 /// `L2Loss`: `x * grad`.
 pub fn l2_loss(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, c.input(0)?, c.grad(0)?)?)])
@@ -155,6 +215,119 @@ pub fn conv2d(g: &mut Graph, c: &GradCtx) -> Grads {
         &CONV_ATTRS,
     ))?;
     Ok(vec![Some(dx), Some(df)])
+}
+
+/// The attrs `DepthwiseConv2dNative` passes on to its backprops.
+const DEPTHWISE_ATTRS: [&str; 5] = [
+    "strides",
+    "padding",
+    "explicit_paddings",
+    "data_format",
+    "dilations",
+];
+
+/// `DepthwiseConv2dNative`: `DepthwiseConv2dNativeBackpropInput(shape(input), filter, grad)`
+/// and `DepthwiseConv2dNativeBackpropFilter(input, shape(filter), grad)`, with the forward
+/// node's attrs.
+pub fn depthwise_conv2d(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (x, f, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());
+    let sx = g.shape_of(&x)?;
+    let sf = g.shape_of(&f)?;
+    let dx = g.add1(with_attrs(
+        NodeSpec::new("DepthwiseConv2dNativeBackpropInput")
+            .input(&sx)
+            .input(&f)
+            .input(&gr),
+        c,
+        &DEPTHWISE_ATTRS,
+    ))?;
+    let df = g.add1(with_attrs(
+        NodeSpec::new("DepthwiseConv2dNativeBackpropFilter")
+            .input(&x)
+            .input(&sf)
+            .input(&gr),
+        c,
+        &DEPTHWISE_ATTRS,
+    ))?;
+    Ok(vec![Some(dx), Some(df)])
+}
+
+/// `DepthwiseConv2dNativeBackpropInput(sizes, filter, dy)`: none for the sizes,
+/// `DepthwiseConv2dNativeBackpropFilter(grad, shape(filter), dy)` for the filter and
+/// `DepthwiseConv2dNative(grad, filter)` for `dy`.
+pub fn depthwise_backprop_input(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (f, dy, gr) = (c.input(1)?.clone(), c.input(2)?.clone(), c.grad(0)?.clone());
+    let sf = g.shape_of(&f)?;
+    let spec = NodeSpec::new("DepthwiseConv2dNativeBackpropFilter")
+        .input(&gr)
+        .input(&sf)
+        .input(&dy);
+    let df = g.add1(with_attrs(spec, c, &DEPTHWISE_ATTRS))?;
+    let spec = NodeSpec::new("DepthwiseConv2dNative").input(&gr).input(&f);
+    let ddy = g.add1(with_attrs(spec, c, &DEPTHWISE_ATTRS))?;
+    Ok(vec![None, Some(df), Some(ddy)])
+}
+
+/// `DepthwiseConv2dNativeBackpropFilter(x, sizes, dy)`:
+/// `DepthwiseConv2dNativeBackpropInput(shape(x), grad, dy)` for `x`, none for the sizes and
+/// `DepthwiseConv2dNative(x, grad)` for `dy`.
+pub fn depthwise_backprop_filter(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (x, dy, gr) = (c.input(0)?.clone(), c.input(2)?.clone(), c.grad(0)?.clone());
+    let sx = g.shape_of(&x)?;
+    let spec = NodeSpec::new("DepthwiseConv2dNativeBackpropInput")
+        .input(&sx)
+        .input(&gr)
+        .input(&dy);
+    let dx = g.add1(with_attrs(spec, c, &DEPTHWISE_ATTRS))?;
+    let spec = NodeSpec::new("DepthwiseConv2dNative").input(&x).input(&gr);
+    let ddy = g.add1(with_attrs(spec, c, &DEPTHWISE_ATTRS))?;
+    Ok(vec![Some(dx), None, Some(ddy)])
+}
+
+/// `FusedBatchNorm`, `V2` and `V3` (TensorFlow's `_BaseFusedBatchNormGrad`): the matching
+/// `FusedBatchNormGrad*` of the gradient of `y`, with the batch statistics the forward op
+/// saved in its reserve spaces (training) or the population `mean` and `variance` inputs
+/// (inference); no gradient for `mean` and `variance`.
+pub fn fused_batch_norm(g: &mut Graph, c: &GradCtx) -> Grads {
+    let op = match c.node.op.as_str() {
+        "FusedBatchNormV3" => "FusedBatchNormGradV3",
+        "FusedBatchNormV2" => "FusedBatchNormGradV2",
+        _ => "FusedBatchNormGrad",
+    };
+    let training = attr::bool_or(&c.node, "is_training", true)?;
+    let (mean, var) = if training {
+        (c.output(3)?, c.output(4)?)
+    } else {
+        (c.input(3)?, c.input(4)?)
+    };
+    let mut spec = NodeSpec::new(op)
+        .input(c.grad(0)?)
+        .input(c.input(0)?)
+        .input(c.input(1)?)
+        .input(mean)
+        .input(var);
+    if op == "FusedBatchNormGradV3" {
+        spec = spec.input(c.output(5)?);
+    }
+    let spec = with_attrs(spec, c, &["epsilon", "data_format", "is_training"]);
+    let out = g.add_node(spec)?;
+    Ok(vec![
+        Some(out[0].clone()),
+        Some(out[1].clone()),
+        Some(out[2].clone()),
+        None,
+        None,
+    ])
+}
+
+/// `LRN`: `LRNGrad(grad, input, output)` with the forward node's attrs.
+pub fn lrn(g: &mut Graph, c: &GradCtx) -> Grads {
+    let spec = NodeSpec::new("LRNGrad")
+        .input(c.grad(0)?)
+        .input(c.input(0)?)
+        .input(c.output(0)?);
+    let names = ["depth_radius", "bias", "alpha", "beta"];
+    Ok(vec![Some(g.add1(with_attrs(spec, c, &names))?)])
 }
 
 /// `MaxPool`: `MaxPoolGrad(input, output, grad)` with the forward node's attrs.

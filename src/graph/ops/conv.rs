@@ -1,7 +1,8 @@
 //! Convolution and pooling ops (`tensorflow/core/ops/nn_ops.cc`): `Conv2D` and its two
-//! backprops, `MaxPool`, `MaxPoolV2`, `AvgPool` and their gradients, with shape functions that
-//! compute TensorFlow's output sizes from [`crate::graph::window`], and the builder methods
-//! `conv2d`, `max_pool` and `avg_pool`.
+//! backprops, `DepthwiseConv2dNative` and its two backprops, `MaxPool`, `MaxPoolV2`, `AvgPool`
+//! and their gradients, with shape functions that compute TensorFlow's output sizes from
+//! [`crate::graph::window`], and the builder methods `conv2d`, `depthwise_conv2d`, `max_pool`
+//! and `avg_pool`.
 
 use crate::error::Result;
 use crate::graph::attr::value;
@@ -46,6 +47,37 @@ pub(super) fn register(r: &mut Registry) {
         .input("filter_sizes: int32")
         .input("out_backprop: T")
         .shape(|ctx| sizes_shape(ctx, 1))
+        .register(r);
+
+    let depthwise = |name: &'static str| {
+        OpDef::build(name)
+            .output("output: T")
+            .attr(FLOAT)
+            .attr("strides: list(int)")
+            .attr(CONV_PADDING)
+            .attr("explicit_paddings: list(int) = []")
+            .attr(FORMAT)
+            .attr("dilations: list(int) = [1, 1, 1, 1]")
+    };
+    depthwise("DepthwiseConv2dNative")
+        .input("input: T")
+        .input("filter: T")
+        .shape(depthwise_shape)
+        .grad(grad::depthwise_conv2d)
+        .register(r);
+    depthwise("DepthwiseConv2dNativeBackpropInput")
+        .input("input_sizes: int32")
+        .input("filter: T")
+        .input("out_backprop: T")
+        .shape(|ctx| sizes_shape(ctx, 0))
+        .grad(grad::depthwise_backprop_input)
+        .register(r);
+    depthwise("DepthwiseConv2dNativeBackpropFilter")
+        .input("input: T")
+        .input("filter_sizes: int32")
+        .input("out_backprop: T")
+        .shape(|ctx| sizes_shape(ctx, 1))
+        .grad(grad::depthwise_backprop_filter)
         .register(r);
 
     let pool = |name: &'static str, t: &'static str| {
@@ -187,6 +219,47 @@ fn conv2d_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     }
 }
 
+/// The filter's dims (`[kh, kw, in, out]`), unknown where its shape is.
+fn filter_dims(ctx: &ShapeCtx<'_>) -> Result<[Option<usize>; 4]> {
+    match ctx.input(1).dims() {
+        None => Ok([None; 4]),
+        Some(d) if d.len() == 4 => Ok([d[0], d[1], d[2], d[3]]),
+        Some(_) => Err(ctx.error(format!(
+            "filter must be 4-dimensional, got shape {}",
+            ctx.input(1)
+        ))),
+    }
+}
+
+/// `DepthwiseConv2dNative`: `in_depth * multiplier` output channels.
+fn depthwise_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+    let attrs = ConvAttrs::of(ctx.node)?;
+    let input = nhwc_dims(ctx, 0, "input", attrs.format)?;
+    let filter = filter_dims(ctx)?;
+    if let (Some(c), Some(depth)) = (input[3], filter[2]) {
+        if c != depth {
+            return Err(ctx.error(format!(
+                "input and filter must have the same depth: {c} vs {depth}"
+            )));
+        }
+    }
+    let channels = match (input[3].or(filter[2]), filter[3]) {
+        (Some(c), Some(m)) => Some(c * m),
+        _ => None,
+    };
+    match (filter[0], filter[1]) {
+        (Some(fh), Some(fw)) => windowed(ctx, attrs.format, input, channels, |h, w| {
+            attrs.dims([h, w], [fh, fw])
+        }),
+        _ => Ok(vec![PartialShape::new(
+            attrs
+                .format
+                .from_nhwc([input[0], None, None, channels])
+                .to_vec(),
+        )]),
+    }
+}
+
 fn pool_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let attrs = PoolAttrs::of(ctx.node)?;
     let input = nhwc_dims(ctx, 0, "input", attrs.format)?;
@@ -238,6 +311,26 @@ impl Graph {
     ) -> Result<Output> {
         self.add1(
             NodeSpec::new("Conv2D")
+                .input(input)
+                .input(filter)
+                .attr("strides", value::int_list(strides.to_vec()))
+                .attr("padding", value::string(padding)),
+        )
+    }
+
+    /// A depthwise convolution of an `NHWC` `input` with a `[kh, kw, in, multiplier]`
+    /// `filter` (`tf.nn.depthwise_conv2d` without its dilation rewrite): each input channel
+    /// gets its own `multiplier` filters; `strides` has 4 entries, `padding` is `SAME` or
+    /// `VALID`.
+    pub fn depthwise_conv2d(
+        &mut self,
+        input: &Output,
+        filter: &Output,
+        strides: &[i64],
+        padding: &str,
+    ) -> Result<Output> {
+        self.add1(
+            NodeSpec::new("DepthwiseConv2dNative")
                 .input(input)
                 .input(filter)
                 .attr("strides", value::int_list(strides.to_vec()))
@@ -320,6 +413,36 @@ mod tests {
             .avg_pool(&y, &[1, 2, 2, 1], &[1, 2, 2, 1], "SAME")
             .unwrap();
         assert_eq!(p.shape.to_string(), "[?,3,3,5]");
+    }
+
+    #[test]
+    fn depthwise_outputs_in_depth_times_multiplier_channels() {
+        let mut g = Graph::new();
+        let x = input(&mut g, [None, Some(8), Some(7), Some(3)]);
+        let f = g
+            .placeholder(
+                "f",
+                DType::Float,
+                PartialShape::new(vec![Some(3), Some(3), Some(3), Some(2)]),
+            )
+            .unwrap();
+        let y = g.depthwise_conv2d(&x, &f, &[1, 2, 2, 1], "SAME").unwrap();
+        assert_eq!(y.shape.to_string(), "[?,4,4,6]");
+        let f4 = g
+            .placeholder(
+                "f4",
+                DType::Float,
+                PartialShape::new(vec![Some(3), Some(3), Some(4), Some(2)]),
+            )
+            .unwrap();
+        let err = g
+            .depthwise_conv2d(&x, &f4, &[1, 1, 1, 1], "VALID")
+            .unwrap_err();
+        assert!(
+            err.message()
+                .contains("input and filter must have the same depth: 3 vs 4"),
+            "{err}"
+        );
     }
 
     #[test]

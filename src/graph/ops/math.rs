@@ -61,10 +61,12 @@ pub(super) fn register(r: &mut Registry) {
         ("Floor", None),
         ("Ceil", None),
         ("Round", None),
+        ("Erf", Some(grad::erf)),
+        ("Log1p", Some(grad::log1p)),
     ] {
         let t = match op {
             "Sqrt" | "Rsqrt" | "Exp" | "Log" | "Sigmoid" | "Tanh" | "Sin" | "Cos" | "Floor"
-            | "Ceil" | "Round" => FLOAT,
+            | "Ceil" | "Round" | "Erf" | "Log1p" => FLOAT,
             _ => REAL,
         };
         let b = OpDef::build(op)
@@ -382,6 +384,14 @@ impl Graph {
     /// `-x`.
     pub fn neg(&mut self, x: &Output) -> Result<Output> {
         self.unary("Neg", x)
+    }
+    /// The Gauss error function of `x` (`tf.math.erf`).
+    pub fn erf(&mut self, x: &Output) -> Result<Output> {
+        self.unary("Erf", x)
+    }
+    /// `log(1 + x)`, exact for small `x` (`tf.math.log1p`).
+    pub fn log1p(&mut self, x: &Output) -> Result<Output> {
+        self.unary("Log1p", x)
     }
     /// Sums tensors of one shape (`AddN`).
     pub fn add_n(&mut self, xs: &[Output]) -> Result<Output> {

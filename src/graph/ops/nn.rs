@@ -73,6 +73,42 @@ pub(super) fn register(r: &mut Registry) {
         .attr(FLOAT)
         .shape(sf::merge_all)
         .register(r);
+    for (op, t, g) in [
+        (
+            "Relu6",
+            REAL,
+            grad::relu6 as crate::graph::gradients::GradFn,
+        ),
+        ("Softplus", FLOAT, grad::softplus),
+        ("Selu", FLOAT, grad::selu),
+    ] {
+        OpDef::build(op)
+            .input("features: T")
+            .output("activations: T")
+            .attr(t)
+            .shape(sf::unchanged)
+            .grad(g)
+            .register(r);
+    }
+    for (op, t, second, g) in [
+        (
+            "Relu6Grad",
+            REAL,
+            "features: T",
+            grad::relu6_grad as crate::graph::gradients::GradFn,
+        ),
+        ("SoftplusGrad", FLOAT, "features: T", grad::softplus_grad),
+        ("SeluGrad", FLOAT, "outputs: T", grad::selu_grad),
+    ] {
+        OpDef::build(op)
+            .input("gradients: T")
+            .input(second)
+            .output("backprops: T")
+            .attr(t)
+            .shape(sf::merge_all)
+            .grad(g)
+            .register(r);
+    }
     OpDef::build("Softmax")
         .input("logits: T")
         .output("softmax: T")
@@ -209,6 +245,18 @@ impl Graph {
     /// `x` where positive, `exp(x) - 1` elsewhere (`tf.nn.elu`).
     pub fn elu(&mut self, x: &Output) -> Result<Output> {
         self.unary("Elu", x)
+    }
+    /// `min(max(x, 0), 6)` (`tf.nn.relu6`).
+    pub fn relu6(&mut self, x: &Output) -> Result<Output> {
+        self.unary("Relu6", x)
+    }
+    /// `log(1 + exp(x))` (`tf.nn.softplus`).
+    pub fn softplus(&mut self, x: &Output) -> Result<Output> {
+        self.unary("Softplus", x)
+    }
+    /// The scaled exponential linear unit (`tf.nn.selu`).
+    pub fn selu(&mut self, x: &Output) -> Result<Output> {
+        self.unary("Selu", x)
     }
     /// Adds a 1-D `bias` along the last dimension of `value`.
     pub fn bias_add(&mut self, value: &Output, bias: &Output) -> Result<Output> {

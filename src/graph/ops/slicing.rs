@@ -83,7 +83,7 @@ pub(super) fn register(r: &mut Registry) {
         .attr("Tindices: {int32, int64}")
         .attr("Taxis: {int32, int64}")
         .shape(gather_shape)
-        .grad(grad::gather)
+        .grad(crate::graph::grads::sparse::gather_v2)
         .register(r);
     OpDef::build("Tile")
         .input("input: T")
@@ -258,16 +258,23 @@ fn strided_slice_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
 
 fn gather_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let (params, indices) = (ctx.input(0), ctx.input(1));
-    if attr::int_or(ctx.node, "batch_dims", 0)? != 0 {
-        return Ok(vec![PartialShape::unknown()]);
-    }
     let (Some(p), Some(i), Some(axis)) = (params.dims(), indices.dims(), ctx.scalar_value(2))
     else {
         return Ok(vec![PartialShape::unknown()]);
     };
     let axis = ctx.axis(axis, p.len())?;
+    let b = attr::int_or(ctx.node, "batch_dims", 0)?;
+    let b = if b < 0 { b + i.len() as i64 } else { b };
+    if b < 0 || b as usize > i.len() || b as usize > axis {
+        return Err(ctx.error(format!(
+            "batch_dims {} must be in [-{rank}, {rank}] (the indices' rank) and at most the \
+             axis {axis}",
+            attr::int_or(ctx.node, "batch_dims", 0)?,
+            rank = i.len()
+        )));
+    }
     let mut out = p[..axis].to_vec();
-    out.extend_from_slice(i);
+    out.extend_from_slice(&i[b as usize..]);
     out.extend_from_slice(&p[axis + 1..]);
     Ok(vec![PartialShape::new(out)])
 }
@@ -309,6 +316,26 @@ impl Graph {
                     .input(params)
                     .input(indices)
                     .input(&c),
+            )
+        })
+    }
+    /// `GatherV2(params, indices, axis)` with `batch_dims` leading dimensions shared by
+    /// `params` and `indices`.
+    pub fn gather_batch(
+        &mut self,
+        params: &Output,
+        indices: &Output,
+        axis: i64,
+        batch_dims: i64,
+    ) -> Result<Output> {
+        super::with_aux_i32(self, "GatherV2", "axis", &[axis], true, |g, name, c| {
+            g.add1(
+                NodeSpec::new("GatherV2")
+                    .name(name)
+                    .input(params)
+                    .input(indices)
+                    .input(&c)
+                    .attr("batch_dims", crate::graph::attr::value::int(batch_dims)),
             )
         })
     }

@@ -1,8 +1,10 @@
 //! CPU kernels, one file per op family; math through ndarray.
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
-//! (`math`, `matmul`, `nn` with `conv` and `pool`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with
-//! `list_tensor`, `control_flow`, `variable`, `ref_variable`, `training`, `io`, `queue`,
+//! (`math`, `matmul`, `nn` with `conv`, `depthwise`, `pool`, `batch_norm`, `lrn` and
+//! `activation`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with `list_tensor`,
+//! `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training` with
+//! `sparse_training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
 //! exposes its own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
 //! broadcasting), `numeric` (element arithmetic traits), `items` (element types that can be
@@ -80,16 +82,20 @@ macro_rules! dispatch_items {
 }
 
 mod accumulator;
+mod activation;
 mod array;
+mod batch_norm;
 pub mod broadcast;
 pub mod collective;
 mod compare;
 mod control_flow;
 mod conv;
+mod depthwise;
 mod io;
 mod items;
 mod list;
 mod list_tensor;
+mod lrn;
 mod math;
 mod matmul;
 pub(crate) mod nn;
@@ -99,7 +105,9 @@ mod queue;
 mod random;
 pub(crate) mod reduce;
 mod ref_variable;
+mod resource_scatter;
 mod rows;
+mod segment;
 mod sendrecv;
 mod slicing;
 mod sparse_training;
@@ -129,7 +137,7 @@ type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else (a TensorList is a
 /// value, so its ops are among them).
-const COMPUTING: [Family; 9] = [
+const COMPUTING: [Family; 10] = [
     math::kernel_for,
     nn::kernel_for,
     reduce::kernel_for,
@@ -139,15 +147,17 @@ const COMPUTING: [Family; 9] = [
     random::kernel_for,
     control_flow::kernel_for,
     list::kernel_for,
+    segment::kernel_for,
 ];
 
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of
 /// an all-reduce, a queue or accumulator, a file (checkpoints, event files); and those that
 /// keep a step's state (TensorArrays, stacks), which only take a short lock but change what
 /// later nodes see.
-const MAY_WAIT: [Family; 11] = [
+const MAY_WAIT: [Family; 12] = [
     variable::kernel_for,
     ref_variable::kernel_for,
+    resource_scatter::kernel_for,
     collective::kernel_for,
     training::kernel_for,
     sendrecv::kernel_for,

@@ -1,15 +1,20 @@
 //! Neural-network ops: activations and their gradients (Relu, LeakyRelu, Elu, Sigmoid, Tanh),
 //! BiasAdd and its
 //! gradient, Softmax / LogSoftmax, the two softmax cross-entropy losses, and L2Loss; the
-//! convolutions (`conv`) and pooling (`pool`) are listed here too.
+//! convolutions (`conv`, `depthwise`), pooling (`pool`), normalizations (`batch_norm`, `lrn`)
+//! and the other activations (`activation`) are listed here too.
 //!
 //! Softmaxes subtract the row maximum before exponentiating so large logits do not overflow.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::activation;
+use super::batch_norm::BatchNorm;
 use super::broadcast::{broadcast_shape, broadcast_to, incompatible};
 use super::conv::Conv2D;
+use super::depthwise::Depthwise;
+use super::lrn::Lrn;
 use super::pool::Pool;
 use num_traits::Zero;
 
@@ -48,6 +53,23 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "MaxPoolGrad" | "MaxPoolGradV2" => Pool::create_max_grad,
         "AvgPool" => Pool::create_avg,
         "AvgPoolGrad" => Pool::create_avg_grad,
+        "Relu6" => |_| stateless(activation::relu6),
+        "Relu6Grad" => |_| stateless(activation::relu6_grad),
+        "Softplus" => |_| stateless(activation::softplus),
+        "SoftplusGrad" => |_| stateless(activation::softplus_grad),
+        "Selu" => |_| stateless(activation::selu),
+        "SeluGrad" => |_| stateless(activation::selu_grad),
+        "Erf" => |_| stateless(activation::erf),
+        "Log1p" => |_| stateless(activation::log1p),
+        "DepthwiseConv2dNative" => Depthwise::create,
+        "DepthwiseConv2dNativeBackpropInput" => Depthwise::create_backprop_input,
+        "DepthwiseConv2dNativeBackpropFilter" => Depthwise::create_backprop_filter,
+        "FusedBatchNorm" | "FusedBatchNormV2" | "FusedBatchNormV3" => BatchNorm::create,
+        "FusedBatchNormGrad" | "FusedBatchNormGradV2" | "FusedBatchNormGradV3" => {
+            BatchNorm::create_grad
+        }
+        "LRN" => Lrn::create,
+        "LRNGrad" => Lrn::create_grad,
         _ => return None,
     };
     Some(factory)

@@ -479,7 +479,7 @@ impl Scatter {
 
 /// `p[rows[i], j] = f(p[rows[i], j], u[i, j])` for rows of `inner` elements; a one-element `u`
 /// updates every element of the rows.
-fn scatter_rows<T: Copy>(
+pub(super) fn scatter_rows<T: Copy>(
     p: &mut [T],
     rows: &[usize],
     inner: usize,

@@ -1,5 +1,6 @@
 //! Ops that move elements around: Transpose, ConcatV2, Pack, Unpack, Split, SplitV, Slice,
-//! StridedSlice (begin / end / ellipsis / new_axis / shrink_axis masks), GatherV2 and Tile.
+//! StridedSlice (begin / end / ellipsis / new_axis / shrink_axis masks), GatherV2 (any axis,
+//! with batch dimensions) and Tile.
 //!
 //! Slice, StridedSlice and Tile reduce to one primitive, [`gather_dims`]: the cartesian product
 //! of per-dimension source indices. Every op works for the numeric dtypes, bool and strings.
@@ -425,35 +426,18 @@ fn tile(ctx: &mut OpContext<'_>) -> Result<()> {
     Ok(())
 }
 
-/// GatherV2(params, indices, axis) with `batch_dims = 0`: output shape is
-/// `params.shape[:axis] + indices.shape + params.shape[axis+1:]`.
-struct Gather;
+/// GatherV2(params, indices, axis) with `batch_dims`: the output has shape
+/// `params.shape[:axis] + indices.shape[batch_dims:] + params.shape[axis+1:]`, the first
+/// `batch_dims` dimensions of `params` and `indices` being shared batch dimensions.
+struct Gather {
+    batch_dims: i64,
+}
 
 impl Gather {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let batch_dims = attr::int_or(node, "batch_dims", 0)?;
-        if batch_dims != 0 {
-            return Err(crate::Status::unimplemented(format!(
-                "node `{}` (op GatherV2): batch_dims={batch_dims} is not supported; only 0 is",
-                node.name
-            )));
-        }
-        Ok(Arc::new(Gather))
-    }
-
-    fn gather<T: Items>(params: &Tensor, idx: &[usize], axis: usize) -> Result<Vec<T>> {
-        let values = T::items(params)?;
-        let n = params.dims()[axis];
-        let outer: usize = params.dims()[..axis].iter().product();
-        let inner: usize = params.dims()[axis + 1..].iter().product();
-        let mut out = Vec::with_capacity(outer * idx.len() * inner);
-        for o in 0..outer {
-            for &i in idx {
-                let start = (o * n + i) * inner;
-                out.extend_from_slice(&values[start..start + inner]);
-            }
-        }
-        Ok(out)
+        Ok(Arc::new(Gather {
+            batch_dims: attr::int_or(node, "batch_dims", 0)?,
+        }))
     }
 }
 
@@ -464,30 +448,101 @@ impl OpKernel for Gather {
         if params.rank() == 0 {
             return Err(ctx.invalid("params must be at least 1 dimensional"));
         }
-        let axis = normalize_axis(ctx, axis, params.rank(), "axis")?;
-        let limit = params.dims()[axis];
-        let raw = int_values(ctx, &indices, "indices")?;
-        let mut idx = Vec::with_capacity(raw.len());
-        for (flat, &i) in raw.iter().enumerate() {
-            if i < 0 || i as usize >= limit {
-                let coords = unravel(flat, indices.dims());
-                return Err(ctx.invalid(format!("indices[{coords}] = {i} is not in [0, {limit})")));
-            }
-            idx.push(i as usize);
+        let rank = params.rank() as i64;
+        if axis < -rank || axis >= rank {
+            return Err(ctx.invalid(format!(
+                "Expected axis in the range [{}, {rank}), but got {axis}",
+                -rank
+            )));
         }
-        let mut dims = params.dims()[..axis].to_vec();
-        dims.extend_from_slice(indices.dims());
-        dims.extend_from_slice(&params.dims()[axis + 1..]);
-        let out = dispatch_items!(ctx, params.dtype(), T => {
-            T::tensor(dims, Self::gather::<T>(&params, &idx, axis)?)?
-        });
+        let axis = if axis < 0 { axis + rank } else { axis } as usize;
+        let index_rank = indices.rank() as i64;
+        let mut batch_dims = self.batch_dims;
+        if batch_dims != 0 {
+            if batch_dims < -index_rank || batch_dims > index_rank {
+                return Err(ctx.invalid(format!(
+                    "Expected batch_dims in the range [{}, {index_rank}], but got {batch_dims}",
+                    -index_rank
+                )));
+            }
+            if batch_dims < 0 {
+                batch_dims += index_rank;
+            }
+            if batch_dims >= rank {
+                return Err(ctx.invalid(format!(
+                    "batch_dims ({batch_dims}) must be less than rank(params) ({rank})."
+                )));
+            }
+            if axis < batch_dims as usize {
+                return Err(ctx.invalid(format!(
+                    "batch_dims ({batch_dims}) must be less than or equal to axis ({axis})."
+                )));
+            }
+        }
+        let out = gather_batched(ctx, &params, &indices, axis, batch_dims as usize)?;
         ctx.set_output(0, out);
         Ok(())
     }
 }
 
+/// Gathers the slices of `params` along `axis` at `indices`, the first `batch_dims`
+/// dimensions of both being batch dimensions (`batch_dims <= axis < params.rank()`, checked by
+/// the caller): `out[b, o, i, j] = params[b, o, indices[b, i], j]`. Fails with TensorFlow's
+/// INVALID_ARGUMENT for mismatched batch dimensions and for an index outside `[0,
+/// params.shape[axis])`. Shared with `ResourceGather`.
+pub(super) fn gather_batched(
+    ctx: &OpContext<'_>,
+    params: &Tensor,
+    indices: &Tensor,
+    axis: usize,
+    batch_dims: usize,
+) -> Result<Tensor> {
+    let (p, ix) = (params.dims(), indices.dims());
+    for d in 0..batch_dims {
+        if p[d] != ix[d] {
+            return Err(ctx.invalid(format!(
+                "params.shape[{d}]: {} should be equal to indices.shape[{d}]: {}",
+                p[d], ix[d]
+            )));
+        }
+    }
+    let limit = p[axis];
+    let raw = int_values(ctx, indices, "indices")?;
+    let mut idx = Vec::with_capacity(raw.len());
+    for (flat, &i) in raw.iter().enumerate() {
+        if i < 0 || i as usize >= limit {
+            let coords = unravel(flat, ix);
+            return Err(ctx.invalid(format!("indices[{coords}] = {i} is not in [0, {limit})")));
+        }
+        idx.push(i as usize);
+    }
+    let mut dims = p[..axis].to_vec();
+    dims.extend_from_slice(&ix[batch_dims..]);
+    dims.extend_from_slice(&p[axis + 1..]);
+    super::checked_elements(ctx, &dims)?;
+    let batch: usize = p[..batch_dims].iter().product();
+    let outer: usize = p[batch_dims..axis].iter().product();
+    let inner: usize = p[axis + 1..].iter().product();
+    let per_batch: usize = ix[batch_dims..].iter().product();
+    dispatch_items!(ctx, params.dtype(), T => {
+        let values = T::items(params)?;
+        let mut out = Vec::with_capacity(batch * outer * per_batch * inner);
+        for b in 0..batch {
+            let picks = &idx[b * per_batch..(b + 1) * per_batch];
+            for o in 0..outer {
+                let base = (b * outer + o) * limit;
+                for &i in picks {
+                    let start = (base + i) * inner;
+                    out.extend_from_slice(&values[start..start + inner]);
+                }
+            }
+        }
+        T::tensor(dims, out)
+    })
+}
+
 /// Formats the coordinates of row-major position `flat` in `dims` as `1,0`.
-fn unravel(mut flat: usize, dims: &[usize]) -> String {
+pub(super) fn unravel(mut flat: usize, dims: &[usize]) -> String {
     let mut coords = vec![0; dims.len()];
     for d in (0..dims.len()).rev() {
         coords[d] = flat % dims[d].max(1);
