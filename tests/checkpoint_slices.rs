@@ -8,8 +8,11 @@
 //! `tests/checkpoint_slices_tf.py fixtures`) read in tessera and are written byte for byte by
 //! tessera; and live (the same script), TensorFlow's `Saver` restores tessera's sliced
 //! checkpoints with another number of partitions and `tf.train.load_checkpoint` reads them,
-//! tessera restores what TensorFlow's `Saver` saves, and each merges the other's shards. Under
-//! CI a missing TensorFlow fails the live tests; elsewhere they skip, saying so.
+//! tessera restores what TensorFlow's `Saver` saves, each merges the other's shards, and a
+//! TensorFlow client's `Saver(sharded=True)` saves a variable partitioned over two tessera ps
+//! tasks (each ps writes its parts' slices, one merges) and restores it in another
+//! partitioning. Under CI a missing TensorFlow fails the live tests; elsewhere they skip,
+//! saying so.
 
 mod support;
 
@@ -803,4 +806,40 @@ fn a_hostile_index_claiming_huge_slices_is_data_loss_without_allocating_them() {
         assert!(err.message().contains("file ends before"), "{err}");
     }
     assert_eq!(reader.verify().unwrap_err().code(), Code::DataLoss);
+}
+
+#[test]
+fn tensorflows_sharded_saver_on_tessera_ps_tasks_saves_and_restores_partitioned_variables() {
+    use support::cluster::Cluster;
+    let Some(python) = tensorflow_python("TensorFlow's sharded saver on tessera ps tasks") else {
+        return;
+    };
+    let cluster = Cluster::start(&[("ps", 2), ("worker", 1)]);
+    let master = format!("grpc://{}", cluster.addr("worker", 0));
+    let ps = format!("{},{}", cluster.addr("ps", 0), cluster.addr("ps", 1));
+    let worker = cluster.addr("worker", 0).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = path(&dir.path().join("model.ckpt-7"));
+    // Each tessera ps runs SaveV2 with the slices of the parts it holds; one merges.
+    let saved = script(
+        &python,
+        &["cluster_save", &prefix, "3", &master, &ps, &worker],
+    );
+    let devices = saved.strings("devices");
+    assert!(devices[0].contains("/job:ps/task:0"), "{devices:?}");
+    assert!(devices[1].contains("/job:ps/task:1"), "{devices:?}");
+    let reader = BundleReader::open(&prefix).unwrap();
+    assert_eq!(reader.num_shards(), 2);
+    assert_eq!(reader.slices("emb").unwrap().len(), 3);
+    assert_reads_the_scripts_values(&reader);
+    // TensorFlow alone restores it in 2 parts; the tessera cluster restores it in 4.
+    assert_tensorflow_restored(&script(&python, &["restore", &prefix, "2"]), 2);
+    let restored = script(
+        &python,
+        &["cluster_restore", &prefix, "4", &master, &ps, &worker],
+    );
+    assert_eq!(restored.json["parts"].as_i64(), Some(4));
+    assert_eq!(floats(&restored, "emb"), emb());
+    assert_eq!(ints(&restored, "ids"), ids());
+    assert_eq!(floats(&restored, "bias"), bias());
 }

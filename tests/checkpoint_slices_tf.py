@@ -11,6 +11,14 @@ Commands (each prints one JSON line last):
                          parts 0 and 2 with bias on one, part 1 and ids on the other) with
                          SaveV2 and shape_and_slices, unmerged; prints their prefixes.
   merge DEST PREFIX...   MergeV2Checkpoints(PREFIX..., DEST).
+  cluster_save PREFIX PARTS MASTER PS WORKER
+                         on a cluster (MASTER the worker's grpc:// target, PS and WORKER
+                         comma-separated addresses): the variables placed by
+                         replica_device_setter over the ps tasks, saved by
+                         Saver(sharded=True): each ps saves the parts it holds, then one merges.
+  cluster_restore PREFIX PARTS MASTER PS WORKER
+                         the same graph restores PREFIX with Saver(sharded=True) on the cluster
+                         and prints the values and the part devices.
   fixtures ROOT          writes tests/data/checkpoints/tf_partitioned/ (save with 3 parts) and
                          tf_partitioned_sharded/ (shards, then merge).
 
@@ -88,6 +96,42 @@ def restore(prefix, parts):
     print(json.dumps(got))
 
 
+def cluster_session(master, ps, worker):
+    spec = tf.train.ClusterSpec({"ps": ps.split(","), "worker": worker.split(",")})
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", "/job:worker/task:0"])
+    config.cluster_def.CopyFrom(spec.as_cluster_def())
+    setter = tf.compat.v1.train.replica_device_setter(
+        cluster=spec, worker_device="/job:worker/task:0"
+    )
+    return spec, config, setter
+
+
+def on_cluster(command, prefix, parts, master, ps, worker):
+    _, config, setter = cluster_session(master, ps, worker)
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device(setter):
+        emb, ids, bias = variables(parts)
+        saver = tf.compat.v1.train.Saver(sharded=True)
+        with tf.compat.v1.Session(master, config=config) as sess:
+            if command == "cluster_save":
+                sess.run(tf.compat.v1.global_variables_initializer())
+                assign_parts(sess, emb, EMB)
+                assign_parts(sess, ids, IDS)
+                sess.run(bias.assign(BIAS))
+                saver.save(sess, prefix, write_meta_graph=False, write_state=False)
+                got = {"prefix": prefix}
+            else:
+                saver.restore(sess, prefix)
+                got = {
+                    "emb": sess.run(emb.as_tensor()).ravel().tolist(),
+                    "ids": [int(x) for x in sess.run(ids.as_tensor()).ravel()],
+                    "bias": sess.run(bias).ravel().tolist(),
+                    "parts": len(list(emb)),
+                }
+            got["devices"] = [p.device for p in emb]
+    print(json.dumps(got))
+
+
 def slice_spec(full, offset, length):
     """TensorFlow's spec of rows offset..offset+length of a [rows, cols] variable."""
     return "%d %d %d,%d:0,%d" % (full[0], full[1], offset, length, full[1])
@@ -141,6 +185,8 @@ def main(argv):
         shards(argv[2])
     elif command == "merge":
         merge(argv[2], argv[3:])
+    elif command in ("cluster_save", "cluster_restore"):
+        on_cluster(command, argv[2], int(argv[3]), argv[4], argv[5], argv[6])
     elif command == "fixtures":
         fixtures(argv[2])
     else:
