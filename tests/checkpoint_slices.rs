@@ -843,3 +843,63 @@ fn tensorflows_sharded_saver_on_tessera_ps_tasks_saves_and_restores_partitioned_
     assert_eq!(ints(&restored, "ids"), ids());
     assert_eq!(floats(&restored, "bias"), bias());
 }
+
+#[test]
+fn a_whole_slice_is_saved_as_a_tensor_and_merges_of_clashing_shards_are_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = |n: usize| Tensor::from_vec(vec![n, 4], vec![1f32; n * 4]).unwrap();
+    // "-:-" and "0,10:0,4" are the whole variable: TensorFlow saves a plain entry.
+    let whole = path(&dir.path().join("whole"));
+    write(
+        &whole,
+        &[
+            SaveSpec::slice("a", ShapeAndSlice::parse("10 4 -:-").unwrap(), t(10)),
+            SaveSpec::slice("b", ShapeAndSlice::parse("10 4 0,10:0,4").unwrap(), t(10)),
+        ],
+    );
+    let reader = BundleReader::open(&whole).unwrap();
+    assert!(reader.slices("a").unwrap().is_empty());
+    assert!(reader.slices("b").unwrap().is_empty());
+    assert_eq!(reader.entries().len(), 2);
+    // Shards that save one element twice, or one tensor whole and as slices, do not merge,
+    // and nothing is renamed or deleted.
+    let shard = |name: &str, specs: &[SaveSpec]| {
+        let p = path(&dir.path().join(name));
+        write(&p, specs);
+        p
+    };
+    let cases = [
+        (
+            [
+                shard("o1", &[SaveSpec::slice("emb", spec(10, 4, &(0..6)), t(6))]),
+                shard("o2", &[SaveSpec::slice("emb", spec(10, 4, &(5..10)), t(5))]),
+            ],
+            "overlaps",
+        ),
+        (
+            [
+                shard("w1", &[SaveSpec::whole("emb", t(10))]),
+                shard("w2", &[SaveSpec::slice("emb", spec(10, 4, &(5..10)), t(5))]),
+            ],
+            "Duplicate tensor keyed by emb",
+        ),
+        (
+            [
+                shard("s1", &[SaveSpec::slice("emb", spec(10, 4, &(0..5)), t(5))]),
+                shard("s2", &[SaveSpec::slice("emb", spec(12, 4, &(5..10)), t(5))]),
+            ],
+            "full shape",
+        ),
+    ];
+    for (i, (parts, says)) in cases.into_iter().enumerate() {
+        let dest = path(&dir.path().join(format!("merged-{i}")));
+        let err = merge_bundles(&parts, &dest, true).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{says}: {err}");
+        assert!(err.message().contains(says), "{says}: {err}");
+        for p in &parts {
+            assert!(index_filename(p).exists(), "{says}");
+            assert!(data_filename(p, 0, 1).exists(), "{says}");
+        }
+        assert!(!index_filename(&dest).exists());
+    }
+}
