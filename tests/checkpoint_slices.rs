@@ -903,3 +903,27 @@ fn a_whole_slice_is_saved_as_a_tensor_and_merges_of_clashing_shards_are_refused_
         assert!(!index_filename(&dest).exists());
     }
 }
+
+#[test]
+fn a_table_in_a_thousand_parts_restores_in_another_thousand() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = path(&dir.path().join("big"));
+    let table: Vec<f32> = (0..2000).map(|i| i as f32).collect();
+    let specs: Vec<SaveSpec> = partition(1000, 1000)
+        .into_iter()
+        .map(|r| {
+            let t = Tensor::from_vec(vec![r.len(), 2], rows(&table, 2, r.clone())).unwrap();
+            SaveSpec::slice("table", spec(1000, 2, &r), t)
+        })
+        .collect();
+    write(&prefix, &specs);
+    let reader = BundleReader::open(&prefix).unwrap();
+    let mut restored = Vec::new();
+    for r in partition(1000, 999) {
+        let t = reader
+            .read_slice("table", &spec(1000, 2, &r).slice)
+            .unwrap();
+        restored.extend_from_slice(&t.values::<f32>().unwrap());
+    }
+    assert_eq!(restored, table);
+}

@@ -29,9 +29,10 @@
 //! `[checkpoints] allowed_dirs` when set; the checkpoint kernels use them), the others reach any
 //! path, for a client's own process.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use prost::Message;
@@ -360,7 +361,15 @@ pub struct BundleReader {
     entries: BTreeMap<String, BundleEntryProto>,
     /// The stored slices, by slice key.
     slice_entries: BTreeMap<Vec<u8>, BundleEntryProto>,
+    /// The slice lists already checked, by tensor name.
+    checked: Mutex<HashMap<String, Arc<StoredSlices>>>,
 }
+
+/// A sliced tensor's stored slices, each with its box in the full tensor.
+type StoredSlices = Vec<(TensorSlice, Vec<std::ops::Range<usize>>)>;
+
+/// How many stored slices an error names.
+const SLICES_NAMED: usize = 8;
 
 impl BundleReader {
     /// Opens the bundle at `prefix`: NOT_FOUND naming `P.index` when it is missing, DATA_LOSS
@@ -449,6 +458,7 @@ impl BundleReader {
             num_shards: header.num_shards,
             entries,
             slice_entries,
+            checked: Mutex::default(),
         })
     }
 
@@ -532,29 +542,21 @@ impl BundleReader {
             let whole = self.read_entry(name, entry)?;
             return cut(&whole, &full, &wanted, dtype, out_shape);
         }
-        // The stored slices that meet the wanted one, each with its entry and box.
-        let mut stored: Vec<(TensorSlice, Vec<std::ops::Range<usize>>)> = Vec::new();
-        let mut covered = 0usize;
-        for s in self.slices(name)? {
-            let lost = |what: String| {
-                Status::data_loss(format!(
-                    "checkpoint index {} is corrupt: tensor `{name}` {what}",
-                    index.display()
-                ))
-            };
-            let ranges = s
-                .ranges(full.dims())
-                .map_err(|e| lost(format!("lists slice {s}: {}", e.message())))?;
-            if let Some((other, _)) = stored.iter().find(|(_, r)| intersect(r, &ranges).is_some()) {
-                return Err(lost(format!("lists overlapping slices {other} and {s}")));
-            }
-            if let Some(common) = intersect(&ranges, &wanted) {
-                covered += common.iter().map(|r| r.len()).product::<usize>();
-            }
-            stored.push((s, ranges));
-        }
+        let stored = self.stored_slices(name, &full)?;
+        let covered: usize = stored
+            .iter()
+            .filter_map(|(_, ranges)| intersect(ranges, &wanted))
+            .map(|common| common.iter().map(|r| r.len()).product::<usize>())
+            .sum();
         if covered != out_shape.num_elements() {
-            let listed: Vec<String> = stored.iter().map(|(s, _)| s.to_string()).collect();
+            let mut listed: Vec<String> = stored
+                .iter()
+                .take(SLICES_NAMED)
+                .map(|(s, _)| s.to_string())
+                .collect();
+            if stored.len() > SLICES_NAMED {
+                listed.push(format!("... ({} in all)", stored.len()));
+            }
             return Err(Status::invalid_argument(format!(
                 "Does not have sufficient slices for partitioned tensor {name} to restore in \
                  slice_spec: {slice} (checkpoint {} holds slices {}); restore a slice the \
@@ -566,7 +568,7 @@ impl BundleReader {
         // Every overlapping part is located (its bytes checked to lie in its file) before the
         // output is allocated.
         let mut parts = Vec::new();
-        for (s, ranges) in &stored {
+        for (s, ranges) in stored.iter() {
             if intersect(ranges, &wanted).is_none() {
                 continue;
             }
@@ -618,6 +620,36 @@ impl BundleReader {
             Some(b) => Tensor::from_bytes(dtype, out_shape, Bytes::from(b)),
             None => Tensor::from_strings(out_shape, strings),
         }
+    }
+
+    /// The slices tensor `name` (of shape `full`) is stored as, with their boxes, checked once
+    /// per reader to fit the shape and not to overlap (a restore reads one slice per part, and
+    /// the check is quadratic in the slices).
+    fn stored_slices(&self, name: &str, full: &Shape) -> Result<Arc<StoredSlices>> {
+        let mut cache = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stored) = cache.get(name) {
+            return Ok(stored.clone());
+        }
+        let index = index_filename(&self.prefix);
+        let lost = |what: String| {
+            Status::data_loss(format!(
+                "checkpoint index {} is corrupt: tensor `{name}` {what}",
+                index.display()
+            ))
+        };
+        let mut stored: StoredSlices = Vec::new();
+        for s in self.slices(name)? {
+            let ranges = s
+                .ranges(full.dims())
+                .map_err(|e| lost(format!("lists slice {s}: {}", e.message())))?;
+            if let Some((other, _)) = stored.iter().find(|(_, r)| intersect(r, &ranges).is_some()) {
+                return Err(lost(format!("lists overlapping slices {other} and {s}")));
+            }
+            stored.push((s, ranges));
+        }
+        let stored = Arc::new(stored);
+        cache.insert(name.to_string(), stored.clone());
+        Ok(stored)
     }
 
     /// Reads every stored tensor and slice, verifying sizes and checksums, without assembling
