@@ -349,8 +349,13 @@ fn restore_v2_refuses_a_dtype_other_than_the_stored_one() {
         err.message().contains("is float32") && err.message().contains("as float64"),
         "{err}"
     );
+    // A slice of a variable of another shape than the stored one.
     let err = s.run(&[], &[&slice.name()], &[]).unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(
+        err.message().contains("does not match the shape stored"),
+        "{err}"
+    );
 }
 
 /// The variables of TensorFlow's golden MLP graph and their `Read` tensors.

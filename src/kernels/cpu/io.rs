@@ -1,6 +1,8 @@
-//! Checkpoint kernels: SaveV2 and RestoreV2 (one bundle each), MergeV2Checkpoints (joins the
-//! shards of a sharded save), and the string helpers TensorFlow's saver graph builds its file
-//! names with: ShardedFilename, StringJoin and StaticRegexFullMatch.
+//! Checkpoint kernels: SaveV2 and RestoreV2 (one bundle each; whole tensors, or slices of
+//! partitioned variables named by `shape_and_slices` specs), MergeV2Checkpoints (joins the
+//! shards of a sharded save, and the slice lists of a variable saved by several), and the
+//! string helpers TensorFlow's saver graph builds its file names with: ShardedFilename,
+//! StringJoin and StaticRegexFullMatch.
 //!
 //! The bundle format itself lives in [`crate::train::checkpoint::bundle`]; these kernels only
 //! check their inputs and call it. Paths are the host's: in a cluster every task writing or
@@ -18,7 +20,8 @@ use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{DType, Tensor};
-use crate::train::checkpoint::bundle;
+use crate::train::checkpoint::bundle::{self, SaveSpec};
+use crate::train::checkpoint::slice::ShapeAndSlice;
 
 /// Returns the factory for a checkpoint or string op.
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
@@ -70,8 +73,13 @@ fn string_values(ctx: &OpContext<'_>, i: usize, what: &str) -> Result<Vec<String
         .collect()
 }
 
-/// Fails unless every shape-and-slice spec is empty (whole tensors).
-fn whole_tensors_only(ctx: &OpContext<'_>, names: &[String], specs: &[String]) -> Result<()> {
+/// Parses one shape-and-slice spec per name: `None` for `""` (a whole tensor), else the full
+/// shape and the slice (`"10 4 0,5:-"`).
+fn slice_specs(
+    ctx: &OpContext<'_>,
+    names: &[String],
+    specs: &[String],
+) -> Result<Vec<Option<ShapeAndSlice>>> {
     if names.len() != specs.len() {
         return Err(ctx.invalid(format!(
             "{} tensor names but {} shape_and_slices; give one spec (\"\" for a whole tensor) \
@@ -80,23 +88,30 @@ fn whole_tensors_only(ctx: &OpContext<'_>, names: &[String], specs: &[String]) -
             specs.len()
         )));
     }
-    if let Some((name, spec)) = names.iter().zip(specs).find(|(_, s)| !s.is_empty()) {
-        return Err(Status::unimplemented(format!(
-            "node `{}` (op {}): tensor `{name}` has slice spec \"{spec}\"; saving and restoring \
-             slices of partitioned variables is not supported yet",
-            ctx.node().name,
-            ctx.node().op
-        )));
-    }
-    Ok(())
+    names
+        .iter()
+        .zip(specs)
+        .map(|(name, spec)| {
+            if spec.is_empty() {
+                return Ok(None);
+            }
+            ShapeAndSlice::parse(spec).map(Some).map_err(|e| {
+                ctx.invalid(format!(
+                    "tensor `{name}`: shape_and_slice \"{spec}\": {}",
+                    e.message()
+                ))
+            })
+        })
+        .collect()
 }
 
-/// `SaveV2(prefix, tensor_names, shape_and_slices, tensors...)`: writes a one-shard bundle.
+/// `SaveV2(prefix, tensor_names, shape_and_slices, tensors...)`: writes a one-shard bundle;
+/// a tensor with a spec is saved as that slice of its variable.
 fn save_v2(ctx: &mut OpContext<'_>) -> Result<()> {
     let prefix = string_scalar(ctx, 0, "prefix")?;
     let names = string_values(ctx, 1, "tensor_names")?;
     let specs = string_values(ctx, 2, "shape_and_slices")?;
-    whole_tensors_only(ctx, &names, &specs)?;
+    let slices = slice_specs(ctx, &names, &specs)?;
     if ctx.num_inputs() != 3 + names.len() {
         return Err(ctx.invalid(format!(
             "{} tensor names but {} tensors",
@@ -104,15 +119,22 @@ fn save_v2(ctx: &mut OpContext<'_>) -> Result<()> {
             ctx.num_inputs() - 3
         )));
     }
-    let tensors: Vec<(String, Tensor)> = names
+    let saved: Vec<SaveSpec> = names
         .into_iter()
+        .zip(slices)
         .zip(ctx.inputs()[3..].iter().cloned())
+        .map(|((name, slice), tensor)| SaveSpec {
+            name,
+            slice,
+            tensor,
+        })
         .collect();
-    bundle::write_bundle_with(ctx.files(), &prefix, &tensors)
+    bundle::write_specs_with(ctx.files(), &prefix, &saved)
         .map_err(|e| e.context(format!("node `{}` (op SaveV2)", ctx.node().name)))
 }
 
-/// `RestoreV2(prefix, tensor_names, shape_and_slices) -> tensors`: reads whole tensors.
+/// `RestoreV2(prefix, tensor_names, shape_and_slices) -> tensors`: reads whole tensors, or
+/// with a spec the slice it names, assembled from the slices the checkpoint stores.
 struct Restore {
     dtypes: Vec<DType>,
 }
@@ -130,7 +152,7 @@ impl OpKernel for Restore {
         let prefix = string_scalar(ctx, 0, "prefix")?;
         let names = string_values(ctx, 1, "tensor_names")?;
         let specs = string_values(ctx, 2, "shape_and_slices")?;
-        whole_tensors_only(ctx, &names, &specs)?;
+        let slices = slice_specs(ctx, &names, &specs)?;
         if names.len() != self.dtypes.len() {
             return Err(ctx.invalid(format!(
                 "{} tensor names but {} dtypes",
@@ -139,20 +161,30 @@ impl OpKernel for Restore {
             )));
         }
         let node = ctx.node().name.clone();
-        let reader = bundle::BundleReader::open_with(ctx.files(), &prefix)
-            .map_err(|e| e.context(format!("node `{node}` (op RestoreV2)")))?;
-        for (i, (name, &want)) in names.iter().zip(&self.dtypes).enumerate() {
-            let tensor = reader
-                .read(name)
-                .map_err(|e| e.context(format!("node `{node}` (op RestoreV2)")))?;
-            if tensor.dtype() != want {
+        let in_node = |e: Status| e.context(format!("node `{node}` (op RestoreV2)"));
+        let reader = bundle::BundleReader::open_with(ctx.files(), &prefix).map_err(in_node)?;
+        for (i, ((name, slice), &want)) in names.iter().zip(&slices).zip(&self.dtypes).enumerate() {
+            let (dtype, shape) = reader.dtype_and_shape(name).map_err(in_node)?;
+            if dtype != want {
                 return Err(ctx.invalid(format!(
-                    "tensor `{name}` in checkpoint {prefix} is {}, but the node restores it as \
-                     {want}",
-                    tensor.dtype()
+                    "tensor `{name}` in checkpoint {prefix} is {dtype}, but the node restores it \
+                     as {want}"
                 )));
             }
-            ctx.set_output(i, tensor);
+            let tensor = match slice {
+                None => reader.read(name),
+                Some(spec) => {
+                    if spec.full_shape != shape {
+                        return Err(ctx.invalid(format!(
+                            "tensor `{name}`: shape {} in shape_and_slice spec \"{spec}\" does \
+                             not match the shape stored in checkpoint {prefix}: {shape}",
+                            spec.full_shape
+                        )));
+                    }
+                    reader.read_slice(name, &spec.slice)
+                }
+            };
+            ctx.set_output(i, tensor.map_err(in_node)?);
         }
         Ok(())
     }

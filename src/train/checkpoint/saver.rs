@@ -14,6 +14,10 @@
 //! save/restore_all (NoOp after every shard)                   (run it to restore)
 //! ```
 //!
+//! The parts of a partitioned variable ([`SavedVariable::parts`]) are saved and restored each
+//! on its own task with its `shape_and_slices` spec (`"10 4 0,4:0,4"`), under the full
+//! variable's name, as TensorFlow's saver does for a `PartitionedVariable`.
+//!
 //! So each ps writes its own variables on its own device and the last one merges the index,
 //! as in TensorFlow (reference §9.3); the state file is written by the caller's process (the
 //! chief). Names of the nodes follow TensorFlow's (first group unsuffixed, then `_1`, ...).
@@ -29,6 +33,7 @@ use crate::client::Session;
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::builder::{Graph, NodeSpec, Output, Variable};
+use crate::graph::{PartitionedVariable, SaveSlice};
 use crate::proto::CheckpointState;
 use crate::tensor::{DType, PartialShape, Tensor};
 
@@ -110,30 +115,83 @@ fn string_vector<'a>(values: impl Iterator<Item = &'a str>) -> Result<Tensor> {
     Tensor::from_strings(vec![values.len()], values)
 }
 
+/// One variable a saver saves: a whole variable, or one part of a partitioned variable with
+/// the slice of the full variable it holds (TensorFlow's `SaveSliceInfo`).
+#[derive(Clone, Debug)]
+pub struct SavedVariable {
+    /// The checkpoint name (the full variable's, for a part).
+    pub name: String,
+    /// The variable (the part) read when saving and assigned when restoring.
+    pub variable: Variable,
+    /// Where the part sits in the full variable; `None` for a whole variable.
+    pub slice: Option<SaveSlice>,
+}
+
+impl SavedVariable {
+    /// A whole variable saved as `name`.
+    pub fn whole(name: impl Into<String>, variable: Variable) -> Self {
+        Self {
+            name: name.into(),
+            variable,
+            slice: None,
+        }
+    }
+
+    /// Every part of `var`, each saved as its slice of the full variable under the full
+    /// variable's name, so that a restore may use another partitioning.
+    pub fn parts(var: &PartitionedVariable) -> Vec<Self> {
+        var.parts
+            .iter()
+            .zip(&var.slices)
+            .map(|(part, slice)| Self {
+                name: slice.full_name.clone(),
+                variable: part.clone(),
+                slice: Some(slice.clone()),
+            })
+            .collect()
+    }
+
+    /// The `shape_and_slices` spec: `""` for a whole variable.
+    fn spec(&self) -> String {
+        self.slice.as_ref().map(SaveSlice::spec).unwrap_or_default()
+    }
+}
+
 /// Adds TensorFlow's sharded saver ops for `variables` (checkpoint name → variable) to `g`.
 /// Variables are grouped by the device of their handle; each group is saved and restored on
 /// its task's CPU. The names must be unique (they are map keys) and non-empty.
 pub fn build_saver_ops(g: &mut Graph, variables: &BTreeMap<String, Variable>) -> Result<SaverDef> {
+    let saved: Vec<SavedVariable> = variables
+        .iter()
+        .map(|(name, var)| SavedVariable::whole(name.clone(), var.clone()))
+        .collect();
+    build_saver_ops_for(g, &saved)
+}
+
+/// [`build_saver_ops`] for whole variables and parts of partitioned ones
+/// ([`SavedVariable::parts`]): each part is saved by `SaveV2` on its own task with its slice
+/// spec, as TensorFlow's sharded saver does, so the merged checkpoint lists every slice under
+/// the full variable's name; restoring reads each part's slice, whatever partitioning the
+/// checkpoint was saved with. Within a device group the variables keep the order given.
+pub fn build_saver_ops_for(g: &mut Graph, variables: &[SavedVariable]) -> Result<SaverDef> {
     if variables.is_empty() {
         return Err(Status::invalid_argument(
             "a saver needs at least one variable to save",
         ));
     }
-    let mut groups: BTreeMap<String, Vec<(&String, &Variable)>> = BTreeMap::new();
-    for (name, var) in variables {
+    let mut groups: BTreeMap<String, Vec<&SavedVariable>> = BTreeMap::new();
+    for saved in variables {
+        let var = &saved.variable;
         let device = g
             .node(&var.handle.node)
             .map(|n| n.device.clone())
             .ok_or_else(|| {
                 Status::not_found(format!(
-                    "variable `{name}`: no node `{}` in the graph",
-                    var.handle.node
+                    "variable `{}`: no node `{}` in the graph",
+                    saved.name, var.handle.node
                 ))
             })?;
-        groups
-            .entry(task_cpu(&device))
-            .or_default()
-            .push((name, var));
+        groups.entry(task_cpu(&device)).or_default().push(saved);
     }
     let num_shards = groups.len();
     g.with_name_scope("save", |g| -> Result<SaverDef> {
@@ -163,19 +221,10 @@ pub fn build_saver_ops(g: &mut Graph, variables: &BTreeMap<String, Variable>) ->
                         .input(&index)
                         .input(&shards),
                 )?;
-                let names: Vec<&str> = vars.iter().map(|(n, _)| n.as_str()).collect();
-                let names_t = Tensor::from_strings(
-                    vec![names.len()],
-                    names
-                        .iter()
-                        .map(|n| bytes::Bytes::from(n.to_string()))
-                        .collect(),
-                )?;
-                let specs_t = Tensor::from_strings(
-                    vec![names.len()],
-                    vec![bytes::Bytes::new(); names.len()],
-                )?;
-                let values: Vec<Output> = vars.iter().map(|(_, v)| v.value.clone()).collect();
+                let names_t = string_vector(vars.iter().map(|v| v.name.as_str()))?;
+                let specs: Vec<String> = vars.iter().map(|v| v.spec()).collect();
+                let specs_t = string_vector(specs.iter().map(String::as_str))?;
+                let values: Vec<Output> = vars.iter().map(|v| v.variable.value.clone()).collect();
                 let dtypes: Vec<DType> = values.iter().map(|v| v.dtype).collect();
                 let names_c = g.constant_proto("SaveV2/tensor_names", names_t.to_proto())?;
                 let specs_c = g.constant_proto("SaveV2/shape_and_slices", specs_t.to_proto())?;
@@ -220,9 +269,10 @@ pub fn build_saver_ops(g: &mut Graph, variables: &BTreeMap<String, Variable>) ->
         // Restore ops after the save ops, so that `save/Identity` keeps TensorFlow's name.
         for (device, vars) in &groups {
             g.with_device(device, |g| -> Result<()> {
-                let names = string_vector(vars.iter().map(|(n, _)| n.as_str()))?;
-                let specs = string_vector(vars.iter().map(|_| ""))?;
-                let dtypes: Vec<DType> = vars.iter().map(|(_, v)| v.value.dtype).collect();
+                let names = string_vector(vars.iter().map(|v| v.name.as_str()))?;
+                let specs: Vec<String> = vars.iter().map(|v| v.spec()).collect();
+                let specs = string_vector(specs.iter().map(String::as_str))?;
+                let dtypes: Vec<DType> = vars.iter().map(|v| v.variable.value.dtype).collect();
                 let names_r = g.constant_proto("RestoreV2/tensor_names", names.to_proto())?;
                 let specs_r = g.constant_proto("RestoreV2/shape_and_slices", specs.to_proto())?;
                 let restored = g.add_node(
@@ -233,7 +283,8 @@ pub fn build_saver_ops(g: &mut Graph, variables: &BTreeMap<String, Variable>) ->
                         .attr("dtypes", value::dtype_list(&dtypes)),
                 )?;
                 let mut assigns = Vec::new();
-                for ((_, var), value) in vars.iter().zip(&restored) {
+                for (saved, value) in vars.iter().zip(&restored) {
+                    let var = &saved.variable;
                     let value = g.add1(NodeSpec::new("Identity").input(value))?;
                     assigns.push(
                         g.add_op(
@@ -351,10 +402,7 @@ impl Saver {
         // Every tensor is read and its checksum checked before any variable is assigned, so a
         // corrupt or missing shard fails the restore before it has changed anything (the
         // restore ops of the shards run in parallel and could otherwise half-restore).
-        let reader = BundleReader::open(&prefix)?;
-        for name in reader.entries().keys() {
-            reader.read(name)?;
-        }
+        BundleReader::open(&prefix)?.verify()?;
         session
             .run_step(
                 &[(&self.def.filename_tensor, Tensor::string(prefix.clone()))],
