@@ -128,7 +128,8 @@ def conv_cases():
                             rng.uniform(0.2, 2.0, 4).astype(np.float32)]
                     eps = 0.001
                 attrs = {"T": tf.float32, "TArgs": [tf.float32] * len(args),
-                         "num_args": len(args), "num_host_args": 0, "fused_ops": fused, "epsilon": eps,
+                         "num_args": len(args), "num_host_args": 0, "fused_ops": fused,
+                         "epsilon": eps,
                          "strides": strides, "padding": padding}
                 if act == "LeakyRelu":
                     attrs["leakyrelu_alpha"] = 0.1

@@ -89,9 +89,12 @@ def build(batch_norm, device):
         h = tf.nn.relu(h)
         h = tf.nn.max_pool2d(h, 2, 2, "VALID")
         h = tf.reshape(h, [BATCH, 128])
-        h = tf.nn.relu(tf.matmul(h, weight("dense", [128, 32], 0.1)) + weight("dense_bias", [32], 0.1))
-        logits = tf.nn.bias_add(tf.matmul(h, weight("out", [32, 10], 0.2)), weight("out_bias", [10], 0.1))
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        dense, dense_bias = weight("dense", [128, 32], 0.1), weight("dense_bias", [32], 0.1)
+        h = tf.nn.relu(tf.matmul(h, dense) + dense_bias)
+        out, out_bias = weight("out", [32, 10], 0.2), weight("out_bias", [10], 0.1)
+        logits = tf.nn.bias_add(tf.matmul(h, out), out_bias)
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        loss = tf.reduce_mean(xent)
         with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
             train = v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
         init = v1.global_variables_initializer()
@@ -119,10 +122,12 @@ def train(args):
             last = i == len(batches) - 1
             options = v1.RunOptions(output_partition_graphs=True) if last else None
             metadata = v1.RunMetadata()
-            value, _ = sess.run([loss, step], {x: bx, y: by}, options=options, run_metadata=metadata)
+            value, _ = sess.run([loss, step], {x: bx, y: by}, options=options,
+                                run_metadata=metadata)
             losses.append(float(value))
             for graph in metadata.partition_graphs:
-                fused.update(describe(n) for n in graph.node if n.op.startswith("_") and "Fused" in n.op)
+                fused.update(describe(n) for n in graph.node
+                             if n.op.startswith("_") and "Fused" in n.op)
     print(json.dumps({"losses": losses, "fused": sorted(fused)}), flush=True)
 
 
