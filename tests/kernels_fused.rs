@@ -9,7 +9,8 @@
 //! - against the unfused kernels run one after the other (no TensorFlow needed): a fused kernel
 //!   is a chain of them, so the values must be the same to the bit;
 //! - `fused_ops` lists and activations tessera does not run fail with UNIMPLEMENTED naming the
-//!   list, and a `num_args` that does not fit it with INVALID_ARGUMENT.
+//!   list, and a `num_args` that does not fit it with INVALID_ARGUMENT, at kernel creation, so
+//!   a worker refuses them at RegisterGraph.
 
 mod kernels_support;
 mod support;
@@ -19,11 +20,13 @@ use std::process::Command;
 use kernels_support::*;
 use serde_json::Value;
 use support::tensorflow::{python_with, Client};
+use tessera::cluster::TaskId;
 use tessera::error::Code;
 use tessera::graph::registry;
-use tessera::proto::{AttrValue, NodeDef};
+use tessera::proto::{AttrValue, DeviceAttributes, GraphDef, NodeDef, RegisterGraphRequest};
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};
+use tessera::worker::{WorkerOptions, WorkerState};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kernels_fused_tf.py");
 
@@ -495,4 +498,68 @@ fn a_stage_error_names_the_fused_node() {
     ];
     let message = expect_err(b, inputs, Code::InvalidArgument, "_FusedMatMul `fused`");
     assert!(message.contains("[BiasAdd, Relu]"), "{message}");
+}
+
+/// A RegisterGraph carrying an unsupported combination is refused then, with UNIMPLEMENTED
+/// naming the node and its list (the master learns it before any step), while a supported
+/// one registers.
+#[test]
+fn register_graph_refuses_an_unsupported_combination() {
+    const CPU0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
+    let worker = WorkerState::with_options(
+        TaskId::new("worker", 0),
+        vec![DeviceAttributes {
+            name: CPU0.into(),
+            device_type: "CPU".into(),
+            incarnation: 7,
+            ..Default::default()
+        }],
+        None,
+        WorkerOptions::default(),
+    );
+    let constant = |name: &str, t: Tensor| {
+        let mut b = node("Const").name(name);
+        b = b.attr("dtype", value::dtype(DType::Float));
+        b = b.attr("value", value::tensor(t.to_proto()));
+        let mut n = b.build();
+        n.device = CPU0.into();
+        n
+    };
+    let register = |fused_ops: &[&str], num_args: i64| {
+        let mut fused = with_attrs(
+            "_FusedMatMul",
+            &[
+                ("num_args", value::int(num_args)),
+                ("fused_ops", value::string_list(fused_ops.iter().copied())),
+            ],
+        )
+        .name("dense/Relu")
+        .build();
+        fused.device = CPU0.into();
+        fused.input = ["a", "b", "bias", "side"][..2 + num_args as usize]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let nodes = vec![
+            constant("a", seeded(&[2, 3], 0.1)),
+            constant("b", seeded(&[3, 4], 0.2)),
+            constant("bias", seeded(&[4], 0.3)),
+            constant("side", seeded(&[2, 4], 0.4)),
+            fused,
+        ];
+        worker.register_graph(&RegisterGraphRequest {
+            graph_def: Some(GraphDef {
+                node: nodes,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    };
+    register(&["BiasAdd", "Relu"], 1).expect("a supported combination registers");
+    let err = register(&["BiasAdd", "Add", "Relu"], 2).expect_err("refused");
+    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    assert!(
+        err.message().contains("`dense/Relu`") && err.message().contains("[BiasAdd, Add, Relu]"),
+        "{err}"
+    );
 }
