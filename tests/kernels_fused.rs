@@ -498,6 +498,18 @@ fn a_stage_error_names_the_fused_node() {
     ];
     let message = expect_err(b, inputs, Code::InvalidArgument, "_FusedMatMul `fused`");
     assert!(message.contains("[BiasAdd, Relu]"), "{message}");
+    // Strides the convolution's own kernel refuses, when the chain is built.
+    let b = with_attrs(
+        "_FusedConv2D",
+        &[
+            ("strides", value::int_list(vec![1, 1, 1])),
+            ("padding", value::string("SAME")),
+            ("num_args", value::int(1)),
+            ("fused_ops", value::string_list(["BiasAdd"])),
+        ],
+    );
+    let message = expect_err(b, vec![], Code::InvalidArgument, "_FusedConv2D `fused`");
+    assert!(message.contains("strides"), "{message}");
 }
 
 /// A RegisterGraph carrying an unsupported combination is refused then, with UNIMPLEMENTED

@@ -106,13 +106,16 @@ struct Chain {
 /// Builds a chain's stages from a fused node.
 struct Builder<'a> {
     fused: &'a NodeDef,
+    /// The fused node as errors name it.
+    what: String,
     stages: Vec<Stage>,
 }
 
 impl<'a> Builder<'a> {
-    fn new(fused: &'a NodeDef) -> Self {
+    fn new(fused: &'a NodeDef, what: String) -> Self {
         Builder {
             fused,
+            what,
             stages: Vec::new(),
         }
     }
@@ -142,7 +145,7 @@ impl<'a> Builder<'a> {
         }
         let factory = super::kernel_for(op)
             .ok_or_else(|| Status::internal(format!("no CPU kernel for op {op}")))?;
-        let kernel = factory(&node)?;
+        let kernel = factory(&node).map_err(|e| e.context(&self.what))?;
         self.stages.push(Stage { node, kernel, args });
         Ok(Arg::Stage(self.stages.len() - 1, 0))
     }
@@ -189,9 +192,9 @@ impl<'a> Builder<'a> {
         self.push("AddV2", &[], &[], vec![a, b])
     }
 
-    fn finish(self, what: String, outputs: Vec<Arg>) -> Chain {
+    fn finish(self, outputs: Vec<Arg>) -> Chain {
         Chain {
-            what,
+            what: self.what,
             stages: self.stages,
             outputs,
         }
@@ -252,7 +255,7 @@ impl Chain {
                 if want == 1 { "" } else { "s" }
             )));
         }
-        let mut b = Builder::new(node);
+        let mut b = Builder::new(node, what);
         let product = b.push(
             contraction.op(),
             contraction.attrs(),
@@ -288,7 +291,7 @@ impl Chain {
         if let [activation] = rest {
             y = b.activation(activation, y)?;
         }
-        Ok(b.finish(what, vec![y]))
+        Ok(b.finish(vec![y]))
     }
 
     /// `_FusedBatchNormEx`: `FusedBatchNormV3` with the node's attrs, plus the side input when
@@ -310,7 +313,7 @@ impl Chain {
                  Identity or Relu with 0 or 1 side inputs"
             )));
         }
-        let mut b = Builder::new(node);
+        let mut b = Builder::new(node, what);
         let bn = b.push(
             "FusedBatchNormV3",
             &[
@@ -335,7 +338,7 @@ impl Chain {
         }
         let mut outputs = vec![y];
         outputs.extend((1..6).map(|o| Arg::Stage(bn_stage, o)));
-        Ok(b.finish(what, outputs))
+        Ok(b.finish(outputs))
     }
 
     /// The value `arg` names, from the node's inputs or an earlier stage's outputs.
