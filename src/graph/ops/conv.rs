@@ -186,7 +186,7 @@ fn windowed(
     )])
 }
 
-fn conv2d_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+pub(super) fn conv2d_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let attrs = ConvAttrs::of(ctx.node)?;
     let input = nhwc_dims(ctx, 0, "input", attrs.format)?;
     let filter = match ctx.input(1).dims() {

@@ -236,7 +236,7 @@ pub(super) fn register(r: &mut Registry) {
         .register(r);
 }
 
-fn matmul_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+pub(super) fn matmul_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let a = ctx.with_rank(0, 2)?;
     let b = ctx.with_rank(1, 2)?;
     let ta = attr::bool_or(ctx.node, "transpose_a", false)?;

@@ -9,6 +9,7 @@ mod conv;
 pub use control_flow::{is_loop_back_edge, ControlFlowOp};
 mod data_flow;
 mod functional;
+mod fused;
 mod io;
 mod list;
 mod math;
@@ -45,6 +46,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     io::register(r);
     data_flow::register(r);
     functional::register(r);
+    fused::register(r);
     tensor_array::register(r);
     list::register(r);
     training::register(r);

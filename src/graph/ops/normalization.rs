@@ -161,7 +161,7 @@ fn channels(ctx: &ShapeCtx<'_>, vectors: &[usize]) -> Result<(PartialShape, Opti
     Ok((x, c))
 }
 
-fn batch_norm_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+pub(super) fn batch_norm_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let training = attr::bool_or(ctx.node, "is_training", true)?;
     let factor = attr::float_or(ctx.node, "exponential_avg_factor", 1.0)?;
     // The statistics inputs only count where they are read.

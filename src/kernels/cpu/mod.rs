@@ -2,7 +2,8 @@
 //!
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
 //! (`math`, `matmul`, `nn` with `conv`, `depthwise`, `pool`, `batch_norm`, `lrn` and
-//! `activation`, `reduce`, `compare`, `array`, `slicing`, `random`, `list` with `list_tensor`,
+//! `activation`, `fused` (TensorFlow's fused ops as chains of those kernels), `reduce`,
+//! `compare`, `array`, `slicing`, `random`, `list` with `list_tensor`,
 //! `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training` with
 //! `sparse_training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
@@ -91,6 +92,7 @@ mod compare;
 mod control_flow;
 mod conv;
 mod depthwise;
+mod fused;
 mod io;
 mod items;
 mod list;
@@ -137,9 +139,10 @@ type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else (a TensorList is a
 /// value, so its ops are among them).
-const COMPUTING: [Family; 10] = [
+const COMPUTING: [Family; 11] = [
     math::kernel_for,
     nn::kernel_for,
+    fused::kernel_for,
     reduce::kernel_for,
     compare::kernel_for,
     array::kernel_for,

@@ -1,0 +1,577 @@
+//! The fused ops a TensorFlow 2.21 master sends a worker for dense and convolutional models
+//! (grappler's remapper writes them): `_FusedMatMul` and `_FusedConv2D` with their `fused_ops`
+//! lists, and `_FusedBatchNormEx`:
+//!
+//! - against stock TensorFlow's own fused kernels on seeded inputs (`tests/kernels_fused_tf.py`
+//!   computes them live: skipped without TensorFlow, a failure under CI), each node declared
+//!   with only the attrs TensorFlow set and its defaults filled in by tessera's registry, as a
+//!   RegisterGraph's node is;
+//! - against the unfused kernels run one after the other (no TensorFlow needed): a fused kernel
+//!   is a chain of them, so the values must be the same to the bit;
+//! - `fused_ops` lists and activations tessera does not run fail with UNIMPLEMENTED naming the
+//!   list, and a `num_args` that does not fit it with INVALID_ARGUMENT, at kernel creation, so
+//!   a worker refuses them at RegisterGraph.
+
+mod kernels_support;
+mod support;
+
+use std::process::Command;
+
+use kernels_support::*;
+use serde_json::Value;
+use support::tensorflow::{python_with, Client};
+use tessera::cluster::TaskId;
+use tessera::error::Code;
+use tessera::graph::registry;
+use tessera::proto::{AttrValue, DeviceAttributes, GraphDef, NodeDef, RegisterGraphRequest};
+use tessera::runtime::resource::ResourceMgr;
+use tessera::tensor::{DType, Tensor};
+use tessera::worker::{WorkerOptions, WorkerState};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kernels_fused_tf.py");
+
+/// The activations a fused contraction may end with.
+const ACTIVATIONS: [&str; 8] = [
+    "Relu",
+    "Relu6",
+    "Elu",
+    "LeakyRelu",
+    "Tanh",
+    "Sigmoid",
+    "GeluApproximate",
+    "GeluExact",
+];
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn dims(v: &Value) -> Vec<usize> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect()
+}
+
+fn dtype_named(name: &str) -> DType {
+    match name {
+        "float32" => DType::Float,
+        "float64" => DType::Double,
+        other => panic!("dtype {other}"),
+    }
+}
+
+/// The attr the script wrote as `{"kind": value}`.
+fn attr_of(v: &Value) -> AttrValue {
+    let (kind, v) = v.as_object().unwrap().iter().next().unwrap();
+    match kind.as_str() {
+        "type" => value::dtype(dtype_named(v.as_str().unwrap())),
+        "b" => value::bool(v.as_bool().unwrap()),
+        "i" => value::int(v.as_i64().unwrap()),
+        "f" => value::float(v.as_f64().unwrap() as f32),
+        "s" => value::string(v.as_str().unwrap()),
+        "ints" => value::int_list(
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_i64().unwrap())
+                .collect(),
+        ),
+        "strings" => value::string_list(v.as_array().unwrap().iter().map(|s| s.as_str().unwrap())),
+        "types" => value::dtype_list(
+            &v.as_array()
+                .unwrap()
+                .iter()
+                .map(|t| dtype_named(t.as_str().unwrap()))
+                .collect::<Vec<_>>(),
+        ),
+        other => panic!("attr kind {other}"),
+    }
+}
+
+/// Declares `node` as a RegisterGraph would: its op must be registered, and the attrs it leaves
+/// out take their defaults.
+fn declared(mut node: NodeDef) -> NodeDef {
+    registry::lookup(&node)
+        .unwrap()
+        .fill_and_check_attrs(&mut node)
+        .unwrap_or_else(|e| panic!("{}: {e}", node.op));
+    node
+}
+
+fn check_case(case: &Value) {
+    let what = case["what"].as_str().unwrap();
+    let mut node = node(case["op"].as_str().unwrap()).name("fused");
+    for (k, v) in case["attrs"].as_object().unwrap() {
+        node = node.attr(k, attr_of(v));
+    }
+    let node = declared(node.build());
+    let inputs: Vec<Tensor> = case["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let values: Vec<f32> = floats(&t["values"]).iter().map(|&v| v as f32).collect();
+            f32s(&dims(&t["shape"]), &values)
+        })
+        .collect();
+    let outs =
+        run_with(&node, inputs, &ResourceMgr::new()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let want = case["outputs"].as_array().unwrap();
+    assert_eq!(outs.len(), want.len(), "{what}: outputs");
+    // y, and for batch normalization the batch statistics (the reserve spaces are each
+    // runtime's own layout, read only by its gradient kernel).
+    for (i, (got, want)) in outs.iter().zip(want).enumerate().take(3) {
+        let expected = floats(&want["values"]);
+        assert_eq!(got.dims(), dims(&want["shape"]), "{what}: output {i} shape");
+        let values = got.values::<f32>().unwrap();
+        for (j, (&g, &e)) in values.iter().zip(&expected).enumerate() {
+            assert!(
+                (f64::from(g) - e).abs() <= 2e-5 * (1.0 + e.abs()),
+                "{what}: output {i} element {j}: tessera {g}, TensorFlow {e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fused_kernels_match_tensorflow() {
+    let test = "fused_kernels_match_tensorflow";
+    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+        return;
+    };
+    let mut command = Command::new(python);
+    command.arg(SCRIPT);
+    let json = Client::spawn(command).finish_quietly().json;
+    let group = |k: &str| json[k].as_array().unwrap().clone();
+    let (matmul, conv, batch_norm) = (group("matmul"), group("conv"), group("batch_norm"));
+    assert!(matmul.len() >= 11 && conv.len() >= 20 && batch_norm.len() >= 2);
+    for case in matmul.iter().chain(&conv).chain(&batch_norm) {
+        check_case(case);
+    }
+    eprintln!(
+        "{} _FusedMatMul, {} _FusedConv2D and {} _FusedBatchNormEx cases match TensorFlow",
+        matmul.len(),
+        conv.len(),
+        batch_norm.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against the unfused kernels
+
+/// Values with both signs: v[i] = sin(0.37 i + seed) (1 + i mod 3) / 2.
+fn seeded(dims: &[usize], seed: f32) -> Tensor {
+    let n: usize = dims.iter().product();
+    let values: Vec<f32> = (0..n)
+        .map(|i| (0.37 * i as f32 + seed).sin() * (1.0 + (i % 3) as f32) / 2.0)
+        .collect();
+    f32s(dims, &values)
+}
+
+fn positive(dims: &[usize], seed: f32) -> Tensor {
+    let t = seeded(dims, seed);
+    let values: Vec<f32> = t
+        .values::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.abs() + 0.3)
+        .collect();
+    f32s(dims, &values)
+}
+
+fn scalar(v: f64) -> Tensor {
+    Tensor::scalar(v as f32)
+}
+
+/// Runs one unfused float32 op on `inputs` with `attrs`; returns its outputs.
+fn unfused(op: &str, attrs: &[(&str, AttrValue)], inputs: Vec<Tensor>) -> Vec<Tensor> {
+    let mut b = node(op).t(DType::Float);
+    for (k, v) in attrs {
+        b = b.attr(k, v.clone());
+    }
+    b.run(inputs).unwrap_or_else(|e| panic!("{op}: {e}"))
+}
+
+fn unfused1(op: &str, attrs: &[(&str, AttrValue)], inputs: Vec<Tensor>) -> Tensor {
+    unfused(op, attrs, inputs).remove(0)
+}
+
+/// The activation as its unfused ops (GELU as TensorFlow's `gelu` writes it).
+fn activate(activation: &str, x: Tensor, alpha: f32) -> Tensor {
+    let mul = |a: Tensor, b: Tensor| unfused1("Mul", &[], vec![a, b]);
+    let add = |a: Tensor, b: Tensor| unfused1("AddV2", &[], vec![a, b]);
+    match activation {
+        "LeakyRelu" => unfused1("LeakyRelu", &[("alpha", value::float(alpha))], vec![x]),
+        "GeluExact" => {
+            let erf = unfused1(
+                "Erf",
+                &[],
+                vec![mul(x.clone(), scalar(std::f64::consts::FRAC_1_SQRT_2))],
+            );
+            mul(mul(x, scalar(0.5)), add(erf, scalar(1.0)))
+        }
+        "GeluApproximate" => {
+            let cube = mul(mul(x.clone(), x.clone()), x.clone());
+            let inner = add(x.clone(), mul(cube, scalar(0.044715)));
+            let c = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2;
+            let tanh = unfused1("Tanh", &[], vec![mul(inner, scalar(c))]);
+            mul(mul(x, scalar(0.5)), add(tanh, scalar(1.0)))
+        }
+        op => unfused1(op, &[], vec![x]),
+    }
+}
+
+fn fused(op: &str, attrs: &[(&str, AttrValue)], inputs: Vec<Tensor>) -> Vec<Tensor> {
+    let mut b = node(op).name("fused").t(DType::Float);
+    for (k, v) in attrs {
+        b = b.attr(k, v.clone());
+    }
+    let node = declared(b.build());
+    run_with(&node, inputs, &ResourceMgr::new()).unwrap_or_else(|e| panic!("{op}: {e}"))
+}
+
+fn assert_same(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.dims(), want.dims(), "{what}: shape");
+    let (g, w) = (got.values::<f32>().unwrap(), want.values::<f32>().unwrap());
+    for (i, (g, w)) in g.iter().zip(w.iter()).enumerate() {
+        assert_eq!(
+            g.to_bits(),
+            w.to_bits(),
+            "{what}: element {i}: fused {g}, unfused {w}"
+        );
+    }
+}
+
+fn fused_ops(first: &str, activation: Option<&str>) -> AttrValue {
+    value::string_list([Some(first), activation].into_iter().flatten())
+}
+
+#[test]
+fn fused_matmul_is_its_unfused_chain() {
+    let (a, b, bias) = (
+        seeded(&[6, 5], 0.1),
+        seeded(&[4, 5], 0.7),
+        seeded(&[4], 1.3),
+    );
+    let alpha = 0.15;
+    for activation in [None].into_iter().chain(ACTIVATIONS.map(Some)) {
+        let attrs = [
+            ("num_args", value::int(1)),
+            ("fused_ops", fused_ops("BiasAdd", activation)),
+            ("transpose_b", value::bool(true)),
+            ("leakyrelu_alpha", value::float(alpha)),
+        ];
+        let got = fused(
+            "_FusedMatMul",
+            &attrs,
+            vec![a.clone(), b.clone(), bias.clone()],
+        );
+        let product = unfused1(
+            "MatMul",
+            &[("transpose_b", value::bool(true))],
+            vec![a.clone(), b.clone()],
+        );
+        let mut want = unfused1("BiasAdd", &[], vec![product, bias.clone()]);
+        if let Some(activation) = activation {
+            want = activate(activation, want, alpha);
+        }
+        assert_same(&format!("_FusedMatMul {activation:?}"), &got[0], &want);
+    }
+}
+
+#[test]
+fn fused_conv2d_is_its_unfused_chain() {
+    let (x, f) = (seeded(&[2, 6, 5, 3], 0.2), seeded(&[3, 2, 3, 4], 0.9));
+    let (bias, scale, offset) = (seeded(&[4], 1.1), seeded(&[4], 1.7), seeded(&[4], 2.3));
+    let (mean, variance) = (seeded(&[4], 2.9), positive(&[4], 3.1));
+    let conv_attrs = |format: &str| {
+        let strides = if format == "NHWC" {
+            [1, 2, 1, 1]
+        } else {
+            [1, 1, 2, 1]
+        };
+        vec![
+            ("strides", value::int_list(strides.to_vec())),
+            ("padding", value::string("SAME")),
+            ("data_format", value::string(format)),
+        ]
+    };
+    for format in ["NHWC", "NCHW"] {
+        let x = if format == "NHWC" {
+            x.clone()
+        } else {
+            unfused1("Transpose", &[], vec![x.clone(), i32s(&[4], &[0, 3, 1, 2])])
+        };
+        let product = unfused1("Conv2D", &conv_attrs(format), vec![x.clone(), f.clone()]);
+        for first in ["BiasAdd", "FusedBatchNorm"] {
+            for activation in [None].into_iter().chain(ACTIVATIONS.map(Some)) {
+                let what = format!("_FusedConv2D {format} {first} {activation:?}");
+                let args = if first == "BiasAdd" {
+                    vec![bias.clone()]
+                } else {
+                    vec![
+                        scale.clone(),
+                        offset.clone(),
+                        mean.clone(),
+                        variance.clone(),
+                    ]
+                };
+                let mut attrs = conv_attrs(format);
+                attrs.extend([
+                    ("TArgs", value::dtype_list(&vec![DType::Float; args.len()])),
+                    ("num_args", value::int(args.len() as i64)),
+                    ("fused_ops", fused_ops(first, activation)),
+                    ("epsilon", value::float(0.001)),
+                ]);
+                let mut inputs = vec![x.clone(), f.clone()];
+                inputs.extend(args.iter().cloned());
+                let got = fused("_FusedConv2D", &attrs, inputs);
+                let format_attr = [("data_format", value::string(format))];
+                let mut want = if first == "BiasAdd" {
+                    unfused1("BiasAdd", &format_attr, vec![product.clone(), bias.clone()])
+                } else {
+                    let bn_attrs = [
+                        ("data_format", value::string(format)),
+                        ("U", value::dtype(DType::Float)),
+                        ("epsilon", value::float(0.001)),
+                        ("is_training", value::bool(false)),
+                    ];
+                    let mut inputs = vec![product.clone()];
+                    inputs.extend(args);
+                    unfused1("FusedBatchNormV3", &bn_attrs, inputs)
+                };
+                if let Some(activation) = activation {
+                    want = activate(activation, want, 0.2);
+                }
+                assert_same(&what, &got[0], &want);
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_batch_norm_ex_is_its_unfused_chain() {
+    let x = seeded(&[2, 3, 4, 5], 0.4);
+    let side = seeded(&[2, 3, 4, 5], 0.8);
+    let (scale, offset) = (seeded(&[5], 1.2), seeded(&[5], 1.9));
+    let (mean, variance) = (seeded(&[5], 2.6), positive(&[5], 3.3));
+    for training in [true, false] {
+        for activation in ["Identity", "Relu"] {
+            for side_inputs in [0, 1] {
+                let what = format!(
+                    "_FusedBatchNormEx training {training} {activation} {side_inputs} side inputs"
+                );
+                let bn_attrs = [
+                    ("U", value::dtype(DType::Float)),
+                    ("epsilon", value::float(0.001)),
+                    ("exponential_avg_factor", value::float(0.5)),
+                    ("is_training", value::bool(training)),
+                ];
+                let mut attrs = bn_attrs.to_vec();
+                attrs.extend([
+                    ("activation_mode", value::string(activation)),
+                    ("num_side_inputs", value::int(side_inputs)),
+                ]);
+                let mut inputs = vec![
+                    x.clone(),
+                    scale.clone(),
+                    offset.clone(),
+                    mean.clone(),
+                    variance.clone(),
+                ];
+                let bn = unfused("FusedBatchNormV3", &bn_attrs, inputs.clone());
+                if side_inputs == 1 {
+                    inputs.push(side.clone());
+                }
+                let got = fused("_FusedBatchNormEx", &attrs, inputs);
+                assert_eq!(got.len(), 6, "{what}");
+                let mut y = bn[0].clone();
+                if side_inputs == 1 {
+                    y = unfused1("AddV2", &[], vec![y, side.clone()]);
+                }
+                if activation == "Relu" {
+                    y = unfused1("Relu", &[], vec![y]);
+                }
+                assert_same(&format!("{what}: y"), &got[0], &y);
+                for i in 1..6 {
+                    assert_same(&format!("{what}: output {i}"), &got[i], &bn[i]);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What tessera does not run
+
+fn with_attrs(op: &str, attrs: &[(&str, AttrValue)]) -> NodeBuilder {
+    let mut b = node(op).name("fused").t(DType::Float);
+    for (k, v) in attrs {
+        b = b.attr(k, v.clone());
+    }
+    b
+}
+
+#[test]
+fn unsupported_combinations_are_unimplemented_and_name_the_list() {
+    let conv = |ops: &[&str], num_args: i64| {
+        with_attrs(
+            "_FusedConv2D",
+            &[
+                ("strides", value::int_list(vec![1, 1, 1, 1])),
+                ("padding", value::string("SAME")),
+                ("TArgs", value::dtype_list(&[DType::Float])),
+                ("num_args", value::int(num_args)),
+                ("fused_ops", value::string_list(ops.iter().copied())),
+            ],
+        )
+    };
+    let matmul = |ops: &[&str], num_args: i64| {
+        with_attrs(
+            "_FusedMatMul",
+            &[
+                ("num_args", value::int(num_args)),
+                ("fused_ops", value::string_list(ops.iter().copied())),
+            ],
+        )
+    };
+    let unimplemented = [
+        (conv(&["BiasAdd", "Add", "Relu"], 2), "[BiasAdd, Add, Relu]"),
+        (
+            conv(&["BiasAdd", "Relu", "Relu"], 1),
+            "[BiasAdd, Relu, Relu]",
+        ),
+        (conv(&["Relu"], 1), "[Relu]"),
+        (conv(&[], 1), "fused_ops []"),
+        (matmul(&["FusedBatchNorm"], 4), "[FusedBatchNorm]"),
+        (matmul(&["BiasAdd", "Swish"], 1), "[BiasAdd, Swish]"),
+        (
+            with_attrs(
+                "_FusedBatchNormEx",
+                &[("activation_mode", value::string("Elu"))],
+            ),
+            "activation_mode Elu",
+        ),
+        (
+            with_attrs("_FusedBatchNormEx", &[("num_side_inputs", value::int(2))]),
+            "2 side inputs",
+        ),
+    ];
+    for (b, needle) in unimplemented {
+        let message = expect_err(b, vec![], Code::Unimplemented, needle);
+        assert!(message.contains("`fused`"), "{message}");
+    }
+    expect_err(
+        conv(&["FusedBatchNorm", "Relu"], 1),
+        vec![],
+        Code::InvalidArgument,
+        "num_args is 1, but FusedBatchNorm takes 4 extra arguments",
+    );
+    expect_err(
+        matmul(&["BiasAdd"], 2),
+        vec![],
+        Code::InvalidArgument,
+        "num_args is 2, but BiasAdd takes 1 extra argument",
+    );
+}
+
+#[test]
+fn a_stage_error_names_the_fused_node() {
+    // A bias of the wrong length fails in BiasAdd's kernel, inside the fused node.
+    let b = with_attrs(
+        "_FusedMatMul",
+        &[
+            ("num_args", value::int(1)),
+            ("fused_ops", value::string_list(["BiasAdd", "Relu"])),
+        ],
+    );
+    let inputs = vec![
+        seeded(&[2, 3], 0.0),
+        seeded(&[3, 4], 0.5),
+        seeded(&[5], 1.0),
+    ];
+    let message = expect_err(b, inputs, Code::InvalidArgument, "_FusedMatMul `fused`");
+    assert!(message.contains("[BiasAdd, Relu]"), "{message}");
+    // Strides the convolution's own kernel refuses, when the chain is built.
+    let b = with_attrs(
+        "_FusedConv2D",
+        &[
+            ("strides", value::int_list(vec![1, 1, 1])),
+            ("padding", value::string("SAME")),
+            ("num_args", value::int(1)),
+            ("fused_ops", value::string_list(["BiasAdd"])),
+        ],
+    );
+    let message = expect_err(b, vec![], Code::InvalidArgument, "_FusedConv2D `fused`");
+    assert!(message.contains("strides"), "{message}");
+}
+
+/// A RegisterGraph carrying an unsupported combination is refused then, with UNIMPLEMENTED
+/// naming the node and its list (the master learns it before any step), while a supported
+/// one registers.
+#[test]
+fn register_graph_refuses_an_unsupported_combination() {
+    const CPU0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
+    let worker = WorkerState::with_options(
+        TaskId::new("worker", 0),
+        vec![DeviceAttributes {
+            name: CPU0.into(),
+            device_type: "CPU".into(),
+            incarnation: 7,
+            ..Default::default()
+        }],
+        None,
+        WorkerOptions::default(),
+    );
+    let constant = |name: &str, t: Tensor| {
+        let mut b = node("Const").name(name);
+        b = b.attr("dtype", value::dtype(DType::Float));
+        b = b.attr("value", value::tensor(t.to_proto()));
+        let mut n = b.build();
+        n.device = CPU0.into();
+        n
+    };
+    let register = |fused_ops: &[&str], num_args: i64| {
+        let mut fused = with_attrs(
+            "_FusedMatMul",
+            &[
+                ("num_args", value::int(num_args)),
+                ("fused_ops", value::string_list(fused_ops.iter().copied())),
+            ],
+        )
+        .name("dense/Relu")
+        .build();
+        fused.device = CPU0.into();
+        fused.input = ["a", "b", "bias", "side"][..2 + num_args as usize]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let nodes = vec![
+            constant("a", seeded(&[2, 3], 0.1)),
+            constant("b", seeded(&[3, 4], 0.2)),
+            constant("bias", seeded(&[4], 0.3)),
+            constant("side", seeded(&[2, 4], 0.4)),
+            fused,
+        ];
+        worker.register_graph(&RegisterGraphRequest {
+            graph_def: Some(GraphDef {
+                node: nodes,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    };
+    register(&["BiasAdd", "Relu"], 1).expect("a supported combination registers");
+    let err = register(&["BiasAdd", "Add", "Relu"], 2).expect_err("refused");
+    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    assert!(
+        err.message().contains("`dense/Relu`") && err.message().contains("[BiasAdd, Add, Relu]"),
+        "{err}"
+    );
+}
