@@ -521,3 +521,126 @@ fn an_uninitialized_slot_is_failed_precondition_naming_it() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     assert!(err.message().contains("w/Momentum"), "{err}");
 }
+
+/// An embedding table read through row gathers trains sparsely under `minimize`: the update
+/// ops are the sparse ones (`ResourceScatterAdd` for gradient descent, `ResourceSparseApply*`
+/// for the others), the rows the batch read move exactly as a dense update moves them, and
+/// every other row is left as it was, and so are its Adagrad accumulators.
+#[test]
+fn an_embedding_table_trains_only_the_rows_a_step_read() {
+    use tessera::graph::VariableKind;
+
+    const ROWS: usize = 50;
+    let optimizers: [(&str, fn() -> Optimizer); 4] = [
+        ("ResourceScatterAdd", || Optimizer::gradient_descent(0.1)),
+        ("ResourceSparseApplyAdagrad", || Optimizer::adagrad(0.1)),
+        ("ResourceSparseApplyMomentum", || {
+            Optimizer::momentum(0.1, 0.9, false)
+        }),
+        ("ResourceSparseApplyRMSProp", || Optimizer::rms_prop(0.1)),
+    ];
+    for (op, make) in optimizers {
+        // Two copies of one table: `sparse` trains through `minimize`, `dense` through the
+        // dense gradient of the same loss.
+        let mut g = Graph::new();
+        g.set_variable_kind(VariableKind::Resource);
+        let values: Vec<f32> = (0..ROWS * 2).map(|v| (v % 7) as f32 * 0.25 - 0.5).collect();
+        let init = g
+            .constant(&Tensor::from_vec([ROWS, 2], values).unwrap())
+            .unwrap();
+        let sparse = g.variable("sparse", &init).unwrap();
+        let dense = g.variable("dense", &init).unwrap();
+        // Rows 3, 7 and 3 again: a repeated row's gradients add up.
+        let ids = g
+            .constant(&Tensor::from_vec([3], vec![3i32, 7, 3]).unwrap())
+            .unwrap();
+        let target = g
+            .constant(&Tensor::from_vec([3, 2], vec![1f32, -1., 0.5, 2., -1., 0.]).unwrap())
+            .unwrap();
+        let loss_of = |g: &mut Graph, table: &tessera::graph::Variable| {
+            let rows = g
+                .resource_gather(&table.handle, &ids, DType::Float, 0)
+                .unwrap();
+            let diff = g.sub(&rows, &target).unwrap();
+            let sq = g.unary("Square", &diff).unwrap();
+            g.sum(&sq, &[0, 1], false).unwrap()
+        };
+        let sparse_loss = loss_of(&mut g, &sparse);
+        let dense_loss = loss_of(&mut g, &dense);
+        let opt = make();
+        let train_sparse = opt
+            .minimize_vars(&mut g, &sparse_loss, std::slice::from_ref(&sparse), None)
+            .unwrap();
+        let grads = opt
+            .compute_gradients(&mut g, &dense_loss, std::slice::from_ref(&dense))
+            .unwrap();
+        let train_dense = opt
+            .named("dense_opt")
+            .apply_gradients(&mut g, &grads, None)
+            .unwrap();
+        let sparse_ops: Vec<&str> = g
+            .nodes()
+            .iter()
+            .filter(|n| n.name.contains("update_sparse"))
+            .map(|n| n.op.as_str())
+            .collect();
+        assert!(sparse_ops.contains(&op), "{op} not among {sparse_ops:?}");
+        // Adagrad's accumulator of the sparse table, which starts at 0.1 everywhere.
+        let accumulator = match op {
+            "ResourceSparseApplyAdagrad" => {
+                let slot = g.tensor("sparse/Adagrad").unwrap();
+                Some(g.read_variable(&slot).unwrap().name())
+            }
+            _ => None,
+        };
+        let init_op = g.global_variables_initializer().unwrap();
+        let session = Session::local();
+        session.extend(&g.to_graph_def()).unwrap();
+        session.run(&[], &[], &[&init_op]).unwrap();
+        let read = |name: &str| -> Vec<f32> {
+            session.run(&[], &[name], &[]).unwrap()[0]
+                .values::<f32>()
+                .unwrap()
+                .to_vec()
+        };
+        let start = read(&sparse.value.name());
+        for _ in 0..2 {
+            session
+                .run(&[], &[], &[&train_sparse, &train_dense])
+                .unwrap();
+        }
+        let (s, d) = (read(&sparse.value.name()), read(&dense.value.name()));
+        if let Some(accumulator) = &accumulator {
+            let acc = read(accumulator);
+            for row in (0..ROWS).filter(|r| ![3, 7].contains(r)) {
+                assert_eq!(
+                    acc[row * 2..row * 2 + 2],
+                    [0.1, 0.1],
+                    "accumulator row {row}"
+                );
+            }
+            assert!(
+                acc[6] > 0.1 && acc[14] > 0.1,
+                "touched accumulators: {acc:?}"
+            );
+        }
+        for row in 0..ROWS {
+            let (sr, dr, r0) = (
+                &s[row * 2..row * 2 + 2],
+                &d[row * 2..row * 2 + 2],
+                &start[row * 2..row * 2 + 2],
+            );
+            if row == 3 || row == 7 {
+                for (a, b) in sr.iter().zip(dr) {
+                    assert!(
+                        (a - b).abs() <= 1e-6,
+                        "{op}: row {row}: sparse {sr:?}, dense {dr:?}"
+                    );
+                }
+                assert_ne!(sr, r0, "{op}: row {row} did not move");
+            } else {
+                assert_eq!(sr, r0, "{op}: row {row} moved though no step read it");
+            }
+        }
+    }
+}

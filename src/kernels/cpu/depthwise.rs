@@ -11,9 +11,9 @@
 //! multiply-add when the multiplier is 1, as in MobileNet). The geometry, attr checks and
 //! layout transposes are the ones [`super::conv`] uses ([`crate::graph::window`]).
 
+use super::checked_elements;
 use super::conv::{check_rank4, from_nhwc, sizes_of, to_nhwc, Convolution, Pass};
 use super::numeric::Real;
-use super::checked_elements;
 use crate::error::Result;
 use crate::graph::window::{ConvAttrs, WindowDim};
 use crate::kernels::OpContext;
@@ -286,4 +286,3 @@ impl Convolution for Depthwise {
         Tensor::from_vec(Shape::new(filter_dims), df)
     }
 }
-

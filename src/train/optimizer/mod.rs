@@ -31,7 +31,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::{
-    gradients_with, GradientOptions, Graph, NodeSpec, Output, Variable, VariableKind,
+    gradients_with, sparse_gradients, GradientOptions, GradientTensor, Graph, IndexedSlices,
+    NodeSpec, Output, Variable, VariableKind,
 };
 use crate::tensor::DType;
 
@@ -284,6 +285,43 @@ impl Optimizer {
         Ok(grads.into_iter().zip(var_list.iter().cloned()).collect())
     }
 
+    /// [`compute_gradients`](Self::compute_gradients), with the gradient of a variable that
+    /// the loss reads only through row gathers (an embedding table: `ResourceGather`, or
+    /// `GatherV2` on axis 0 of its read) as the rows it read ([`IndexedSlices`]), so that
+    /// [`apply_gradient_tensors`](Self::apply_gradient_tensors) updates only those rows.
+    /// Reference variables get dense gradients, gated as `compute_gradients` gates them.
+    pub fn compute_sparse_gradients(
+        &self,
+        g: &mut Graph,
+        loss: &Output,
+        var_list: &[Variable],
+    ) -> Result<Vec<(Option<GradientTensor>, Variable)>> {
+        if self.needs_gating(var_list) {
+            let dense = self.compute_gradients(g, loss, var_list)?;
+            return Ok(dense
+                .into_iter()
+                .map(|(grad, var)| (grad.map(GradientTensor::Dense), var))
+                .collect());
+        }
+        if !loss.dtype.is_float() {
+            return Err(Status::invalid_argument(format!(
+                "loss `{}` is {}; only a floating-point loss can be minimized",
+                loss.name(),
+                loss.dtype
+            )));
+        }
+        let handles: Vec<Output> = var_list.iter().map(|v| v.handle.clone()).collect();
+        let grads = sparse_gradients(g, std::slice::from_ref(loss), &handles, None)?;
+        Ok(grads.into_iter().zip(var_list.iter().cloned()).collect())
+    }
+
+    /// Whether the updates must wait for every gradient (TensorFlow 1's GATE_OP): asked for,
+    /// or by default when a reference variable is trained, as its reads alias it.
+    fn needs_gating(&self, var_list: &[Variable]) -> bool {
+        self.gate_gradients
+            .unwrap_or_else(|| var_list.iter().any(|v| v.kind() == VariableKind::Reference))
+    }
+
     /// Adds the updates of `grads_and_vars` (pairs without a gradient are skipped) and, with
     /// `global_step`, its increment after them; returns the train op's name (the optimizer's
     /// name, made unique).
@@ -293,10 +331,37 @@ impl Optimizer {
         grads_and_vars: &[(Option<Output>, Variable)],
         global_step: Option<&Variable>,
     ) -> Result<String> {
-        let pairs: Vec<(Output, Variable)> = grads_and_vars
+        let tensors: Vec<(Option<GradientTensor>, Variable)> = grads_and_vars
             .iter()
-            .filter_map(|(g, v)| g.clone().map(|g| (g, v.clone())))
+            .map(|(grad, var)| (grad.clone().map(GradientTensor::Dense), var.clone()))
             .collect();
+        self.apply_gradient_tensors(g, &tensors, global_step)
+    }
+
+    /// [`apply_gradients`](Self::apply_gradients) for dense and sparse gradients. A sparse
+    /// gradient updates only the rows it names, as TensorFlow's `_apply_sparse` does: gradient
+    /// descent scatters `-lr * values` into the variable (`ResourceScatterAdd`, `ScatterSub`);
+    /// Momentum, Adagrad and RMSProp apply their rule to the rows, a repeated row's values
+    /// summed first (`ResourceSparseApply*`, `SparseApply*`). Adam decays both moments of
+    /// every row at each step whatever the gradient, so its sparse update is its dense one on
+    /// the gradient made dense, as in TensorFlow.
+    pub fn apply_gradient_tensors(
+        &self,
+        g: &mut Graph,
+        grads_and_vars: &[(Option<GradientTensor>, Variable)],
+        global_step: Option<&Variable>,
+    ) -> Result<String> {
+        let mut pairs: Vec<(GradientTensor, Variable)> = Vec::new();
+        for (grad, var) in grads_and_vars {
+            let Some(grad) = grad else { continue };
+            let grad = match (grad, &self.algorithm) {
+                (GradientTensor::Slices(slices), Algorithm::Adam { .. }) => {
+                    GradientTensor::Dense(slices.to_dense(g)?)
+                }
+                _ => grad.clone(),
+            };
+            pairs.push((grad, var.clone()));
+        }
         if pairs.is_empty() {
             let names: Vec<&str> = grads_and_vars
                 .iter()
@@ -311,19 +376,24 @@ impl Optimizer {
         let mut plans = Vec::with_capacity(pairs.len());
         for (grad, var) in &pairs {
             let (dtype, shape) = slots::var_dtype_shape(g, var)?;
-            if grad.dtype != dtype {
+            let (grad_out, shape) = match grad {
+                GradientTensor::Dense(t) => (t, crate::tensor::PartialShape::from(&shape)),
+                // The rows' values: the variable's shape past its first dimension.
+                GradientTensor::Slices(s) => (&s.values, slices_shape(&shape)),
+            };
+            if grad_out.dtype != dtype {
                 return Err(Status::invalid_argument(format!(
                     "gradient `{}` is {} but variable `{}` is {dtype}",
-                    grad.name(),
-                    grad.dtype,
+                    grad_out.name(),
+                    grad_out.dtype,
                     var.handle.node
                 )));
             }
-            if !grad.shape.is_compatible_with(&shape) {
+            if !grad_out.shape.is_compatible_with_partial(&shape) {
                 return Err(Status::invalid_argument(format!(
-                    "gradient `{}` has shape {} but variable `{}` has shape {shape}",
-                    grad.name(),
-                    grad.shape,
+                    "gradient `{}` has shape {} but variable `{}` takes {shape}",
+                    grad_out.name(),
+                    grad_out.shape,
                     var.handle.node
                 )));
             }
@@ -416,7 +486,9 @@ impl Optimizer {
         self.minimize_vars(g, loss, &vars, global_step)
     }
 
-    /// `minimize` over `var_list` only.
+    /// `minimize` over `var_list` only. A variable read only through row gathers gets a
+    /// sparse gradient and a sparse update (see
+    /// [`compute_sparse_gradients`](Self::compute_sparse_gradients)).
     pub fn minimize_vars(
         &self,
         g: &mut Graph,
@@ -424,8 +496,8 @@ impl Optimizer {
         var_list: &[Variable],
         global_step: Option<&Variable>,
     ) -> Result<String> {
-        let grads = self.compute_gradients(g, loss, var_list)?;
-        self.apply_gradients(g, &grads, global_step)
+        let grads = self.compute_sparse_gradients(g, loss, var_list)?;
+        self.apply_gradient_tensors(g, &grads, global_step)
     }
 
     /// Creates the slots of `var`, in the order the update op takes them.
@@ -519,7 +591,47 @@ impl Optimizer {
         var: &Variable,
         slot_vars: &[Variable],
         inputs: &[Output],
-        grad: &Output,
+        grad: &GradientTensor,
+    ) -> Result<String> {
+        let slices = match grad {
+            GradientTensor::Dense(grad) => {
+                return self.apply_op(g, var, slot_vars, inputs, &[grad.clone()], "")
+            }
+            GradientTensor::Slices(slices) => slices,
+        };
+        if let Algorithm::GradientDescent = &self.algorithm {
+            // `var[indices] -= lr * values`, repeated rows adding up.
+            let step = g.mul(&slices.values, &inputs[0])?;
+            return match var.kind() {
+                VariableKind::Resource => {
+                    let down = g.neg(&step)?;
+                    g.resource_scatter("ResourceScatterAdd", &var.handle, &slices.indices, &down)
+                }
+                VariableKind::Reference => g.add_op(
+                    NodeSpec::new("ScatterSub")
+                        .input(&var.handle)
+                        .input(&slices.indices)
+                        .input(&step)
+                        .attr("use_locking", value::bool(self.use_locking)),
+                ),
+            };
+        }
+        let IndexedSlices {
+            values, indices, ..
+        } = slices.deduplicated(g)?;
+        self.apply_op(g, var, slot_vars, inputs, &[values, indices], "Sparse")
+    }
+
+    /// Adds `{Resource}{sparse}Apply{rule}` of one variable with `grad` (the gradient, or a
+    /// sparse gradient's values and indices) in the gradient's place; returns its node name.
+    fn apply_op(
+        &self,
+        g: &mut Graph,
+        var: &Variable,
+        slot_vars: &[Variable],
+        inputs: &[Output],
+        grad: &[Output],
+        sparse: &str,
     ) -> Result<String> {
         let rule = match &self.algorithm {
             Algorithm::GradientDescent => "GradientDescent",
@@ -534,8 +646,8 @@ impl Optimizer {
         // A reference variable is updated through its reference (`ApplyAdam`), a resource
         // variable through its handle (`ResourceApplyAdam`).
         let op = match var.kind() {
-            VariableKind::Resource => format!("ResourceApply{rule}"),
-            VariableKind::Reference => format!("Apply{rule}"),
+            VariableKind::Resource => format!("Resource{sparse}Apply{rule}"),
+            VariableKind::Reference => format!("{sparse}Apply{rule}"),
         };
         let mut spec = NodeSpec::new(&op).input(&var.handle);
         for s in slot_vars {
@@ -543,16 +655,19 @@ impl Optimizer {
         }
         spec = match &self.algorithm {
             // Momentum takes the gradient before the momentum.
-            Algorithm::Momentum { use_nesterov, .. } => spec
-                .input(&inputs[0])
-                .input(grad)
-                .input(&inputs[1])
-                .attr("use_nesterov", value::bool(*use_nesterov)),
+            Algorithm::Momentum { use_nesterov, .. } => {
+                spec = spec.input(&inputs[0]);
+                for t in grad {
+                    spec = spec.input(t);
+                }
+                spec.input(&inputs[1])
+                    .attr("use_nesterov", value::bool(*use_nesterov))
+            }
             _ => {
-                for i in inputs {
+                for i in inputs.iter().chain(grad) {
                     spec = spec.input(i);
                 }
-                spec.input(grad)
+                spec
             }
         };
         g.add_op(spec.attr("use_locking", value::bool(self.use_locking)))
@@ -595,6 +710,14 @@ impl Optimizer {
             })
         })
     }
+}
+
+/// The shape of a sparse gradient's values for a variable of `shape`: any number of rows of
+/// the variable's row shape.
+fn slices_shape(shape: &crate::tensor::Shape) -> crate::tensor::PartialShape {
+    let mut rows = vec![None];
+    rows.extend(shape.dims().iter().skip(1).map(|&d| Some(d)));
+    crate::tensor::PartialShape::new(rows)
 }
 
 /// The hyper-parameter constants of one `apply_gradients`, one per (name, dtype): the first
