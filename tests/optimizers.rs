@@ -531,7 +531,8 @@ fn an_embedding_table_trains_only_the_rows_a_step_read() {
     use tessera::graph::VariableKind;
 
     const ROWS: usize = 50;
-    let optimizers: [(&str, fn() -> Optimizer); 4] = [
+    type Make = fn() -> Optimizer;
+    let optimizers: [(&str, Make); 4] = [
         ("ResourceScatterAdd", || Optimizer::gradient_descent(0.1)),
         ("ResourceSparseApplyAdagrad", || Optimizer::adagrad(0.1)),
         ("ResourceSparseApplyMomentum", || {

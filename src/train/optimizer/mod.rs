@@ -595,7 +595,7 @@ impl Optimizer {
     ) -> Result<String> {
         let slices = match grad {
             GradientTensor::Dense(grad) => {
-                return self.apply_op(g, var, slot_vars, inputs, &[grad.clone()], "")
+                return self.apply_op(g, var, slot_vars, inputs, std::slice::from_ref(grad), "")
             }
             GradientTensor::Slices(slices) => slices,
         };
