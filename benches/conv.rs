@@ -52,7 +52,9 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
         .collect()
@@ -164,7 +166,9 @@ impl TensorFlow {
         writeln!(self.stdin, "{case} {n}").expect("ask TensorFlow");
         self.stdin.flush().expect("ask TensorFlow");
         let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("TensorFlow answers");
+        self.stdout
+            .read_line(&mut line)
+            .expect("TensorFlow answers");
         let seconds: f64 = line
             .split_whitespace()
             .nth(1)

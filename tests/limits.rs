@@ -52,6 +52,17 @@ fn broadcast_floats(elements: i64) -> TensorProto {
     }
 }
 
+/// A channel to `server`, each call within [`RPC_DEADLINE`].
+async fn channel(server: &Server) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(RPC_DEADLINE)
+        .connect()
+        .await
+        .unwrap()
+}
+
 async fn start() -> (Server, MasterServiceClient<Channel>) {
     let server = tokio::task::spawn_blocking(|| {
         Server::start(TaskConfig {
@@ -62,14 +73,7 @@ async fn start() -> (Server, MasterServiceClient<Channel>) {
     .await
     .unwrap()
     .unwrap();
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
-            .unwrap()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(RPC_DEADLINE)
-            .connect()
-            .await
-            .unwrap();
+    let channel = channel(&server).await;
     (server, MasterServiceClient::new(channel))
 }
 
@@ -260,14 +264,7 @@ async fn graph_constants_and_peer_tensors_past_the_request_budget_are_refused() 
             "limits.max_request_tensor_bytes",
         ],
     );
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
-            .unwrap()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(RPC_DEADLINE)
-            .connect()
-            .await
-            .unwrap();
+    let channel = channel(&server).await;
     let mut worker = tessera::proto::worker_service_client::WorkerServiceClient::new(channel);
     let err = worker
         .register_graph(RegisterGraphRequest {
@@ -413,14 +410,7 @@ async fn kernels_and_variables_past_the_cpu_memory_budget_are_refused_and_the_ta
         .await
         .unwrap()
         .unwrap();
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
-            .unwrap()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(RPC_DEADLINE)
-            .connect()
-            .await
-            .unwrap();
+    let channel = channel(&server).await;
     let mut master = MasterServiceClient::new(channel);
     // `huge`: Fill of 2^30 floats (4 GiB) from a fed shape, over the 1 MiB budget; `first`: a
     // variable of a fed 600 KB value, and `second` a copy of it: one fits, two do not.
@@ -665,14 +655,7 @@ fn worker_sessions_over_the_limit_are_refused() {
 #[tokio::test]
 async fn a_peer_registering_a_graph_over_the_node_limit_is_refused() {
     let (server, _master) = start().await;
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
-            .unwrap()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(RPC_DEADLINE)
-            .connect()
-            .await
-            .unwrap();
+    let channel = channel(&server).await;
     let mut worker = tessera::proto::worker_service_client::WorkerServiceClient::new(channel);
     let mut g = Graph::new();
     for i in 0..21 {
