@@ -69,6 +69,24 @@ impl<'a> OpContext<'a> {
         }
     }
 
+    /// A context for `node`, another node run inside this one's kernel (a fused op's stage, a
+    /// function's body): the same device, resources, step, memory budget, files and frame.
+    pub fn for_node<'b>(&'b self, node: &'b NodeDef, inputs: Vec<Tensor>) -> OpContext<'b> {
+        OpContext {
+            node,
+            inputs,
+            outputs: Vec::new(),
+            resources: self.resources,
+            device: self.device,
+            step_id: self.step_id,
+            step: self.step,
+            memory: self.memory,
+            files: self.files,
+            frame_iter: self.frame_iter,
+            input_dead: false,
+        }
+    }
+
     /// The same context in iteration `frame_iter.1` of the while-loop frame `frame_iter.0`.
     pub fn with_frame_iter(mut self, frame_iter: (u64, i64)) -> Self {
         self.frame_iter = frame_iter;

@@ -376,16 +376,8 @@ impl OpKernel for Chain {
                 .iter()
                 .map(|a| self.value(ctx, &outputs, a))
                 .collect::<Result<Vec<_>>>()?;
-            // The stage runs as its own node on the fused node's device, step and budgets
-            // (this module is inside `kernels`, which owns the context's fields).
-            let mut sub =
-                OpContext::new(&stage.node, inputs, ctx.resources, ctx.device, ctx.step_id)
-                    .with_memory(ctx.memory)
-                    .with_files(ctx.files)
-                    .with_frame_iter(ctx.frame_iter);
-            if let Some(step) = ctx.step {
-                sub = sub.with_step(step);
-            }
+            // The stage runs as its own node on the fused node's device, step and budgets.
+            let mut sub = ctx.for_node(&stage.node, inputs);
             stage
                 .kernel
                 .compute(&mut sub)

@@ -158,12 +158,7 @@ impl Function {
                     t
                 });
             }
-            let mut inner =
-                OpContext::new(&step.node, inputs, ctx.resources, ctx.device, ctx.step_id)
-                    .with_files(ctx.files());
-            if let Some(options) = ctx.step() {
-                inner = inner.with_step(options);
-            }
+            let mut inner = ctx.for_node(&step.node, inputs);
             step.kernel
                 .compute(&mut inner)
                 .map_err(|e| self.in_node(ctx, step, e))?;
