@@ -24,7 +24,7 @@
 //! under the budget plus [`RSS_SLACK`].
 //!
 //! `storm_short` runs in CI (about a minute at most). `storm_long` is ignored by default:
-//! `cargo test --release --test storm storm_long -- --ignored --nocapture`, with `STORM_STEPS`
+//! `cargo nextest run --test storm --run-ignored only --no-capture`, with `STORM_STEPS`
 //! (default 3000) steps per client; its table is in the README's "Storm" section.
 
 mod support;
