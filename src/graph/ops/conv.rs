@@ -309,13 +309,7 @@ impl Graph {
         strides: &[i64],
         padding: &str,
     ) -> Result<Output> {
-        self.add1(
-            NodeSpec::new("Conv2D")
-                .input(input)
-                .input(filter)
-                .attr("strides", value::int_list(strides.to_vec()))
-                .attr("padding", value::string(padding)),
-        )
+        self.convolution("Conv2D", input, filter, strides, padding)
     }
 
     /// A depthwise convolution of an `NHWC` `input` with a `[kh, kw, in, multiplier]`
@@ -329,8 +323,21 @@ impl Graph {
         strides: &[i64],
         padding: &str,
     ) -> Result<Output> {
+        self.convolution("DepthwiseConv2dNative", input, filter, strides, padding)
+    }
+
+    /// `op(input, filter)` with `strides` and `padding`, for [`conv2d`](Self::conv2d) and
+    /// [`depthwise_conv2d`](Self::depthwise_conv2d).
+    fn convolution(
+        &mut self,
+        op: &str,
+        input: &Output,
+        filter: &Output,
+        strides: &[i64],
+        padding: &str,
+    ) -> Result<Output> {
         self.add1(
-            NodeSpec::new("DepthwiseConv2dNative")
+            NodeSpec::new(op)
                 .input(input)
                 .input(filter)
                 .attr("strides", value::int_list(strides.to_vec()))
