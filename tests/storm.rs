@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -306,8 +306,8 @@ async fn storm_round(
     tally.sent("dropped mid-frame");
 }
 
-/// A tensor-channel RecvTensor for a tensor that never comes, whose answer is never read (held
-/// half a second, then dropped), and two connections cut inside a frame.
+/// A tensor-channel RecvTensor for a tensor that never comes, whose answer is never read (the
+/// connection is dropped once it arrived), and two connections cut inside a frame.
 fn slow_and_dropped(addr: SocketAddr) {
     let request = tessera::proto::RecvTensorRequest {
         step_id: 0x5107,
@@ -328,7 +328,9 @@ fn slow_and_dropped(addr: SocketAddr) {
     slow.read_exact(&mut answer).expect("the hello's answer");
     slow.write_all(&head.encode()).unwrap();
     slow.write_all(&request).unwrap();
-    thread::sleep(Duration::from_millis(500));
+    // Wait for the answer to arrive (the task gives up on the tensor after the request's
+    // 200 ms), then go without reading it.
+    let _ = slow.peek(&mut [0u8; 1]);
     drop(slow);
     // Half a request head after the hello, then gone.
     let mut cut = TcpStream::connect(addr).expect("connect");
@@ -397,18 +399,20 @@ fn storm(steps: usize, deadline: Duration) {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let peak_rss = Arc::new(Mutex::new(vec![0u64; pids.len()]));
     let began = Instant::now();
+    let (stop_sampling, sampling_stopped) = mpsc::channel::<()>();
     let (losses, rounds) = thread::scope(|s| {
-        // RSS sampler.
+        // RSS sampler: every 100 ms until the sender goes.
         let sampler = {
-            let (done, peak_rss, pids) = (Arc::clone(&done), Arc::clone(&peak_rss), pids.clone());
-            s.spawn(move || {
-                while !done.load(Ordering::Acquire) {
-                    let mut peaks = peak_rss.lock().unwrap();
-                    for (peak, &pid) in peaks.iter_mut().zip(&pids) {
-                        *peak = (*peak).max(rss(pid));
-                    }
-                    drop(peaks);
-                    thread::sleep(Duration::from_millis(100));
+            let (peak_rss, pids) = (Arc::clone(&peak_rss), pids.clone());
+            s.spawn(move || loop {
+                let mut peaks = peak_rss.lock().unwrap();
+                for (peak, &pid) in peaks.iter_mut().zip(&pids) {
+                    *peak = (*peak).max(rss(pid));
+                }
+                drop(peaks);
+                match sampling_stopped.recv_timeout(Duration::from_millis(100)) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => break,
                 }
             })
         };
@@ -455,6 +459,7 @@ fn storm(steps: usize, deadline: Duration) {
             .map(|t| t.join().expect("a training client"))
             .collect();
         done.store(true, Ordering::Release);
+        drop(stop_sampling);
         let rounds = storm.join().expect("the storm");
         sampler.join().expect("the sampler");
         (losses, rounds)
