@@ -29,6 +29,14 @@ PROGRAM:
   rnn      The digits read row by row (8 steps of 8 features) by tf.compat.v1.nn.dynamic_rnn
            with an LSTM cell (32 units; --cell gru for a GRU), a dense softmax on the last
            state, Adam 0.01; variables on the ps.
+  cnn      The digits as 8x8 images: two 3x3 SAME convolutions (16 and 32 filters) each with
+           ReLU and 2x2 max pooling, a dense softmax, Momentum 0.05 (0.9); variables over two
+           ps tasks.
+  embedding
+           Each image as 64 ids (pixel position x 17 + its value 0..16) looked up in a
+           1088 x 16 table partitioned over the ps tasks (fixed_size_partitioner, --partitions
+           shards, embedding_lookup's --partition-strategy) and summed, then a dense softmax;
+           Adagrad 0.1, whose gradient for the table is sparse (the looked-up rows only).
 
 Options:
   --v2-behavior off        tf.compat.v1.disable_v2_behavior(): reference variables (VariableV2,
@@ -37,7 +45,17 @@ Options:
                            The default, and the only choice for sync.
   --v2-behavior eager-only only tf.compat.v1.disable_eager_execution(): resource variables and
                            TensorFlow 2 control flow (functional While over TensorLists).
-  --steps N                StopAtStepHook(last_step=N) (classic and sync 200, rnn 100).
+  --steps N                StopAtStepHook(last_step=N) (classic, sync, cnn and embedding 200,
+                           rnn 100). A chief whose checkpoint_dir holds a checkpoint restores
+                           it.
+  --evaluate-only          Open the session (the chief restores its checkpoint), train no step,
+                           evaluate.
+  --ps-tasks N             (--alone) How many ps tasks (cnn and embedding 2, the others 1).
+  --partitions N           (embedding) The table's shards, 2 by default.
+  --partition-strategy S   (embedding) embedding_lookup's "mod" (the default: id i in shard
+                           i mod N) or "div" (ids in contiguous ranges, as the shards slice the
+                           whole table, so that a checkpoint restores under another --partitions
+                           to the same model; under "mod" an id's row moves with N).
   --checkpoint-dir DIR     The chief's checkpoint_dir (default: a new temporary directory,
                            removed at exit).
   --operation-timeout-ms N (sync) The sessions' operation timeout, 4000 by default: once the
@@ -45,7 +63,7 @@ Options:
                            (TensorFlow's own behaviour), until this timeout.
 
 Results (JSON): program, v2_behavior, worker, first_loss (this worker's first step), last_loss,
-local_steps, global_step (read after training), accuracy (on the held-out images),
+local_steps, global_step (read after training), accuracy and eval_loss (on the held-out images),
 variable_devices, variable_ops (the op types of the variables), control_flow_ops (the control
 flow, TensorArray, Stack and TensorList op types in the graph and its functions), checkpoint (the chief's last
 checkpoint's basename and the global step in it).
@@ -79,7 +97,11 @@ except ImportError as e:  # pragma: no cover - depends on the host
 
 BATCH = 32
 CONTROL_FLOW = re.compile(r"Switch|Merge|Enter|Exit|NextIteration|LoopCond|While|If$|TensorArray|Stack|TensorList|PartitionedCall")
-DEFAULT_STEPS = {"classic": 200, "sync": 200, "rnn": 100}
+DEFAULT_STEPS = {"classic": 200, "sync": 200, "rnn": 100, "cnn": 200, "embedding": 200}
+DEFAULT_PS_TASKS = {"cnn": 2, "embedding": 2}
+# The embedding program's ids: pixel position x 17 + the pixel's value (0..16).
+LEVELS = 17
+VOCABULARY = 64 * LEVELS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +195,37 @@ def rnn(x, cell_kind):
     return dense(outputs[:, -1, :], 32, 10, "logits", seed=4)
 
 
+def conv_pool(x, n_in, n_out, name, seed):
+    """A 3x3 SAME convolution with ReLU, then 2x2 max pooling (stride 2)."""
+    w = tf.compat.v1.get_variable(
+        name + "/w", [3, 3, n_in, n_out],
+        initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed),
+    )
+    b = tf.compat.v1.get_variable(name + "/b", [n_out], initializer=tf.compat.v1.zeros_initializer())
+    y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, strides=1, padding="SAME"), b))
+    return tf.nn.max_pool2d(y, ksize=2, strides=2, padding="SAME")
+
+
+def cnn(x):
+    images = tf.reshape(x, [-1, 8, 8, 1])
+    y = conv_pool(images, 1, 16, "conv1", seed=5)
+    y = conv_pool(y, 16, 32, "conv2", seed=6)
+    return dense(tf.reshape(y, [-1, 2 * 2 * 32]), 2 * 2 * 32, 10, "logits", seed=7)
+
+
+def embedding(x, partitions, strategy):
+    """Bag of ids: each pixel's position and value picks a row; the rows are summed."""
+    levels = tf.cast(tf.round(x * (LEVELS - 1)), tf.int64)
+    ids = levels + tf.range(64, dtype=tf.int64) * LEVELS
+    table = tf.compat.v1.get_variable(
+        "embedding", [VOCABULARY, 16],
+        initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=8),
+        partitioner=tf.compat.v1.fixed_size_partitioner(partitions),
+    )
+    rows = tf.compat.v1.nn.embedding_lookup(table, ids, partition_strategy=strategy)
+    return dense(tf.reduce_sum(rows, axis=1), 16, 10, "logits", seed=9)
+
+
 def build(args, ps, workers, index):
     """The program's graph for worker `index` of `workers`, variables on the ps tasks (round
     robin; unplaced without ps)."""
@@ -188,13 +241,22 @@ def build(args, ps, workers, index):
         step = tf.compat.v1.train.get_or_create_global_step()
         x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
         y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-        logits = rnn(x, args.cell) if args.program == "rnn" else mlp(x)
+        if args.program == "rnn":
+            logits = rnn(x, args.cell)
+        elif args.program == "cnn":
+            logits = cnn(x)
+        elif args.program == "embedding":
+            logits = embedding(x, args.partitions, args.partition_strategy)
+        else:
+            logits = mlp(x)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
         correct = tf.equal(tf.argmax(logits, 1), y)
         accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="accuracy")
         hooks = []
         if args.program == "rnn":
             optimizer = tf.compat.v1.train.AdamOptimizer(0.01)
+        elif args.program == "cnn":
+            optimizer = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9)
         else:
             optimizer = tf.compat.v1.train.AdagradOptimizer(0.1)
         if args.program == "sync":
@@ -204,6 +266,7 @@ def build(args, ps, workers, index):
             hooks.append(optimizer.make_session_run_hook(index == 0))
         train_op = optimizer.minimize(loss, global_step=step)
         variables = tf.compat.v1.global_variables()
+        table_parts = [v for v in variables if re.fullmatch(r"embedding/part_\d+", v.op.name)]
         graph_def = graph.as_graph_def()
         ops = {n.op for n in graph_def.node}
         ops.update(n.op for f in graph_def.library.function for n in f.node_def)
@@ -211,6 +274,8 @@ def build(args, ps, workers, index):
             control_flow_ops=sorted(op for op in ops if CONTROL_FLOW.search(op)),
             variable_devices=sorted({v.device for v in variables}),
             variable_ops=sorted({v.op.type for v in variables}),
+            table_parts={v.op.name: [v.device, v.shape.as_list()] for v in table_parts},
+            sparse_update_ops=sorted(op for op in ops if op.startswith(("SparseApply", "ResourceSparseApply"))),
         )
     return graph, dict(step=step, x=x, y=y, loss=loss, accuracy=accuracy, train_op=train_op,
                        hooks=hooks, **info)
@@ -249,7 +314,9 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
     batches = Batches(train_x, train_y, index)
     losses = []
     with graph.as_default():
-        evaluate = EvaluateAtEnd([m["accuracy"], m["step"]], {m["x"]: test_x, m["y"]: test_y})
+        evaluate = EvaluateAtEnd(
+            [m["accuracy"], m["step"], m["loss"]], {m["x"]: test_x, m["y"]: test_y}
+        )
         stop = tf.compat.v1.train.StopAtStepHook(last_step=args.steps)
         hooks = m["hooks"] + [stop, evaluate]
         with tf.compat.v1.train.MonitoredTrainingSession(
@@ -266,11 +333,12 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
         ) as session:
             if on_ready:
                 on_ready()
-            while not session.should_stop():
+            while not args.evaluate_only and not session.should_stop():
                 xs, ys = batches.next()
                 loss, _ = session.run([m["loss"], m["train_op"]], {m["x"]: xs, m["y"]: ys})
                 losses.append(float(loss))
     accuracy, global_step = float(evaluate.values[0]), int(evaluate.values[1])
+    eval_loss = float(evaluate.values[2])
     result = dict(
         program=args.program,
         v2_behavior=args.v2_behavior,
@@ -280,9 +348,12 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
         local_steps=len(losses),
         global_step=global_step,
         accuracy=accuracy,
+        eval_loss=eval_loss,
         variable_devices=m["variable_devices"],
         variable_ops=m["variable_ops"],
         control_flow_ops=m["control_flow_ops"],
+        table_parts=m["table_parts"],
+        sparse_update_ops=m["sparse_update_ops"],
     )
     if chief:
         checkpoint = tf.train.latest_checkpoint(args.checkpoint_dir)
@@ -295,10 +366,13 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
 
 def alone(args):
     """The program on a cluster of stock TensorFlow servers in this process."""
-    ps = [f"127.0.0.1:{free_port()}"]
+    ps = [f"127.0.0.1:{free_port()}" for _ in range(args.ps_tasks)]
     workers = [f"127.0.0.1:{free_port()}" for _ in range(args.workers)]
     spec = cluster_spec(ps, workers)
-    servers = [tf.distribute.Server(spec, job_name="ps", task_index=0, start=True)]
+    servers = [
+        tf.distribute.Server(spec, job_name="ps", task_index=i, start=True)
+        for i in range(args.ps_tasks)
+    ]
     servers += [
         tf.distribute.Server(spec, job_name="worker", task_index=i, start=True)
         for i in range(args.workers)
@@ -360,12 +434,16 @@ def main():
         where.add_argument("--alone", action="store_true", help="on stock TensorFlow servers")
         where.add_argument("--master", help="grpc://HOST:PORT of the master to train through")
         program.add_argument("--workers", type=int, default=1, help="with --alone")
+        program.add_argument(
+            "--ps-tasks", type=int, default=DEFAULT_PS_TASKS.get(name, 1), help="with --alone"
+        )
         program.add_argument("--ps", default="")
         program.add_argument("--worker", default="")
         program.add_argument("--index", type=int, default=0)
         program.add_argument("--no-cluster-def", action="store_true")
         program.add_argument("--steps", type=int, default=DEFAULT_STEPS[name])
         program.add_argument("--checkpoint-dir")
+        program.add_argument("--evaluate-only", action="store_true")
         if name == "sync":
             program.add_argument("--operation-timeout-ms", type=int, default=4000)
         program.add_argument(
@@ -374,12 +452,17 @@ def main():
         )
         if name == "rnn":
             program.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
+        if name == "embedding":
+            program.add_argument("--partitions", type=int, default=2)
+            program.add_argument("--partition-strategy", choices=["mod", "div"], default="mod")
     args = parser.parse_args()
     if args.command == "server":
         serve(args)
         return
     args.program = args.command
     args.cell = getattr(args, "cell", "lstm")
+    args.partitions = getattr(args, "partitions", 2)
+    args.partition_strategy = getattr(args, "partition_strategy", "mod")
     if args.program == "rnn":
         try:
             tf.compat.v1.nn.rnn_cell.LSTMCell

@@ -1,7 +1,10 @@
 //! TensorFlow 1 programs, unchanged, on tessera, live (`tests/tensorflow_v1.py` is the
 //! programs): the classic ps/worker trainer (an MLP on the digits, Adagrad, a global step,
 //! `MonitoredTrainingSession` with `StopAtStepHook` and checkpoints), the same with
-//! `SyncReplicasOptimizer`, and a `dynamic_rnn` (LSTM) with Adam. Under
+//! `SyncReplicasOptimizer`, a `dynamic_rnn` (LSTM) with Adam, a CNN with Momentum over two ps
+//! tasks, and an embedding table partitioned over two ps tasks (`fixed_size_partitioner`,
+//! `embedding_lookup`) trained by Adagrad's sparse updates, whose checkpoints each runtime
+//! restores from the other, under another partitioning too. Under
 //! `disable_v2_behavior()` their graphs hold reference variables (`VariableV2`, `Assign`,
 //! `Apply*`) and v1 control flow (the global step's `Switch`/`Merge`, `dynamic_rnn`'s while
 //! loop with its TensorArrays and, in its gradient, stacks); with only
@@ -37,6 +40,8 @@ struct Reference {
     last_loss: f64,
     accuracy: f64,
     steps: i64,
+    /// The ps tasks the program spreads its variables over.
+    ps_tasks: usize,
 }
 
 const CLASSIC: Reference = Reference {
@@ -44,6 +49,7 @@ const CLASSIC: Reference = Reference {
     last_loss: 0.10137538,
     accuracy: 0.97777778,
     steps: 200,
+    ps_tasks: 1,
 };
 
 const SYNC_ONE_WORKER: Reference = Reference {
@@ -51,6 +57,7 @@ const SYNC_ONE_WORKER: Reference = Reference {
     last_loss: 0.07422117,
     accuracy: 0.97777778,
     steps: 200,
+    ps_tasks: 1,
 };
 
 const RNN_LSTM: Reference = Reference {
@@ -58,6 +65,23 @@ const RNN_LSTM: Reference = Reference {
     last_loss: 0.34254396,
     accuracy: 0.82222223,
     steps: 100,
+    ps_tasks: 1,
+};
+
+const CNN: Reference = Reference {
+    first_loss: 2.27884007,
+    last_loss: 0.04063952,
+    accuracy: 0.97500002,
+    steps: 200,
+    ps_tasks: 2,
+};
+
+const EMBEDDING: Reference = Reference {
+    first_loss: 2.47906876,
+    last_loss: 0.04519423,
+    accuracy: 0.94722223,
+    steps: 200,
+    ps_tasks: 2,
 };
 
 /// Two asynchronous or synchronous workers: TensorFlow alone reached these accuracies.
@@ -87,7 +111,10 @@ impl Trained {
             "accuracy {accuracy}, TensorFlow's {}: {json}",
             want.accuracy
         );
-        assert_eq!(self.strings("variable_devices"), vec!["/job:ps/task:0"]);
+        let ps: Vec<String> = (0..want.ps_tasks)
+            .map(|i| format!("/job:ps/task:{i}"))
+            .collect();
+        assert_eq!(self.strings("variable_devices"), ps, "{json}");
         let checkpoint = json["checkpoint"]["name"].as_str();
         assert_eq!(
             checkpoint,
@@ -124,19 +151,19 @@ fn start(
     Client::spawn(command)
 }
 
-/// Runs `program` with one worker on a tessera ps and worker (TensorFlow's client on
-/// tessera's master).
-fn on_tessera(python: &str, program: &[&str]) -> Trained {
-    let cluster = Cluster::start(&[("ps", 1), ("worker", 1)]);
-    let ps = cluster.addr("ps", 0).to_string();
+/// Runs `program` with one worker on `ps` tessera ps tasks and a tessera worker (TensorFlow's
+/// client on tessera's master).
+fn on_tessera(python: &str, program: &[&str], ps: usize) -> Trained {
+    let cluster = Cluster::start(&[("ps", ps), ("worker", 1)]);
+    let ps = addresses(|i| cluster.addr("ps", i), ps);
     let worker = cluster.addr("worker", 0).to_string();
     start(python, program, &ps, &worker, 0, true).finish()
 }
 
-/// Runs `program` with one stock TensorFlow worker (its master) and a tessera ps.
-fn on_tessera_ps(python: &str, program: &[&str]) -> Trained {
-    let bound = Bound::bind(&[("ps", 1)]);
-    let ps = bound.addr("ps", 0).to_string();
+/// Runs `program` with one stock TensorFlow worker (its master) and `ps` tessera ps tasks.
+fn on_tessera_ps(python: &str, program: &[&str], ps: usize) -> Trained {
+    let bound = Bound::bind(&[("ps", ps)]);
+    let ps = addresses(|i| bound.addr("ps", i), ps);
     let worker = TfServer::start(
         python,
         SCRIPT,
@@ -155,10 +182,26 @@ fn on_tessera_ps(python: &str, program: &[&str]) -> Trained {
     start(python, program, &ps, &worker.addr.to_string(), 0, false).finish()
 }
 
+/// `PROGRAM --alone`: the program on stock TensorFlow servers only.
+fn on_tensorflow(python: &str, program: &[&str]) -> Trained {
+    let mut command = Command::new(python);
+    command.arg(SCRIPT).args(program).arg("--alone");
+    command.stdin(Stdio::null());
+    Client::spawn(command).finish()
+}
+
+/// The comma-separated addresses of `count` tasks.
+fn addresses(addr: impl Fn(usize) -> std::net::SocketAddr, count: usize) -> String {
+    (0..count)
+        .map(|i| addr(i).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Runs `program` with two workers on a tessera cluster, the chief first; returns both.
 fn two_workers_on_tessera(python: &str, program: &[&str]) -> [Trained; 2] {
     let cluster = Cluster::start(&[("ps", 1), ("worker", 2)]);
-    let ps = cluster.addr("ps", 0).to_string();
+    let ps = addresses(|i| cluster.addr("ps", i), 1);
     let workers = format!(
         "{},{}",
         cluster.addr("worker", 0),
@@ -177,10 +220,10 @@ fn classic_trainer_under_disable_v2_behavior_runs_on_tessera() {
         return;
     };
     let program = ["classic", "--v2-behavior", "off"];
-    let on_tessera = on_tessera(&python, &program);
+    let on_tessera = on_tessera(&python, &program, 1);
     on_tessera.assert_matches(&CLASSIC);
     assert_eq!(on_tessera.strings("variable_ops"), vec!["VariableV2"]);
-    on_tessera_ps(&python, &program).assert_matches(&CLASSIC);
+    on_tessera_ps(&python, &program, 1).assert_matches(&CLASSIC);
 }
 
 #[test]
@@ -189,8 +232,8 @@ fn classic_trainer_with_only_eager_execution_disabled_runs_on_tessera() {
         return;
     };
     let program = ["classic", "--v2-behavior", "eager-only"];
-    on_tessera(&python, &program).assert_matches(&CLASSIC);
-    on_tessera_ps(&python, &program).assert_matches(&CLASSIC);
+    on_tessera(&python, &program, 1).assert_matches(&CLASSIC);
+    on_tessera_ps(&python, &program, 1).assert_matches(&CLASSIC);
 }
 
 #[test]
@@ -227,7 +270,7 @@ fn sync_replicas_under_disable_v2_behavior_run_on_tessera() {
         "--operation-timeout-ms",
         "15000",
     ];
-    on_tessera_ps(&python, &program).assert_matches(&SYNC_ONE_WORKER);
+    on_tessera_ps(&python, &program, 1).assert_matches(&SYNC_ONE_WORKER);
     let runs = two_workers_on_tessera(&python, &program);
     for run in &runs {
         assert_eq!(run.json["global_step"].as_i64(), Some(200), "{}", run.json);
@@ -246,13 +289,13 @@ fn dynamic_rnn_with_v1_loops_tensor_arrays_and_stacks_runs_on_tessera() {
         return;
     };
     let program = ["rnn", "--v2-behavior", "off"];
-    let on_tessera = on_tessera(&python, &program);
+    let on_tessera = on_tessera(&python, &program, 1);
     on_tessera.assert_matches(&RNN_LSTM);
     let ops = on_tessera.strings("control_flow_ops");
     for op in ["Enter", "NextIteration", "TensorArrayV3", "StackPushV2"] {
         assert!(ops.iter().any(|o| o == op), "{op} not in {ops:?}");
     }
-    on_tessera_ps(&python, &program).assert_matches(&RNN_LSTM);
+    on_tessera_ps(&python, &program, 1).assert_matches(&RNN_LSTM);
 }
 
 #[test]
@@ -261,11 +304,147 @@ fn dynamic_rnn_with_functional_while_over_tensor_lists_runs_on_tessera() {
         return;
     };
     let program = ["rnn", "--v2-behavior", "eager-only"];
-    let on_tessera = on_tessera(&python, &program);
+    let on_tessera = on_tessera(&python, &program, 1);
     on_tessera.assert_matches(&RNN_LSTM);
     let ops = on_tessera.strings("control_flow_ops");
     for op in ["StatelessWhile", "TensorListReserve", "TensorListPopBack"] {
         assert!(ops.iter().any(|o| o == op), "{op} not in {ops:?}");
     }
-    on_tessera_ps(&python, &program).assert_matches(&RNN_LSTM);
+    on_tessera_ps(&python, &program, 1).assert_matches(&RNN_LSTM);
+}
+
+#[test]
+fn cnn_with_momentum_over_two_ps_tasks_runs_on_tessera() {
+    let Some(python) = tensorflow_python("cnn v1") else {
+        return;
+    };
+    let program = ["cnn", "--v2-behavior", "off"];
+    on_tessera(&python, &program, 2).assert_matches(&CNN);
+    on_tessera_ps(&python, &program, 2).assert_matches(&CNN);
+}
+
+impl Trained {
+    /// The embedding table's shards: name -> (device, shape).
+    fn table_parts(&self) -> Vec<(String, String, Vec<i64>)> {
+        let parts = self.json["table_parts"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no table_parts: {}", self.json));
+        parts
+            .iter()
+            .map(|(name, part)| {
+                let device = part[0].as_str().expect("a device").to_string();
+                let shape = part[1]
+                    .as_array()
+                    .expect("a shape")
+                    .iter()
+                    .map(|d| d.as_i64().expect("a dimension"))
+                    .collect();
+                (name.clone(), device, shape)
+            })
+            .collect()
+    }
+
+    /// The held-out loss, to compare runs that restored one checkpoint.
+    fn assert_same_model(&self, other: &Trained) {
+        let (mine, theirs) = (self.f64("eval_loss"), other.f64("eval_loss"));
+        assert!(
+            (mine - theirs).abs() <= 1e-5 * theirs,
+            "held-out loss {mine}, the checkpoint's model gave {theirs}:\n{}\n{}",
+            self.json,
+            other.json
+        );
+        assert_eq!(self.f64("accuracy"), other.f64("accuracy"));
+    }
+}
+
+#[test]
+fn partitioned_embedding_with_sparse_adagrad_runs_on_tessera() {
+    let Some(python) = tensorflow_python("embedding v1") else {
+        return;
+    };
+    let program = ["embedding", "--v2-behavior", "off"];
+    let run = on_tessera(&python, &program, 2);
+    run.assert_matches(&EMBEDDING);
+    // The table's two shards, one on each ps task, updated by Adagrad's sparse apply.
+    let parts = run.table_parts();
+    let want = [
+        ("embedding/part_0", "/job:ps/task:1", vec![544, 16]),
+        ("embedding/part_1", "/job:ps/task:0", vec![544, 16]),
+    ];
+    let want: Vec<_> = want
+        .into_iter()
+        .map(|(n, d, s)| (n.to_string(), d.to_string(), s))
+        .collect();
+    assert_eq!(parts, want);
+    assert_eq!(run.strings("sparse_update_ops"), vec!["SparseApplyAdagrad"]);
+    on_tessera_ps(&python, &program, 2).assert_matches(&EMBEDDING);
+    // Resource variables: ResourceGather and ResourceSparseApplyAdagrad.
+    let resource = on_tessera(&python, &["embedding", "--v2-behavior", "eager-only"], 2);
+    resource.assert_matches(&EMBEDDING);
+    assert_eq!(resource.strings("variable_ops"), vec!["VarHandleOp"]);
+    assert_eq!(
+        resource.strings("sparse_update_ops"),
+        vec!["ResourceSparseApplyAdagrad"]
+    );
+}
+
+/// The embedding program with `partitions` table shards looked up by `strategy`, its chief's
+/// checkpoints in `dir`.
+fn embedding_in(dir: &std::path::Path, partitions: usize, strategy: &str) -> Vec<String> {
+    let dir = dir.to_str().expect("a UTF-8 path");
+    let partitions = partitions.to_string();
+    [
+        "embedding",
+        "--v2-behavior",
+        "off",
+        "--partitions",
+        &partitions,
+        "--partition-strategy",
+        strategy,
+        "--checkpoint-dir",
+        dir,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn evaluate_only(mut args: Vec<String>) -> Vec<String> {
+    args.push("--evaluate-only".into());
+    args
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn partitioned_embedding_checkpoints_restore_on_the_other_runtime() {
+    let Some(python) = tensorflow_python("embedding checkpoints") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let restored_only = |run: &Trained| {
+        assert_eq!(run.json["local_steps"].as_i64(), Some(0), "{}", run.json);
+        assert_eq!(run.json["global_step"].as_i64(), Some(200), "{}", run.json);
+    };
+
+    // tessera trains and saves; TensorFlow restores and only evaluates.
+    let args = embedding_in(&dir.path().join("tessera"), 2, "mod");
+    let trained = on_tessera(&python, &strs(&args), 2);
+    trained.assert_matches(&EMBEDDING);
+    let restored = on_tensorflow(&python, &strs(&evaluate_only(args)));
+    restored_only(&restored);
+    restored.assert_same_model(&trained);
+
+    // TensorFlow trains and saves two shards; tessera restores them as three. Ids are looked
+    // up by "div" here: under "mod", shard k holds ids k, k+N, ..., so which row of the whole
+    // table an id reads changes with N (TensorFlow restoring its own two shards as three gets
+    // 12 % held out).
+    let saved = dir.path().join("tensorflow");
+    let trained = on_tensorflow(&python, &strs(&embedding_in(&saved, 2, "div")));
+    let three = evaluate_only(embedding_in(&saved, 3, "div"));
+    let restored = on_tessera(&python, &strs(&three), 2);
+    restored_only(&restored);
+    assert_eq!(restored.table_parts().len(), 3, "{}", restored.json);
+    restored.assert_same_model(&trained);
 }
