@@ -79,6 +79,7 @@ fn csv_reads_features_and_label_columns() {
         &CsvOptions {
             label_column: None,
             header: Some(true),
+            id_columns: Vec::new(),
         },
     )
     .unwrap();
@@ -92,6 +93,7 @@ fn csv_reads_features_and_label_columns() {
         &CsvOptions {
             label_column: Some(LabelColumn::Index(0)),
             header: Some(false),
+            id_columns: Vec::new(),
         },
     )
     .unwrap();
@@ -136,6 +138,7 @@ fn csv_with_a_header_and_the_label_first_reads_as_without_header_and_label_last(
             &CsvOptions {
                 label_column: Some(label.clone()),
                 header: None,
+                id_columns: Vec::new(),
             },
         )
         .unwrap_or_else(|e| panic!("label {label}: {e}"));
@@ -148,6 +151,7 @@ fn csv_with_a_header_and_the_label_first_reads_as_without_header_and_label_last(
         &CsvOptions {
             label_column: Some(LabelColumn::parse("b c").unwrap()),
             header: None,
+            id_columns: Vec::new(),
         },
     )
     .unwrap();
@@ -160,6 +164,7 @@ fn csv_with_a_header_and_the_label_first_reads_as_without_header_and_label_last(
     let forced = CsvOptions {
         label_column: Some(LabelColumn::parse("2").unwrap()),
         header: Some(true),
+        id_columns: Vec::new(),
     };
     let d = read_csv(&p, &forced).unwrap();
     assert_eq!(
@@ -176,6 +181,7 @@ fn bad_label_columns_say_what_to_change() {
     let label = |l: &str| CsvOptions {
         label_column: Some(LabelColumn::parse(l).unwrap()),
         header: None,
+        id_columns: Vec::new(),
     };
     let cases = [
         (

@@ -118,6 +118,7 @@ fn a_csv_file_with_a_header_and_the_label_first_reads_as_pandas_reads_it_and_tra
     let options = CsvOptions {
         label_column: Some(LabelColumn::Name("species".into())),
         header: None,
+        id_columns: Vec::new(),
     };
     let data = read_csv(&path, &options).unwrap();
     assert_eq!((data.len(), data.num_features()), (150, 4));

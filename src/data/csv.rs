@@ -1,4 +1,6 @@
-//! A CSV reader for numeric data: every column a number, one of them an integer label.
+//! A CSV reader for numeric data: every column a number, one of them an integer label, and
+//! optionally some columns of integer ids (categorical features such as a user or an item,
+//! which an embedding model looks up in a table) beside the dense ones.
 //!
 //! Lines are split on commas (no quoting: numeric data has none; a header's names may be
 //! double-quoted); surrounding whitespace is ignored, blank lines are skipped, and a header
@@ -13,7 +15,8 @@ use std::path::Path;
 use super::Dataset;
 use crate::error::{Result, Status};
 
-/// Which column holds the label.
+/// A column, by index or header name: the label's (`--label_column`) or an id column's
+/// (`--id_columns`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LabelColumn {
     /// The column at this 0-based index.
@@ -25,11 +28,16 @@ pub enum LabelColumn {
 impl LabelColumn {
     /// `--label_column`: digits are a 0-based index, anything else a header name.
     pub fn parse(text: &str) -> Result<Self> {
+        Self::parse_for(text, "--label_column")
+    }
+
+    /// A column named by `flag`: digits are a 0-based index, anything else a header name.
+    pub fn parse_for(text: &str, flag: &str) -> Result<Self> {
         let text = text.trim();
         if text.is_empty() {
-            return Err(Status::invalid_argument(
-                "--label_column is empty; give a header name or a 0-based column index",
-            ));
+            return Err(Status::invalid_argument(format!(
+                "{flag} names an empty column; give a header name or a 0-based column index"
+            )));
         }
         Ok(match text.parse::<usize>() {
             Ok(i) => Self::Index(i),
@@ -55,9 +63,13 @@ pub struct CsvOptions {
     /// Whether the first non-blank line is a header to skip: `Some(true)` always,
     /// `Some(false)` never, `None` when its fields do not all parse as numbers.
     pub header: Option<bool>,
+    /// Columns of integer ids (any i64), kept apart from the float features
+    /// ([`Dataset::ids`]); empty for none.
+    pub id_columns: Vec<LabelColumn>,
 }
 
-/// Reads a CSV file of numeric features and an integer label (>= 0).
+/// Reads a CSV file of numeric features, ids in `options.id_columns`, and an integer label
+/// (>= 0).
 pub fn read_csv(path: impl AsRef<Path>, options: &CsvOptions) -> Result<Dataset> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -85,12 +97,14 @@ fn header_name(cell: &str) -> String {
 pub fn parse_csv(text: &str, file: &str, options: &CsvOptions) -> Result<Dataset> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut features = Vec::new();
+    let mut ids = Vec::new();
     let mut labels = Vec::new();
     let mut width: Option<usize> = None;
     // The header's names and line, once read.
     let mut header: Option<(Vec<String>, usize)> = None;
     let mut first = true;
     let mut label_col: Option<usize> = None;
+    let mut id_cols: Option<Vec<bool>> = None;
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
         let at = |col: usize| format!("{file}:{line_no}: column {col}");
@@ -139,8 +153,20 @@ pub fn parse_csv(text: &str, file: &str, options: &CsvOptions) -> Result<Dataset
             Some(c) => c,
             None => *label_col.insert(resolve_label(file, options, &header, line_no, w)?),
         };
+        let id_cols = match &id_cols {
+            Some(cols) => cols,
+            None => id_cols.insert(resolve_ids(file, options, &header, line_no, w, label_col)?),
+        };
         for (c, cell) in cells.iter().enumerate() {
-            if c == label_col {
+            if id_cols[c] {
+                let id: i64 = cell.parse().map_err(|_| {
+                    Status::invalid_argument(format!(
+                        "{}: id `{cell}` is not an integer; an id column (--id_columns) holds                          64-bit integers",
+                        at(c + 1)
+                    ))
+                })?;
+                ids.push(id);
+            } else if c == label_col {
                 let label: i64 = cell.parse().ok().filter(|&l: &i64| l >= 0).ok_or_else(|| {
                     Status::invalid_argument(format!(
                         "{}: label `{cell}` is not a non-negative integer; labels are class \
@@ -169,7 +195,36 @@ pub fn parse_csv(text: &str, file: &str, options: &CsvOptions) -> Result<Dataset
             "{file}: the CSV file has no data rows"
         )));
     };
-    Dataset::new(features, labels, w - 1)
+    let num_ids = options.id_columns.len();
+    Dataset::with_ids(features, w - 1 - num_ids, ids, num_ids, labels)
+}
+
+/// Which of the `w` columns hold ids: `options.id_columns` resolved, each once and none the
+/// label's.
+fn resolve_ids(
+    file: &str,
+    options: &CsvOptions,
+    header: &Option<(Vec<String>, usize)>,
+    line_no: usize,
+    w: usize,
+    label_col: usize,
+) -> Result<Vec<bool>> {
+    let mut is_id = vec![false; w];
+    for column in &options.id_columns {
+        let c = resolve_column(file, column, "--id_columns", header, line_no, w)?;
+        if c == label_col {
+            return Err(Status::invalid_argument(format!(
+                "{file}: id column {column} is the label's column; drop it from --id_columns \
+                 or choose another --label_column"
+            )));
+        }
+        if std::mem::replace(&mut is_id[c], true) {
+            return Err(Status::invalid_argument(format!(
+                "{file}: --id_columns names column {column} twice; name each id column once"
+            )));
+        }
+    }
+    Ok(is_id)
 }
 
 /// The label's 0-based column among `w`, from the options and the header.
@@ -182,28 +237,48 @@ fn resolve_label(
 ) -> Result<usize> {
     match &options.label_column {
         None => Ok(w - 1),
-        Some(LabelColumn::Index(i)) if *i < w => Ok(*i),
-        Some(LabelColumn::Index(i)) => Err(Status::invalid_argument(format!(
-            "{file}:{line_no}: label column {i} does not exist; rows have {w} columns, set \
-             --label_column to an index from 0 to {}{}",
+        Some(column) => resolve_column(file, column, "--label_column", header, line_no, w),
+    }
+}
+
+/// `column`'s 0-based index among `w`, from the header for a name; `flag` is the option that
+/// named it (`--label_column`, `--id_columns`).
+fn resolve_column(
+    file: &str,
+    column: &LabelColumn,
+    flag: &str,
+    header: &Option<(Vec<String>, usize)>,
+    line_no: usize,
+    w: usize,
+) -> Result<usize> {
+    let what = if flag == "--label_column" {
+        "label column"
+    } else {
+        "id column"
+    };
+    match column {
+        LabelColumn::Index(i) if *i < w => Ok(*i),
+        LabelColumn::Index(i) => Err(Status::invalid_argument(format!(
+            "{file}:{line_no}: {what} {i} does not exist; rows have {w} columns, set {flag} to \
+             an index from 0 to {}{}",
             w - 1,
             match header {
                 Some((names, _)) => format!(" or to a name ({})", names.join(", ")),
                 None => String::new(),
             }
         ))),
-        Some(LabelColumn::Name(name)) => match header {
+        LabelColumn::Name(name) => match header {
             Some((names, header_line)) => names.iter().position(|n| n == name).ok_or_else(|| {
                 Status::invalid_argument(format!(
-                    "{file}:{header_line}: label column `{name}` is not in the header \
-                     (columns: {}); set --label_column to one of them or to a 0-based index",
+                    "{file}:{header_line}: {what} `{name}` is not in the header (columns: {}); \
+                     set {flag} to one of them or to a 0-based index",
                     names.join(", ")
                 ))
             }),
             None => Err(Status::invalid_argument(format!(
-                "{file}:{line_no}: label column `{name}` is a name, but the file has no header \
-                 line (its first row is all numbers); set --label_column to a 0-based index, \
-                 or add a header line (--csv_header if its names are numbers)"
+                "{file}:{line_no}: {what} `{name}` is a name, but the file has no header line \
+                 (its first row is all numbers); set {flag} to a 0-based index, or add a \
+                 header line (--csv_header if its names are numbers)"
             ))),
         },
     }

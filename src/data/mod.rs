@@ -1,13 +1,15 @@
 //! Training data: in-memory labelled examples, where they come from, and how a worker walks
 //! through them.
 //!
-//! A [`Dataset`] holds `n` examples of `d` float32 features and an int64 label each. Sources:
-//! [`synthetic`] (seeded Gaussian blobs), [`csv`] (numeric features and an integer label
-//! column) and [`idx`] (MNIST's format). A worker takes its [`shard`](Dataset::shard)
+//! A [`Dataset`] holds `n` examples of `d` float32 features, `k` int64 ids (categorical
+//! features an embedding model looks up; none for most data) and an int64 label each. Sources:
+//! [`synthetic`] (seeded Gaussian blobs, and clicks: ids and dense features with a 0/1 label),
+//! [`csv`] (numeric features, id columns and an integer label column) and [`idx`] (MNIST's
+//! format). A worker takes its [`shard`](Dataset::shard)
 //! (examples `i` with `i % num_workers == index`, as `tf.data.Dataset.shard`), then iterates
 //! [`batches`](Dataset::batches): fixed-size batches, shuffled with a seed per epoch so every
 //! run sees the same order, returned as the tensors a training step feeds (`x: [b, d]`
-//! float32, `y: [b]` int64).
+//! float32, `ids: [b, k]` int64 when there are ids, `y: [b]` int64).
 
 pub mod csv;
 pub mod digits;
@@ -21,7 +23,7 @@ use rand::SeedableRng;
 use crate::error::{Result, Status};
 use crate::tensor::{Shape, Tensor};
 
-pub use synthetic::{blobs, BlobOptions};
+pub use synthetic::{blobs, clicks, BlobOptions, ClickOptions};
 
 /// Labelled examples held in memory, row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +31,9 @@ pub struct Dataset {
     features: Vec<f32>,
     labels: Vec<i64>,
     num_features: usize,
+    /// `num_ids` ids per example, row-major.
+    ids: Vec<i64>,
+    num_ids: usize,
 }
 
 impl Dataset {
@@ -46,7 +51,62 @@ impl Dataset {
             features,
             labels,
             num_features,
+            ids: Vec::new(),
+            num_ids: 0,
         })
+    }
+
+    /// A data set of `labels.len()` examples, each with `num_features` of `features` and
+    /// `num_ids` of `ids` (consecutive runs); one of the two counts may be 0.
+    pub fn with_ids(
+        features: Vec<f32>,
+        num_features: usize,
+        ids: Vec<i64>,
+        num_ids: usize,
+        labels: Vec<i64>,
+    ) -> Result<Self> {
+        let n = labels.len();
+        if num_features + num_ids == 0
+            || features.len() != n * num_features
+            || ids.len() != n * num_ids
+        {
+            return Err(Status::invalid_argument(format!(
+                "{} feature values and {} ids do not make {n} examples of {num_features} \
+                 features and {num_ids} ids",
+                features.len(),
+                ids.len()
+            )));
+        }
+        Ok(Self {
+            features,
+            labels,
+            num_features,
+            ids,
+            num_ids,
+        })
+    }
+
+    /// Ids per example (0 for data without id columns).
+    pub fn num_ids(&self) -> usize {
+        self.num_ids
+    }
+
+    /// Example `i`'s ids.
+    pub fn ids(&self, i: usize) -> &[i64] {
+        &self.ids[i * self.num_ids..(i + 1) * self.num_ids]
+    }
+
+    /// The same examples with each id replaced by `f(column, id)` (hashing ids into a
+    /// table's rows, say).
+    pub fn map_ids(mut self, f: impl Fn(usize, i64) -> i64) -> Self {
+        if self.num_ids > 0 {
+            for row in self.ids.chunks_exact_mut(self.num_ids) {
+                for (column, id) in row.iter_mut().enumerate() {
+                    *id = f(column, *id);
+                }
+            }
+        }
+        self
     }
 
     /// The number of examples.
@@ -82,15 +142,19 @@ impl Dataset {
     /// The examples at `indices`, in that order.
     pub fn select(&self, indices: &[usize]) -> Dataset {
         let mut features = Vec::with_capacity(indices.len() * self.num_features);
+        let mut ids = Vec::with_capacity(indices.len() * self.num_ids);
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices {
             features.extend_from_slice(self.features(i));
+            ids.extend_from_slice(self.ids(i));
             labels.push(self.labels[i]);
         }
         Dataset {
             features,
             labels,
             num_features: self.num_features,
+            ids,
+            num_ids: self.num_ids,
         }
     }
 
@@ -124,11 +188,7 @@ impl Dataset {
 
     /// The whole data set as one batch (for evaluation).
     pub fn to_batch(&self) -> Result<Batch> {
-        Batch::new(
-            self.features.clone(),
-            self.labels.clone(),
-            self.num_features,
-        )
+        Batch::new(self.clone())
     }
 
     /// Epoch `epoch`'s batches of `options.batch_size` examples, shuffled by
@@ -206,16 +266,23 @@ impl BatchOptions {
 pub struct Batch {
     /// Features, `[b, d]` float32.
     pub x: Tensor,
+    /// Ids, `[b, k]` int64, when the data has id columns.
+    pub ids: Option<Tensor>,
     /// Labels, `[b]` int64.
     pub y: Tensor,
 }
 
 impl Batch {
-    fn new(features: Vec<f32>, labels: Vec<i64>, d: usize) -> Result<Self> {
-        let b = labels.len();
+    fn new(part: Dataset) -> Result<Self> {
+        let b = part.labels.len();
+        let ids = match part.num_ids {
+            0 => None,
+            k => Some(Tensor::from_vec(Shape::new(vec![b, k]), part.ids)?),
+        };
         Ok(Batch {
-            x: Tensor::from_vec(Shape::new(vec![b, d]), features)?,
-            y: Tensor::from_vec(Shape::new(vec![b]), labels)?,
+            x: Tensor::from_vec(Shape::new(vec![b, part.num_features]), part.features)?,
+            ids,
+            y: Tensor::from_vec(Shape::new(vec![b]), part.labels)?,
         })
     }
 
@@ -250,8 +317,7 @@ impl Iterator for Batches<'_> {
         let take = left.min(self.batch_size);
         let idx = &self.order[self.next..self.next + take];
         self.next += take;
-        let part = self.data.select(idx);
         // The shapes agree by construction, so this cannot fail.
-        Batch::new(part.features, part.labels, part.num_features).ok()
+        Batch::new(self.data.select(idx)).ok()
     }
 }

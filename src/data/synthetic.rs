@@ -1,4 +1,5 @@
-//! Seeded synthetic classification data: Gaussian blobs, one per class.
+//! Seeded synthetic classification data: Gaussian blobs, one per class, and clicks (ids and
+//! dense features with a 0/1 label, for embedding models).
 //!
 //! Class `k`'s center is drawn uniformly from `[-center_box, center_box]^d`; its examples are
 //! the center plus isotropic Gaussian noise of standard deviation `std`. With the defaults
@@ -95,3 +96,100 @@ pub fn blobs(options: &BlobOptions) -> Result<Dataset> {
     }
     Dataset::new(features, labels, num_features)
 }
+/// What [`clicks`] generates: a click log's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClickOptions {
+    /// The number of examples.
+    pub num_examples: usize,
+    /// Id columns per example (a user, an item, a context...).
+    pub id_columns: usize,
+    /// Distinct ids per column.
+    pub vocabulary: u64,
+    /// Dense features per example.
+    pub dense: usize,
+    /// The seed.
+    pub seed: u64,
+}
+
+impl ClickOptions {
+    /// 20,000 examples of 4 id columns (100,000 ids each) and 4 dense features, seed 0.
+    pub fn new() -> Self {
+        Self {
+            num_examples: 20_000,
+            id_columns: 4,
+            vocabulary: 100_000,
+            dense: 4,
+            seed: 0,
+        }
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
+impl Default for ClickOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A seeded, well-mixed 64-bit hash (SplitMix64's finaliser).
+pub fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A synthetic click log: each example has `id_columns` ids, drawn so that few ids are
+/// frequent and most are rare (id `⌊vocabulary · u³⌋`, `u` uniform), and `dense` standard
+/// normal features; its label is 1 with probability `σ(Σ_c e_c(id_c) + v·x − 1)`, where each
+/// id's effect `e_c(id)` is a fixed pseudo-random number in `[-1.5, 1.5]` (a hash of the
+/// seed, the column and the id) and `v` alternates `±0.5`. A model that learns the frequent
+/// ids' effects and the dense weights predicts the label better than its mean; ids seen once
+/// teach it little, as in real logs.
+pub fn clicks(options: &ClickOptions) -> Result<Dataset> {
+    let ClickOptions {
+        num_examples,
+        id_columns,
+        vocabulary,
+        dense,
+        seed,
+    } = *options;
+    if id_columns == 0 || vocabulary == 0 {
+        return Err(Status::invalid_argument(format!(
+            "clicks need at least one id column of at least one id, got {id_columns} columns \
+             of {vocabulary} ids"
+        )));
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let normal = Normal::new(0.0f32, 1.0).map_err(|e| Status::internal(e.to_string()))?;
+    let effect = |column: usize, id: i64| {
+        let h = mix64(seed ^ mix64((column as u64) << 40 ^ id as u64));
+        (h >> 11) as f64 / (1u64 << 53) as f64 * 3.0 - 1.5
+    };
+    let mut features = Vec::with_capacity(num_examples * dense);
+    let mut ids = Vec::with_capacity(num_examples * id_columns);
+    let mut labels = Vec::with_capacity(num_examples);
+    for _ in 0..num_examples {
+        let mut logit = -1.0;
+        for column in 0..id_columns {
+            let u: f64 = rng.random();
+            let id = ((vocabulary as f64 * u * u * u) as u64).min(vocabulary - 1) as i64;
+            logit += effect(column, id);
+            ids.push(id);
+        }
+        for j in 0..dense {
+            let x = normal.sample(&mut rng);
+            logit += if j % 2 == 0 { 0.5 } else { -0.5 } * f64::from(x);
+            features.push(x);
+        }
+        let p = 1.0 / (1.0 + (-logit).exp());
+        labels.push(i64::from(rng.random::<f64>() < p));
+    }
+    Dataset::with_ids(features, dense, ids, id_columns, labels)
+}
+

@@ -121,7 +121,38 @@ impl Graph {
                 initial.shape
             ))
         })?;
-        let counts = partitioner(&shape, initial.dtype)?;
+        let whole = shape.dims().to_vec();
+        self.partitioned_variable_with(name, &shape, initial.dtype, partitioner, |g, part, slice| {
+            if slice.var_shape == whole {
+                return Ok(initial.clone());
+            }
+            let to_i64 = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
+            let at = format!("{part}/Initializer/Slice");
+            let begin = g.const_vec_i32(&format!("{at}/begin/"), &to_i64(&slice.var_offset))?;
+            let size = g.const_vec_i32(&format!("{at}/size/"), &to_i64(&slice.var_shape))?;
+            g.add1(
+                NodeSpec::new("Slice")
+                    .name(&format!("{at}/"))
+                    .input(initial)
+                    .input(&begin)
+                    .input(&size),
+            )
+        })
+    }
+
+    /// Creates variable `name` (made unique) of `shape` and `dtype` as parts chosen by
+    /// `partitioner`, each initialised from what `init` builds for it (given the part's name
+    /// and its [`SaveSlice`]: a random op of the part's shape, say), so that no node holds or
+    /// computes the whole initial value.
+    pub fn partitioned_variable_with(
+        &mut self,
+        name: &str,
+        shape: &Shape,
+        dtype: DType,
+        partitioner: &Partitioner,
+        mut init: impl FnMut(&mut Graph, &str, &SaveSlice) -> Result<Output>,
+    ) -> Result<PartitionedVariable> {
+        let counts = partitioner(shape, dtype)?;
         if counts.len() != shape.rank() || counts.iter().filter(|&&c| c > 1).count() > 1 {
             return Err(Status::invalid_argument(format!(
                 "partitioned variable `{name}`: partitioner returned {counts:?} for shape {shape}; \
@@ -149,28 +180,15 @@ impl Graph {
                 var_shape[axis] = len;
                 offset += len;
             }
-            let init = if n == 1 {
-                initial.clone()
-            } else {
-                let to_i64 = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
-                let at = format!("{part}/Initializer/Slice");
-                let begin = self.const_vec_i32(&format!("{at}/begin/"), &to_i64(&var_offset))?;
-                let size = self.const_vec_i32(&format!("{at}/size/"), &to_i64(&var_shape))?;
-                self.add1(
-                    NodeSpec::new("Slice")
-                        .name(&format!("{at}/"))
-                        .input(initial)
-                        .input(&begin)
-                        .input(&size),
-                )?
-            };
-            parts.push(self.variable(&format!("{part}/"), &init)?);
-            slices.push(SaveSlice {
+            let slice = SaveSlice {
                 full_name: full.clone(),
                 full_shape: dims.clone(),
                 var_offset,
                 var_shape,
-            });
+            };
+            let initial = init(self, &part, &slice)?;
+            parts.push(self.variable(&format!("{part}/"), &initial)?);
+            slices.push(slice);
         }
         let value = if n == 1 {
             parts[0].value.clone()
@@ -182,8 +200,8 @@ impl Graph {
         };
         Ok(PartitionedVariable {
             name: full,
-            shape,
-            dtype: initial.dtype,
+            shape: shape.clone(),
+            dtype,
             axis,
             parts,
             slices,

@@ -37,21 +37,31 @@ pub(crate) struct LocalArgs {
 /// The model and training flags, the same for every task of a job.
 #[derive(Clone, Debug, Args)]
 pub(crate) struct TrainingFlags {
-    /// The model: softmax (regression), mlp, or cnn (3x3 convolutions with ReLU and 2x2 max
+    /// The model: softmax (regression), mlp, cnn (3x3 convolutions with ReLU and 2x2 max
     /// pooling, then a dense layer; each example read as a square grayscale image: 8x8 for the
-    /// digits, 28x28 for MNIST). The cnn trains well with the same defaults as the mlp (adam,
-    /// 0.01, batches of 64, 1000 steps).
+    /// digits, 28x28 for MNIST), or embedding (wide and deep: each id column hashed into two
+    /// tables partitioned over every ps task, an embedding per id into dense layers, a weight
+    /// per id added to the logits; --data clicks or csv:PATH with --id_columns). The cnn
+    /// trains well with the same defaults as the mlp (adam, 0.01, batches of 64, 1000 steps).
     #[arg(long, default_value = "mlp")]
     model: String,
-    /// Hidden layer widths of the mlp.
+    /// Hidden layer widths of the mlp (and of the embedding model's deep part).
     #[arg(long, value_delimiter = ',', default_value = "128")]
     hidden: Vec<usize>,
     /// Filters of each convolution of the cnn, input side first (default: 16,32).
     #[arg(long, value_delimiter = ',')]
     filters: Vec<usize>,
-    /// The optimizer: gd, momentum, adagrad, adam or rmsprop.
-    #[arg(long, default_value = "adam")]
-    optimizer: String,
+    /// Rows of the embedding model's tables (default: 1000000).
+    #[arg(long = "table_rows")]
+    table_rows: Option<usize>,
+    /// The embedding model's embedding width (default: 32).
+    #[arg(long = "embedding_dim")]
+    embedding_dim: Option<usize>,
+    /// The optimizer: gd, momentum, adagrad, adam or rmsprop (default: adam; adagrad for the
+    /// embedding model, whose tables it updates row by row, where adam would update every row
+    /// every step).
+    #[arg(long)]
+    optimizer: Option<String>,
     #[arg(long = "learning_rate", default_value_t = 0.01)]
     learning_rate: f64,
     /// Examples per step and worker.
@@ -98,9 +108,10 @@ pub(crate) struct TrainingFlags {
     #[arg(long = "trace_step")]
     trace_step: Option<i64>,
     /// The data: digits (the built-in handwritten digits), synthetic (seeded Gaussian blobs),
-    /// csv:PATH (numeric features and an integer label, the last column unless --label_column
-    /// says; a header line is detected), tfrecord:PATH (tf.train.Examples; --feature_keys,
-    /// --label_key) or idx:IMAGES,LABELS.
+    /// clicks (a built-in synthetic click log: 4 id columns and 4 dense features, a 0/1
+    /// label), csv:PATH (numeric features and an integer label, the last column unless
+    /// --label_column says; a header line is detected; id columns with --id_columns),
+    /// tfrecord:PATH (tf.train.Examples; --feature_keys, --label_key) or idx:IMAGES,LABELS.
     #[arg(long, default_value = "digits")]
     data: String,
     /// The CSV column holding the label: a header name or a 0-based index (default: the
@@ -111,6 +122,10 @@ pub(crate) struct TrainingFlags {
     /// flag a first row that is not all numbers is read as the header).
     #[arg(long = "csv_header")]
     csv_header: bool,
+    /// The CSV columns holding integer ids, for the embedding model: header names or 0-based
+    /// indices, comma-separated. The other columns but the label's are dense features.
+    #[arg(long = "id_columns", value_delimiter = ',')]
+    id_columns: Vec<String>,
     /// The TFRecord file's feature keys (float or int64 lists of tf.train.Example),
     /// concatenated in this order (default: every key but the label's, in name order).
     #[arg(long = "feature_keys", value_delimiter = ',')]
@@ -139,9 +154,19 @@ impl TrainingFlags {
         if !self.sync && self.replicas_to_aggregate.is_some() {
             bail!("--replicas_to_aggregate needs --sync");
         }
+        let model = ModelKind::from_name(&self.model, &self.hidden)?
+            .with_filters(&self.filters)?
+            .with_table(self.table_rows, self.embedding_dim)?;
+        let optimizer = self.optimizer.clone().unwrap_or_else(|| {
+            match model {
+                ModelKind::Embedding { .. } => "adagrad",
+                _ => "adam",
+            }
+            .into()
+        });
         Ok(TrainSpec {
-            model: ModelKind::from_name(&self.model, &self.hidden)?.with_filters(&self.filters)?,
-            optimizer: self.optimizer.clone(),
+            model,
+            optimizer,
             learning_rate: self.learning_rate,
             batch_size: self.batch_size,
             towers: self.towers,
@@ -155,7 +180,11 @@ impl TrainingFlags {
             summary_every_steps: self.summary_every,
             trace_step: self.trace_step,
             data: DataSource::parse(&self.data)?
-                .with_csv_options(self.label_column.as_deref(), self.csv_header)?
+                .with_csv_options(
+                    self.label_column.as_deref(),
+                    self.csv_header,
+                    &self.id_columns,
+                )?
                 .with_tfrecord_options(&self.feature_keys, self.label_key.as_deref())?,
             seed: self.seed,
             held_out_fraction: self.held_out,
@@ -169,7 +198,6 @@ impl TrainingFlags {
         let mut args = vec![
             format!("--model={}", self.model),
             format!("--hidden={}", hidden.join(",")),
-            format!("--optimizer={}", self.optimizer),
             format!("--learning_rate={}", self.learning_rate),
             format!("--batch_size={}", self.batch_size),
             format!("--towers={}", self.towers),
@@ -188,6 +216,18 @@ impl TrainingFlags {
         if !self.filters.is_empty() {
             let filters: Vec<String> = self.filters.iter().map(usize::to_string).collect();
             args.push(format!("--filters={}", filters.join(",")));
+        }
+        if let Some(optimizer) = &self.optimizer {
+            args.push(format!("--optimizer={optimizer}"));
+        }
+        if let Some(rows) = self.table_rows {
+            args.push(format!("--table_rows={rows}"));
+        }
+        if let Some(dim) = self.embedding_dim {
+            args.push(format!("--embedding_dim={dim}"));
+        }
+        if !self.id_columns.is_empty() {
+            args.push(format!("--id_columns={}", self.id_columns.join(",")));
         }
         if self.sync {
             args.push("--sync".into());
@@ -362,6 +402,14 @@ fn print_report(report: &ChiefReport) {
         100.0 * report.held_out_accuracy,
         report.held_out_examples
     );
+    let scores = &report.held_out_scores;
+    if let (Some(auc), Some(baseline)) = (scores.auc, scores.baseline_log_loss) {
+        println!(
+            "tessera: held-out log loss {:.4} (predicting the label mean: {baseline:.4}), AUC \
+             {auc:.4}",
+            scores.log_loss
+        );
+    }
     if let Some(checkpoint) = &report.checkpoint {
         println!("tessera: checkpoint {}", checkpoint.display());
     }

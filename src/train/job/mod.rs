@@ -11,6 +11,7 @@
 //! - [`launcher`]: `tessera local`, the embedded cluster as child processes.
 
 pub mod cnn;
+pub mod embedding;
 pub mod launcher;
 pub mod model;
 pub mod progress;

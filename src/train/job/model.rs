@@ -4,8 +4,11 @@
 //!
 //! ```text
 //! x [b, d] float32, y [b] int64                     placeholders, fed per step
+//!   (the embedding model's ids [b, c] int64 too)
 //! layer<k>/w, layer<k>/b                           variables (round robin over the ps tasks);
-//!   the cnn's: conv<k>/w, conv<k>/b, dense/w, dense/b  (see [`super::cnn`])
+//!   the cnn's: conv<k>/w, conv<k>/b, dense/w, dense/b  (see [`super::cnn`]);
+//!   the embedding model's tables: embedding/part_<p>, wide/part_<p>, one part per ps task
+//!   (see [`super::embedding`])
 //! logits → SparseSoftmaxCrossEntropyWithLogits → loss (mean)
 //! async: <Optimizer> (minimize, global_step += 1)  sync: SyncReplicasOptimizer's ops
 //! save/...                                         the chief's checkpoints
@@ -20,10 +23,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::{Result, Status};
-use crate::graph::{replica_device_setter, Graph, Output, Variable};
+use crate::graph::{replica_device_setter, Graph, Output, PartitionedVariable, Variable};
 use crate::proto::GraphDef;
 use crate::tensor::{DType, PartialShape, Tensor};
-use crate::train::checkpoint::saver::{build_saver_ops, SaverDef};
+use crate::train::checkpoint::saver::{build_saver_ops_for, SavedVariable, SaverDef};
 use crate::train::monitored::ReadyOp;
 use crate::train::optimizer::{get_or_create_global_step, variable_from_handle};
 use crate::train::sync_replicas::{SyncReplicasOps, SyncReplicasOptimizer};
@@ -32,12 +35,14 @@ use crate::train::towers::{
 };
 
 use super::cnn::Cnn;
+use super::embedding::Embedding;
 use super::spec::{ModelKind, TrainSpec};
 
 /// The features placeholder.
 pub const X: &str = "x:0";
 /// The labels placeholder.
 pub const Y: &str = "y:0";
+pub use super::embedding::IDS;
 
 /// Where this worker sits in the cluster.
 #[derive(Clone, Debug)]
@@ -97,6 +102,17 @@ fn glorot(rng: &mut StdRng, fan_in: usize, fan_out: usize) -> Result<Tensor> {
     Tensor::from_vec([fan_in, fan_out], values)
 }
 
+/// What the examples are: float features, ids (the embedding model's), classes.
+#[derive(Clone, Copy, Debug)]
+pub struct Examples {
+    /// Float features per example.
+    pub features: usize,
+    /// Ids per example (0 without id columns).
+    pub ids: usize,
+    /// Classes (one more than the largest label).
+    pub classes: usize,
+}
+
 /// Builds worker `placement.worker_index`'s copy of the training graph for examples of
 /// `features` features in `classes` classes.
 pub fn build(
@@ -105,6 +121,21 @@ pub fn build(
     features: usize,
     classes: usize,
 ) -> Result<TrainGraph> {
+    let examples = Examples {
+        features,
+        ids: 0,
+        classes,
+    };
+    build_for(spec, placement, examples)
+}
+
+/// [`build`] for examples that may have ids.
+pub fn build_for(spec: &TrainSpec, placement: &Placement, examples: Examples) -> Result<TrainGraph> {
+    let Examples {
+        features,
+        ids: num_ids,
+        classes,
+    } = examples;
     if classes < 2 {
         return Err(Status::invalid_argument(format!(
             "the data has {classes} class(es); a classifier needs labels of at least two \
@@ -116,6 +147,15 @@ pub fn build(
         ModelKind::Softmax | ModelKind::Mlp { .. } => Net::Dense {
             hidden: spec.model.hidden().to_vec(),
         },
+        ModelKind::Embedding { rows, dim, hidden } => Net::Embed(Embedding::new(
+            *rows,
+            *dim,
+            hidden,
+            num_ids,
+            features,
+            classes,
+            placement.num_ps.max(1) as usize,
+        )?),
     };
     let worker = format!("/job:worker/task:{}", placement.worker_index);
     let setter = replica_device_setter(placement.num_ps.max(1), &worker)?;
@@ -123,30 +163,36 @@ pub fn build(
     let built = g.with_device_fn(setter, |g| -> Result<_> {
         let global_step = get_or_create_global_step(g)?;
         let x = g.placeholder("x", DType::Float, PartialShape::new([None, Some(features)]))?;
+        let mut inputs = vec![x];
+        if let Net::Embed(_) = net {
+            let shape = PartialShape::new([None, Some(num_ids)]);
+            inputs.push(g.placeholder("ids", DType::Int64, shape)?);
+        }
         let y = g.placeholder("y", DType::Int64, PartialShape::new([None]))?;
         let mut rng = StdRng::seed_from_u64(spec.seed);
-        let params = net.variables(g, &mut rng, features, classes)?;
+        let (params, tables) = net.variables(g, &mut rng, spec.seed, features, classes)?;
         let variables: Vec<Variable> = params.iter().map(|(_, v)| v.clone()).collect();
         // The whole batch's logits (the held-out evaluation; the loss too without towers).
-        let values: Vec<Output> = params.iter().map(|(_, v)| v.value.clone()).collect();
-        let logits = net.forward(g, &x, &values)?;
+        let logits = net.forward(g, &inputs, &variables, false)?;
         let (loss, train) = if spec.towers > 1 {
-            let inputs = [x.clone(), y.clone()];
-            tower_train_op(g, spec, &net, &worker, inputs, &variables, &global_step)?
+            inputs.push(y.clone());
+            tower_train_op(g, spec, &net, &worker, &inputs, &variables, &global_step)?
         } else {
             let loss = mean_loss(g, &logits, &y)?;
             let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
             (loss, train)
         };
+        // The histograms' variables: not the tables, whose every read would move them whole.
         let trainable: Vec<(String, String)> = params
             .iter()
+            .skip(net.table_parts())
             .map(|(name, v)| (name.clone(), v.value.name()))
             .collect();
-        Ok((global_step, logits, loss, train, trainable))
+        Ok((global_step, logits, loss, train, trainable, tables))
     })?;
-    let (global_step, logits, loss, train, trainable) = built;
+    let (global_step, logits, loss, train, trainable, tables) = built;
     let saved = saved_variables(&g)?;
-    let saver = build_saver_ops(&mut g, &saved)?;
+    let saver = build_saver_ops_for(&mut g, &saved_as(&saved, &tables))?;
     let init_op = g.global_variables_initializer()?;
     let mut ready = ReadyOp::default();
     for name in saved.keys() {
@@ -185,20 +231,28 @@ enum Net {
     Dense { hidden: Vec<usize> },
     /// The convolutional network ([`Cnn`]).
     Conv(Cnn),
+    /// The wide-and-deep model on partitioned tables ([`Embedding`]).
+    Embed(Embedding),
 }
 
 impl Net {
-    /// Creates the variables (seeded by `rng`) for examples of `features` features in
-    /// `classes` classes; returns them named, input side first.
+    /// Creates the variables (seeded by `rng`, the tables' initialisers by `seed`) for
+    /// examples of `features` features in `classes` classes; returns them named, input side
+    /// first, and the partitioned tables among them (the embedding model's).
     fn variables(
         &self,
         g: &mut Graph,
         rng: &mut StdRng,
+        seed: u64,
         features: usize,
         classes: usize,
-    ) -> Result<Vec<(String, Variable)>> {
+    ) -> Result<(Vec<(String, Variable)>, Vec<PartitionedVariable>)> {
         let hidden = match self {
-            Self::Conv(cnn) => return cnn.variables(g, rng),
+            Self::Conv(cnn) => return Ok((cnn.variables(g, rng)?, Vec::new())),
+            Self::Embed(net) => {
+                let made = net.variables(g, rng, seed)?;
+                return Ok((made.named, made.tables));
+            }
             Self::Dense { hidden } => hidden,
         };
         let mut widths = vec![features];
@@ -214,15 +268,46 @@ impl Net {
             let name = format!("layer{layer}/b");
             params.push((name.clone(), g.variable(&name, &b0)?));
         }
-        Ok(params)
+        Ok((params, Vec::new()))
     }
 
-    /// The logits of `x` with `values` the variables' values (reads), in the order
-    /// [`Net::variables`] returns them.
-    fn forward(&self, g: &mut Graph, x: &Output, values: &[Output]) -> Result<Output> {
+    /// How many of the variables (the first) are parts of partitioned tables, read row by
+    /// row rather than whole.
+    fn table_parts(&self) -> usize {
         match self {
-            Self::Conv(cnn) => cnn.forward(g, x, values),
-            Self::Dense { .. } => dense_forward(g, x, values),
+            Self::Embed(net) => net.table_parts(),
+            Self::Dense { .. } | Self::Conv(_) => 0,
+        }
+    }
+
+    /// The logits of `inputs` (`x`, and the embedding model's ids) with `vars` the variables
+    /// in the order [`Net::variables`] returns them, read through their own read nodes or,
+    /// with `fresh_reads` (a tower's), through new reads.
+    fn forward(
+        &self,
+        g: &mut Graph,
+        inputs: &[Output],
+        vars: &[Variable],
+        fresh_reads: bool,
+    ) -> Result<Output> {
+        let values = vars[self.table_parts()..]
+            .iter()
+            .map(|v| {
+                if fresh_reads {
+                    g.read_variable(&v.handle)
+                } else {
+                    Ok(v.value.clone())
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        match (self, inputs) {
+            (Self::Conv(cnn), [x, ..]) => cnn.forward(g, x, &values),
+            (Self::Dense { .. }, [x, ..]) => dense_forward(g, x, &values),
+            (Self::Embed(net), [x, ids, ..]) => net.forward(g, x, ids, vars, &values),
+            _ => Err(Status::internal(format!(
+                "the model takes its features (and ids), given {} inputs",
+                inputs.len()
+            ))),
         }
     }
 }
@@ -252,14 +337,14 @@ fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
 /// reads the variables and computes its part's mean loss and gradients on its own device; the
 /// setter adds this worker's job and task), the gradients summed (on `CPU:0`, or among the
 /// towers with `--all_reduce`) and averaged on `CPU:0`, then the same update as without
-/// towers. `inputs` are the features and the labels. Returns the mean of the tower losses
-/// (the whole batch's mean loss) and the train op.
+/// towers. `inputs` are the model's inputs, the labels last. Returns the mean of the tower
+/// losses (the whole batch's mean loss) and the train op.
 fn tower_train_op(
     g: &mut Graph,
     spec: &TrainSpec,
     net: &Net,
     replica: &str,
-    inputs: [Output; 2],
+    inputs: &[Output],
     variables: &[Variable],
     global_step: &Variable,
 ) -> Result<(Output, TrainOp)> {
@@ -273,17 +358,16 @@ fn tower_train_op(
         ..TowerOptions::new(local_devices(spec.tower_device.as_str(), spec.towers))
     };
     let model = |g: &mut Graph, parts: &[Output]| -> Result<Output> {
-        let values = variables
-            .iter()
-            .map(|v| g.read_variable(&v.handle))
-            .collect::<Result<Vec<_>>>()?;
-        let logits = net.forward(g, &parts[0], &values)?;
-        mean_loss(g, &logits, &parts[1])
+        let (labels, features) = parts
+            .split_last()
+            .ok_or_else(|| Status::internal("a tower has no inputs"))?;
+        let logits = net.forward(g, features, variables, true)?;
+        mean_loss(g, &logits, labels)
     };
     if spec.sync.is_none() {
         let towers = build_towers(
             g,
-            &inputs,
+            inputs,
             variables,
             &optimizer,
             Some(global_step),
@@ -292,7 +376,7 @@ fn tower_train_op(
         )?;
         return Ok((towers.loss, TrainOp::Async(towers.train_op)));
     }
-    let averaged = average_towers(g, &inputs, variables, &optimizer, &options, model)?;
+    let averaged = average_towers(g, inputs, variables, &optimizer, &options, model)?;
     let train = sync_train_op(g, spec, replica, averaged.grads_and_vars, global_step)?;
     Ok((averaged.loss, train))
 }
@@ -359,6 +443,23 @@ fn sync_train_op(
     })
 }
 
+/// What the checkpoints hold: every variable of `saved` whole under its name, but the parts of
+/// `tables`, each saved as its slice of the whole table under the table's name (as TensorFlow
+/// saves a partitioned variable), so a restore may split the table otherwise.
+fn saved_as(
+    saved: &BTreeMap<String, Variable>,
+    tables: &[PartitionedVariable],
+) -> Vec<SavedVariable> {
+    let parts: Vec<SavedVariable> = tables.iter().flat_map(SavedVariable::parts).collect();
+    let is_part = |name: &str| parts.iter().any(|p| p.variable.handle.node == name);
+    saved
+        .iter()
+        .filter(|(name, _)| !is_part(name))
+        .map(|(name, var)| SavedVariable::whole(name.clone(), var.clone()))
+        .chain(parts.iter().cloned())
+        .collect()
+}
+
 /// Every variable on a ps task (the model, the optimizer's slots, the global step), by name:
 /// what a checkpoint holds and what the chief must initialise. The sync replicas' local step
 /// lives on each worker and is neither.
@@ -402,6 +503,102 @@ pub fn accuracy(logits: &Tensor, labels: &[i64]) -> Result<f64> {
         })
         .count();
     Ok(correct as f64 / labels.len() as f64)
+}
+
+/// A model's scores on held-out examples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scores {
+    /// The fraction of examples whose largest logit is at their label.
+    pub accuracy: f64,
+    /// The mean cross-entropy of the logits' softmax against the labels (natural log).
+    pub log_loss: f64,
+    /// Two classes: the area under the ROC curve of class 1's probability (`None` when the
+    /// examples are all of one class).
+    pub auc: Option<f64>,
+    /// Two classes: the log loss of predicting, for every example, the training labels'
+    /// mean: what a model must beat to have learnt anything.
+    pub baseline_log_loss: Option<f64>,
+}
+
+impl Scores {
+    /// The scores of `logits` (`[n_i, classes]` float32 chunks, `n` rows in all) against
+    /// `labels` (`n`), the baseline from `train_labels`.
+    pub fn of(logits: &[Tensor], labels: &[i64], train_labels: &[i64]) -> Result<Scores> {
+        let mut rows: Vec<f32> = Vec::new();
+        for chunk in logits {
+            rows.extend_from_slice(&chunk.values::<f32>()?);
+        }
+        if labels.is_empty() || rows.is_empty() || rows.len() % labels.len() != 0 {
+            return Err(Status::internal(format!(
+                "{} logits do not make one row per label of {}",
+                rows.len(),
+                labels.len()
+            )));
+        }
+        let classes = rows.len() / labels.len();
+        let accuracy = accuracy(&Tensor::from_vec([labels.len(), classes], rows.clone())?, labels)?;
+        let mut log_loss = 0.0;
+        let mut positive = Vec::with_capacity(labels.len());
+        for (row, &label) in rows.chunks_exact(classes).zip(labels) {
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+            let sum: f64 = row.iter().map(|&v| (f64::from(v) - max).exp()).sum();
+            let log_p = |c: usize| f64::from(row[c]) - max - sum.ln();
+            log_loss -= log_p(label as usize);
+            if classes == 2 {
+                positive.push(log_p(1).exp());
+            }
+        }
+        log_loss /= labels.len() as f64;
+        let (auc, baseline_log_loss) = if classes == 2 {
+            let mean = train_labels.iter().filter(|&&l| l == 1).count() as f64
+                / train_labels.len().max(1) as f64;
+            let mean = mean.clamp(1e-7, 1.0 - 1e-7);
+            let baseline = labels
+                .iter()
+                .map(|&l| if l == 1 { -mean.ln() } else { -(1.0 - mean).ln() })
+                .sum::<f64>()
+                / labels.len() as f64;
+            (auc(&positive, labels), Some(baseline))
+        } else {
+            (None, None)
+        };
+        Ok(Scores {
+            accuracy,
+            log_loss,
+            auc,
+            baseline_log_loss,
+        })
+    }
+}
+
+/// The area under the ROC curve of `scores` for labels 0/1: the probability that a random
+/// positive scores above a random negative, ties counting half (the Mann-Whitney U statistic
+/// over the product of the class sizes). `None` when one class is missing.
+pub fn auc(scores: &[f64], labels: &[i64]) -> Option<f64> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+    // Ranks from 1, tied scores sharing their mean rank.
+    let mut rank_sum = 0.0;
+    let mut at = 0;
+    while at < order.len() {
+        let mut end = at;
+        while end + 1 < order.len() && scores[order[end + 1]] == scores[order[at]] {
+            end += 1;
+        }
+        let mean_rank = (at + end) as f64 / 2.0 + 1.0;
+        rank_sum += order[at..=end]
+            .iter()
+            .filter(|&&i| labels[i] == 1)
+            .count() as f64
+            * mean_rank;
+        at = end + 1;
+    }
+    let positives = labels.iter().filter(|&&l| l == 1).count() as f64;
+    let negatives = labels.len() as f64 - positives;
+    if positives == 0.0 || negatives == 0.0 {
+        return None;
+    }
+    Some((rank_sum - positives * (positives + 1.0) / 2.0) / (positives * negatives))
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use crate::train::monitored::{
 };
 use crate::train::sync_replicas::ChiefQueueRunner;
 
-use super::model::{self, Placement, TrainGraph, TrainOp, X, Y};
+use super::model::{self, Examples, Placement, Scores, TrainGraph, TrainOp, IDS, X, Y};
 use super::progress::Progress;
 use super::signal::{self, ChiefSignals};
 use super::spec::TrainSpec;
@@ -55,6 +55,9 @@ pub struct ChiefReport {
     pub global_step: i64,
     /// The accuracy on the held-out examples.
     pub held_out_accuracy: f64,
+    /// The held-out log loss (mean cross-entropy) and, for two classes, its AUC and the log
+    /// loss of always predicting the training labels' mean.
+    pub held_out_scores: Scores,
     /// How many examples were held out.
     pub held_out_examples: usize,
     /// The batch loss of the chief's last step.
@@ -241,7 +244,12 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
         worker_index: index,
         num_workers,
     };
-    let built = model::build(spec, &placement, train.num_features(), classes)?;
+    let examples = Examples {
+        features: train.num_features(),
+        ids: train.num_ids(),
+        classes,
+    };
+    let built = model::build_for(spec, &placement, examples)?;
     let restored_from = if is_chief {
         match &spec.checkpoint_dir {
             Some(dir) => latest_checkpoint(dir)?,
@@ -302,7 +310,8 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
     let missing_workers = (1..num_workers as u32)
         .filter(|w| !reported.contains(w))
         .collect();
-    let held_out_accuracy = evaluate(&session, &built, &held_out)?;
+    let held_out_scores = evaluate(&session, &built, &held_out, &train)?;
+    let held_out_accuracy = held_out_scores.accuracy;
     let final_step = read_step(&session, &built)?.unwrap_or(global_step);
     if let Some(file) = &summaries {
         file.scalar(final_step, "accuracy", held_out_accuracy as f32)?;
@@ -319,6 +328,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
     Ok(Finished::Chief(ChiefReport {
         global_step: final_step,
         held_out_accuracy,
+        held_out_scores,
         held_out_examples: held_out.len(),
         final_loss,
         steps_per_sec,
@@ -445,7 +455,7 @@ fn train_loop(
                 continue;
             }
         };
-        let feeds = [(X, batch.x), (Y, batch.y)];
+        let feeds = feeds(batch);
         let result = match &trace {
             Some((at, dir)) if traced.is_none() && step >= *at => {
                 traced_step(session, &feeds, &fetches, &targets, dir).map(|(values, path)| {
@@ -520,20 +530,34 @@ fn read_step(session: &MonitoredSession, built: &TrainGraph) -> Result<Option<i6
     }
 }
 
-/// The model's accuracy on `held_out`, in steps of at most [`EVAL_BATCH`] examples.
-fn evaluate(session: &MonitoredSession, built: &TrainGraph, held_out: &Dataset) -> Result<f64> {
+/// What a step feeds from `batch`: the features, the ids when the data has them, the labels.
+fn feeds(batch: crate::data::Batch) -> Vec<(&'static str, crate::tensor::Tensor)> {
+    let mut feeds = vec![(X, batch.x)];
+    if let Some(ids) = batch.ids {
+        feeds.push((IDS, ids));
+    }
+    feeds.push((Y, batch.y));
+    feeds
+}
+
+/// The model's scores on `held_out` (the baseline's label mean from `train`), in steps of at
+/// most [`EVAL_BATCH`] examples.
+fn evaluate(
+    session: &MonitoredSession,
+    built: &TrainGraph,
+    held_out: &Dataset,
+    train: &Dataset,
+) -> Result<Scores> {
     let raw = session
         .raw_session()
         .ok_or_else(|| Status::internal("the monitored session has no session to evaluate in"))?;
-    let mut correct = 0.0;
     let indices: Vec<usize> = (0..held_out.len()).collect();
+    let mut logits = Vec::with_capacity(held_out.len());
     for chunk in indices.chunks(EVAL_BATCH) {
-        let part = held_out.select(chunk);
-        let batch = part.to_batch()?;
-        let logits = raw.run(&[(X, batch.x), (Y, batch.y)], &[&built.logits], &[])?;
-        correct += model::accuracy(&logits[0], part.labels())? * chunk.len() as f64;
+        let batch = held_out.select(chunk).to_batch()?;
+        logits.push(raw.run(&feeds(batch), &[&built.logits], &[])?.remove(0));
     }
-    Ok(correct / held_out.len().max(1) as f64)
+    Scores::of(&logits, held_out.labels(), train.labels())
 }
 
 #[cfg(test)]

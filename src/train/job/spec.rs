@@ -10,16 +10,17 @@ use std::path::PathBuf;
 use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
 use crate::data::idx::{read_idx_dims, read_mnist};
 use crate::data::tfrecord::{read_tfrecord, TfRecordOptions};
-use crate::data::{blobs, BlobOptions, Dataset};
+use crate::data::{blobs, clicks, BlobOptions, ClickOptions, Dataset};
 use crate::error::{Result, Status};
 use crate::kernels::DeviceType;
 use crate::train::checkpoint::saver::{ensure_dir_writable, ensure_writable};
 use crate::train::optimizer::Optimizer;
 
 use super::cnn::DEFAULT_FILTERS;
+use super::embedding::{bucket, DEFAULT_DIM, DEFAULT_ROWS};
 
 /// The built-in models, by the names `--model` accepts.
-pub const MODEL_NAMES: [&str; 3] = ["softmax", "mlp", "cnn"];
+pub const MODEL_NAMES: [&str; 4] = ["softmax", "mlp", "cnn", "embedding"];
 
 /// The optimizers `--optimizer` accepts (aliases such as `sgd` work too).
 pub const OPTIMIZER_NAMES: [&str; 5] = ["gd", "momentum", "adagrad", "adam", "rmsprop"];
@@ -39,6 +40,17 @@ pub enum ModelKind {
     Cnn {
         /// Filters per convolution, input side first; at least one.
         filters: Vec<usize>,
+    },
+    /// A wide-and-deep model ([`super::embedding`]): the examples' ids hashed into two tables
+    /// partitioned over every ps task, an embedding of `dim` per id into dense layers, and a
+    /// weight per id and class added to their logits.
+    Embedding {
+        /// Rows of each table (ids are hashed into them).
+        rows: usize,
+        /// The embedding's width.
+        dim: usize,
+        /// Hidden dense widths of the deep part, input side first.
+        hidden: Vec<usize>,
     },
 }
 
@@ -63,6 +75,11 @@ impl ModelKind {
             "cnn" => Ok(Self::Cnn {
                 filters: DEFAULT_FILTERS.to_vec(),
             }),
+            "embedding" | "wide_and_deep" => Ok(Self::Embedding {
+                rows: DEFAULT_ROWS,
+                dim: DEFAULT_DIM,
+                hidden: hidden.to_vec(),
+            }),
             _ => Err(Status::invalid_argument(format!(
                 "unknown model `{name}`; choose one of {} (--model)",
                 MODEL_NAMES.join(", ")
@@ -82,6 +99,39 @@ impl ModelKind {
                 let filters: Vec<String> = filters.iter().map(usize::to_string).collect();
                 format!("a CNN (conv {})", filters.join(", "))
             }
+            Self::Embedding { rows, dim, hidden } => {
+                let widths: Vec<String> = hidden.iter().map(usize::to_string).collect();
+                format!(
+                    "a wide-and-deep model ({rows} x {dim} embedding table, dense ({}))",
+                    widths.join(", ")
+                )
+            }
+        }
+    }
+
+    /// Applies `--table_rows` and `--embedding_dim`, which only `embedding` takes; `None`
+    /// keeps the model's own.
+    pub fn with_table(self, rows: Option<usize>, dim: Option<usize>) -> Result<Self> {
+        match self {
+            Self::Embedding {
+                rows: r,
+                dim: d,
+                hidden,
+            } => {
+                let (rows, dim) = (rows.unwrap_or(r), dim.unwrap_or(d));
+                if rows == 0 || dim == 0 {
+                    return Err(Status::invalid_argument(format!(
+                        "--table_rows {rows} --embedding_dim {dim}: the table needs at least \
+                         one row of at least one value"
+                    )));
+                }
+                Ok(Self::Embedding { rows, dim, hidden })
+            }
+            other if rows.is_none() && dim.is_none() => Ok(other),
+            _ => Err(Status::invalid_argument(
+                "--table_rows and --embedding_dim apply to --model embedding only; remove \
+                 them or train the embedding model",
+            )),
         }
     }
 
@@ -113,7 +163,7 @@ impl ModelKind {
     pub fn hidden(&self) -> &[usize] {
         match self {
             Self::Softmax | Self::Cnn { .. } => &[],
-            Self::Mlp { hidden } => hidden,
+            Self::Mlp { hidden } | Self::Embedding { hidden, .. } => hidden,
         }
     }
 }
@@ -140,6 +190,9 @@ pub enum DataSource {
         path: PathBuf,
         options: TfRecordOptions,
     },
+    /// The built-in seeded click log ([`crate::data::clicks`]): ids and dense features with
+    /// a 0/1 label, for the embedding model.
+    Clicks(ClickOptions),
 }
 
 impl DataSource {
@@ -160,6 +213,7 @@ impl DataSource {
         match text {
             "digits" => return Ok(Self::Digits),
             "synthetic" => return Ok(Self::synthetic()),
+            "clicks" => return Ok(Self::Clicks(ClickOptions::new())),
             _ => {}
         }
         if let Some(path) = text.strip_prefix("csv:") {
@@ -199,7 +253,7 @@ impl DataSource {
             )));
         }
         Err(Status::invalid_argument(format!(
-            "--data {text}: unknown data source; use digits, synthetic, csv:PATH, \
+            "--data {text}: unknown data source; use digits, synthetic, clicks, csv:PATH, \
              tfrecord:PATH or idx:IMAGES,LABELS"
         )))
     }
@@ -214,6 +268,10 @@ impl DataSource {
             Self::Csv { path, .. } => format!("the CSV file {}", path.display()),
             Self::Idx { images, .. } => format!("the IDX images {}", images.display()),
             Self::TfRecord { path, .. } => format!("the TFRecord file {}", path.display()),
+            Self::Clicks(options) => format!(
+                "{} synthetic clicks ({} id columns of {} ids, {} dense features)",
+                options.num_examples, options.id_columns, options.vocabulary, options.dense
+            ),
         }
     }
 
@@ -245,8 +303,14 @@ impl DataSource {
         }
     }
 
-    /// Applies `--label_column` and `--csv_header`, which only a CSV source takes.
-    pub fn with_csv_options(self, label_column: Option<&str>, header: bool) -> Result<Self> {
+    /// Applies `--label_column`, `--csv_header` and `--id_columns`, which only a CSV source
+    /// takes.
+    pub fn with_csv_options(
+        self,
+        label_column: Option<&str>,
+        header: bool,
+        id_columns: &[String],
+    ) -> Result<Self> {
         match self {
             Self::Csv { path, mut options } => {
                 if let Some(label) = label_column {
@@ -255,12 +319,16 @@ impl DataSource {
                 if header {
                     options.header = Some(true);
                 }
+                options.id_columns = id_columns
+                    .iter()
+                    .map(|c| LabelColumn::parse_for(c, "--id_columns"))
+                    .collect::<Result<_>>()?;
                 Ok(Self::Csv { path, options })
             }
-            other if label_column.is_none() && !header => Ok(other),
+            other if label_column.is_none() && !header && id_columns.is_empty() => Ok(other),
             _ => Err(Status::invalid_argument(
-                "--label_column and --csv_header apply to --data csv:PATH only; remove them \
-                 or read a CSV file",
+                "--label_column, --csv_header and --id_columns apply to --data csv:PATH only; \
+                 remove them or read a CSV file",
             )),
         }
     }
@@ -282,6 +350,7 @@ impl DataSource {
             Self::Csv { path, options } => read_csv(path, options),
             Self::Idx { images, labels } => read_mnist(images, labels),
             Self::TfRecord { path, options } => read_tfrecord(path, options),
+            Self::Clicks(options) => clicks(&options.clone().seed(seed)),
         }
     }
 }
@@ -499,6 +568,28 @@ impl TrainSpec {
     pub fn load_data(&self) -> Result<(Dataset, Dataset)> {
         self.check_image_dims()?;
         let data = self.data.load(self.seed)?;
+        let data = match (&self.model, data.num_ids()) {
+            (ModelKind::Embedding { .. }, 0) => {
+                return Err(Status::invalid_argument(format!(
+                    "--model embedding looks up ids, but {} has no id columns; use --data \
+                     clicks, or --data csv:PATH with --id_columns naming its id columns",
+                    self.data.describe()
+                )))
+            }
+            (ModelKind::Embedding { rows, .. }, _) => {
+                let rows = *rows;
+                data.map_ids(move |column, id| bucket(column, id, rows))
+            }
+            (_, 0) => data,
+            (model, _) => {
+                return Err(Status::invalid_argument(format!(
+                    "{} has id columns, which only --model embedding looks up (not {}); use \
+                     it, or drop --id_columns",
+                    self.data.describe(),
+                    model.describe()
+                )))
+            }
+        };
         let (train, held_out) = data.split(self.held_out_fraction, self.seed)?;
         if train.is_empty() || held_out.is_empty() {
             return Err(Status::invalid_argument(format!(
@@ -544,31 +635,33 @@ mod tests {
         assert_eq!(
             DataSource::parse("csv:a.csv")
                 .unwrap()
-                .with_csv_options(Some("species"), true)
+                .with_csv_options(Some("species"), true, &[])
                 .unwrap(),
             DataSource::Csv {
                 path: "a.csv".into(),
                 options: CsvOptions {
                     label_column: Some(LabelColumn::Name("species".into())),
                     header: Some(true),
+                    id_columns: Vec::new(),
                 }
             }
         );
         assert_eq!(
             DataSource::parse("csv:a.csv")
                 .unwrap()
-                .with_csv_options(Some("0"), false)
+                .with_csv_options(Some("0"), false, &[])
                 .unwrap(),
             DataSource::Csv {
                 path: "a.csv".into(),
                 options: CsvOptions {
                     label_column: Some(LabelColumn::Index(0)),
                     header: None,
+                    id_columns: Vec::new(),
                 }
             }
         );
         let err = DataSource::synthetic()
-            .with_csv_options(Some("0"), false)
+            .with_csv_options(Some("0"), false, &[])
             .unwrap_err();
         assert!(err.message().contains("csv:PATH only"), "{err}");
         assert_eq!(
