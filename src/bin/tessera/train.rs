@@ -32,6 +32,13 @@ pub(crate) struct LocalArgs {
     /// How long the whole job may take before every task is killed.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub(crate) timeout: Duration,
+    /// ps tasks of the local cluster (the variables are spread over them; the embedding
+    /// model's tables get one part on each).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) ps: usize,
+    /// Worker tasks of the local cluster (worker 0 is the chief).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) workers: usize,
 }
 
 /// The model and training flags, the same for every task of a job.
@@ -309,12 +316,22 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
     if args.training.logdir.is_none() {
         args.training.logdir = Some(default_logdir());
     }
-    // Bad flags are refused here once, not by every child (the embedded cluster has 2 workers).
-    let spec = args.training.to_spec(2)?;
-    spec.validate(2)?;
+    if args.ps == 0 || args.workers == 0 {
+        bail!(
+            "--ps {} --workers {}: a local cluster needs at least one ps and one worker",
+            args.ps,
+            args.workers
+        );
+    }
+    // Bad flags are refused here once, not by every child.
+    let spec = args.training.to_spec(args.workers)?;
+    spec.validate(args.workers)?;
     spec.check_logdir()?;
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     println!(
-        "tessera: local cluster of 1 ps and 2 workers training {} on {} for {} steps",
+        "tessera: local cluster of {} and {} training {} on {} for {} steps",
+        plural(args.ps, "ps", "ps"),
+        plural(args.workers, "worker", "workers"),
         spec.model.describe(),
         spec.data.describe(),
         spec.steps
@@ -323,6 +340,8 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
         exe,
         train_args: args.training.to_args(),
         deadline: args.timeout,
+        ps: args.ps,
+        workers: args.workers,
     })?;
     println!("tessera: every task exited 0");
     Ok(())

@@ -1,5 +1,6 @@
-//! `tessera local`: the embedded default cluster (`config/local.toml`: 1 ps, 2 workers) as
-//! real daemons on loopback, each a child process of this binary running `tessera train`.
+//! `tessera local`: the embedded default cluster (`config/local.toml`: 1 ps, 2 workers, or as
+//! many as asked for) as real daemons on loopback, each a child process of this binary
+//! running `tessera train`.
 //!
 //! ```text
 //! bind 127.0.0.1:0 per task ──► cluster.toml naming the real ports (a private temp dir)
@@ -33,6 +34,10 @@ pub struct LocalJob {
     pub train_args: Vec<String>,
     /// How long the whole job may take.
     pub deadline: Duration,
+    /// ps tasks.
+    pub ps: usize,
+    /// Worker tasks.
+    pub workers: usize,
 }
 
 /// One child task.
@@ -77,7 +82,11 @@ pub fn run_local(job: &LocalJob) -> Result<()> {
         "# Written by `tessera local`: the embedded cluster on the ports it bound.\n[cluster]\n",
     );
     for job_name in embedded.cluster.jobs() {
-        let count = embedded.cluster.num_tasks(job_name)?;
+        let count = match job_name {
+            "ps" => job.ps,
+            "worker" => job.workers,
+            other => embedded.cluster.num_tasks(other)?,
+        };
         let mut addrs = Vec::with_capacity(count);
         for index in 0..count {
             let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| {
