@@ -32,6 +32,7 @@
 //! `--all_reduce`.
 
 use crate::error::{Result, Status};
+use crate::graph::indexed_slices::{GradientTensor, IndexedSlices};
 use crate::graph::{Graph, Output, Variable};
 use crate::tensor::PartialShape;
 use crate::train::optimizer::Optimizer;
@@ -100,7 +101,7 @@ pub struct Towers {
     /// The mean of the tower losses, on the averaging device: the whole batch's loss.
     pub loss: Output,
     /// The averaged gradient of each variable (`None` where no tower's loss depends on it).
-    pub grads_and_vars: Vec<(Option<Output>, Variable)>,
+    pub grads_and_vars: Vec<(Option<GradientTensor>, Variable)>,
     /// The optimizer's train op: run it once per step.
     pub train_op: String,
 }
@@ -126,7 +127,7 @@ pub fn build_towers(
     model: impl FnMut(&mut Graph, &[Output]) -> Result<Output>,
 ) -> Result<Towers> {
     let averaged = average_towers(g, inputs, var_list, optimizer, options, model)?;
-    let train_op = optimizer.apply_gradients(g, &averaged.grads_and_vars, global_step)?;
+    let train_op = optimizer.apply_gradient_tensors(g, &averaged.grads_and_vars, global_step)?;
     Ok(Towers {
         tower_losses: averaged.tower_losses,
         loss: averaged.loss,
@@ -142,8 +143,9 @@ pub struct AveragedTowers {
     pub tower_losses: Vec<Output>,
     /// The mean of the tower losses, on the averaging device: the whole batch's loss.
     pub loss: Output,
-    /// The averaged gradient of each variable (`None` where no tower's loss depends on it).
-    pub grads_and_vars: Vec<(Option<Output>, Variable)>,
+    /// The averaged gradient of each variable (`None` where no tower's loss depends on it):
+    /// sparse where every tower's is.
+    pub grads_and_vars: Vec<(Option<GradientTensor>, Variable)>,
 }
 
 /// [`build_towers`] without the update: the towers, their losses and the averaged gradients,
@@ -179,7 +181,7 @@ pub fn average_towers(
         let (loss, grads) = g.with_device(device, |g| {
             g.with_name_scope(&tower_scope(i), |g| {
                 let loss = model(g, &tower_inputs)?;
-                let grads = optimizer.compute_gradients(g, &loss, var_list)?;
+                let grads = optimizer.compute_sparse_gradients(g, &loss, var_list)?;
                 Ok((loss, grads))
             })
         })?;
@@ -195,6 +197,12 @@ pub fn average_towers(
             let Some(grads) = tower_gradients(&tower_grads, j, var, n)? else {
                 continue;
             };
+            // NCCL sums dense tensors: a sparse gradient is made dense on its tower first.
+            let grads = grads
+                .iter()
+                .zip(&options.devices)
+                .map(|(grad, device)| g.with_device(device, |g| grad.to_dense(g)))
+                .collect::<Result<Vec<_>>>()?;
             let shared_name = format!("all_reduce/{}", var.handle.node);
             let mut sums = Vec::with_capacity(n);
             for (i, (device, grad)) in options.devices.iter().zip(&grads).enumerate() {
@@ -217,13 +225,16 @@ pub fn average_towers(
                 let mean = match summed[j].take() {
                     Some((sum, others)) => {
                         let others: Vec<&str> = others.iter().map(String::as_str).collect();
-                        Some(g.with_control_dependencies(&others, |g| {
-                            let scale = g.scalar("scale", sum.dtype, 1.0 / n as f64)?;
-                            g.mul(&sum, &scale)
-                        })?)
+                        Some(GradientTensor::Dense(g.with_control_dependencies(
+                            &others,
+                            |g| {
+                                let scale = g.scalar("scale", sum.dtype, 1.0 / n as f64)?;
+                                g.mul(&sum, &scale)
+                            },
+                        )?))
                     }
                     None => match tower_gradients(&tower_grads, j, var, n)? {
-                        Some(grads) => Some(mean_of(g, &grads)?),
+                        Some(grads) => Some(mean_of_gradients(g, &grads)?),
                         None => None,
                     },
                 };
@@ -242,12 +253,13 @@ pub fn average_towers(
 /// Every tower's gradient of variable `j` (`var`), `None` when no tower's loss depends on it,
 /// INVALID_ARGUMENT when only some do.
 fn tower_gradients(
-    tower_grads: &[Vec<(Option<Output>, Variable)>],
+    tower_grads: &[Vec<(Option<GradientTensor>, Variable)>],
     j: usize,
     var: &Variable,
     n: usize,
-) -> Result<Option<Vec<Output>>> {
-    let present: Vec<Output> = tower_grads.iter().filter_map(|t| t[j].0.clone()).collect();
+) -> Result<Option<Vec<GradientTensor>>> {
+    let present: Vec<GradientTensor> =
+        tower_grads.iter().filter_map(|t| t[j].0.clone()).collect();
     match present.len() {
         0 => Ok(None),
         k if k == n => Ok(Some(present)),
@@ -294,6 +306,41 @@ fn split_batch(g: &mut Graph, x: &Output, n: usize) -> Result<Vec<Output>> {
             p
         })
         .collect())
+}
+
+/// The mean of the towers' gradients of one variable: when every one is sparse, their rows
+/// and indices concatenated, the rows times `1 / len` (rows named by several towers add up
+/// where the optimizer applies them); otherwise the mean of the dense gradients.
+fn mean_of_gradients(g: &mut Graph, grads: &[GradientTensor]) -> Result<GradientTensor> {
+    let slices: Vec<&IndexedSlices> = grads
+        .iter()
+        .filter_map(|grad| match grad {
+            GradientTensor::Slices(s) => Some(s),
+            GradientTensor::Dense(_) => None,
+        })
+        .collect();
+    if slices.len() < grads.len() {
+        let dense = grads
+            .iter()
+            .map(|grad| grad.to_dense(g))
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(GradientTensor::Dense(mean_of(g, &dense)?));
+    }
+    let [first, ..] = slices[..] else {
+        return Err(Status::internal("mean of no gradients"));
+    };
+    if slices.len() == 1 {
+        return Ok(grads[0].clone());
+    }
+    let values: Vec<Output> = slices.iter().map(|s| s.values.clone()).collect();
+    let indices: Vec<Output> = slices.iter().map(|s| s.indices.clone()).collect();
+    let values = g.concat(&values, 0)?;
+    let scale = g.scalar("scale", values.dtype, 1.0 / slices.len() as f64)?;
+    Ok(GradientTensor::Slices(IndexedSlices {
+        values: g.mul(&values, &scale)?,
+        indices: g.concat(&indices, 0)?,
+        dense_shape: first.dense_shape.clone(),
+    }))
 }
 
 /// The mean of same-shaped tensors: `AddN(xs) * (1 / len)` (or the tensor itself).

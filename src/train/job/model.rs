@@ -23,6 +23,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::{Result, Status};
+use crate::graph::indexed_slices::GradientTensor;
 use crate::graph::{replica_device_setter, Graph, Output, PartitionedVariable, Variable};
 use crate::proto::GraphDef;
 use crate::tensor::{DType, PartialShape, Tensor};
@@ -400,7 +401,7 @@ fn train_op(
             Some(global_step),
         )?)),
         Some(_) => {
-            let grads = optimizer.compute_gradients(g, loss, variables)?;
+            let grads = optimizer.compute_sparse_gradients(g, loss, variables)?;
             sync_train_op(g, spec, replica, grads, global_step)
         }
     }
@@ -412,7 +413,7 @@ fn sync_train_op(
     g: &mut Graph,
     spec: &TrainSpec,
     replica: &str,
-    grads: Vec<(Option<Output>, Variable)>,
+    grads: Vec<(Option<GradientTensor>, Variable)>,
     global_step: &Variable,
 ) -> Result<TrainOp> {
     let sync = spec
@@ -422,12 +423,13 @@ fn sync_train_op(
     let pairs: Vec<(Output, Variable)> = grads
         .into_iter()
         .map(|(grad, var)| {
-            grad.map(|grad| (grad, var.clone())).ok_or_else(|| {
+            let grad = grad.ok_or_else(|| {
                 Status::internal(format!(
                     "no gradient reaches `{}` from the loss",
                     var.handle.node
                 ))
-            })
+            })?;
+            Ok((grad.to_dense(g)?, var))
         })
         .collect::<Result<_>>()?;
     let opt = SyncReplicasOptimizer::wrapping(
