@@ -391,3 +391,95 @@ fn shuffles_are_reproducible_per_seed_and_epoch() {
         "a shuffle is a permutation"
     );
 }
+
+#[test]
+fn csv_id_columns_are_read_as_integers_apart_from_the_features() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "clicks.csv",
+        b"user,price,clicked,item\n9007199254740993,0.5,1,-7\n12,1.25,0,40\n",
+    );
+    let options = CsvOptions {
+        label_column: Some(LabelColumn::Name("clicked".into())),
+        header: None,
+        id_columns: vec![LabelColumn::Name("user".into()), LabelColumn::Index(3)],
+    };
+    let d = read_csv(&p, &options).unwrap();
+    assert_eq!((d.len(), d.num_features(), d.num_ids()), (2, 1, 2));
+    // Past 2^53: an id is exact, as no float feature could hold it.
+    assert_eq!(d.ids(0), [9_007_199_254_740_993, -7]);
+    assert_eq!(d.ids(1), [12, 40]);
+    assert_eq!(d.features(1), [1.25]);
+    assert_eq!(d.labels(), [1, 0]);
+    // Batches carry them: [b, 2] int64 beside x [b, 1].
+    let batch = d
+        .batches(&BatchOptions::new(2).shuffle(false), 0)
+        .unwrap()
+        .next()
+        .unwrap();
+    let ids = batch.ids.expect("ids");
+    assert_eq!(ids.shape().dims(), [2, 2]);
+    assert_eq!(ids.values::<i64>().unwrap()[3], 40);
+    // Hashed ids stay with their examples through a selection.
+    let hashed = d.map_ids(|column, id| id * 10 + column as i64);
+    assert_eq!(hashed.select(&[1]).ids(0), [120, 401]);
+
+    let refused = |text: &[u8], ids: Vec<LabelColumn>, needles: &[&str]| {
+        let p = write(&dir, "bad.csv", text);
+        let options = CsvOptions {
+            id_columns: ids,
+            ..CsvOptions::default()
+        };
+        let err = read_csv(&p, &options).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        for needle in needles {
+            assert!(err.message().contains(needle), "{needle}: {err}");
+        }
+    };
+    refused(
+        b"a,b,label\n1,2.5,0\n",
+        vec![LabelColumn::Index(1)],
+        &[
+            "bad.csv:2: column 2",
+            "id `2.5` is not an integer",
+            "--id_columns",
+        ],
+    );
+    refused(
+        b"a,b,label\n1,2,0\n",
+        vec![LabelColumn::Name("label".into())],
+        &["id column label is the label's column"],
+    );
+    refused(
+        b"a,b,label\n1,2,0\n",
+        vec![LabelColumn::Index(0), LabelColumn::Name("a".into())],
+        &["names column a twice"],
+    );
+    refused(
+        b"a,b,label\n1,2,0\n",
+        vec![LabelColumn::Name("user".into())],
+        &[
+            "id column `user` is not in the header (columns: a, b, label)",
+            "--id_columns",
+        ],
+    );
+}
+
+#[test]
+fn clicks_are_reproducible_by_seed_and_skewed_toward_few_ids() {
+    use tessera::data::{clicks, ClickOptions};
+    let options = ClickOptions::new().seed(4);
+    let a = clicks(&options).unwrap();
+    assert_eq!(a, clicks(&options).unwrap());
+    assert_ne!(a, clicks(&options.clone().seed(5)).unwrap());
+    assert_eq!(
+        (a.len(), a.num_ids(), a.num_features(), a.num_classes()),
+        (20_000, 4, 4, 2)
+    );
+    // Ids are u³-skewed: a tenth of the examples' ids fall below vocabulary / 1000.
+    let small = (0..a.len()).filter(|&i| a.ids(i)[0] < 100).count() as f64 / a.len() as f64;
+    assert!((0.07..0.13).contains(&small), "{small}");
+    let positive = a.labels().iter().filter(|&&l| l == 1).count() as f64 / a.len() as f64;
+    assert!((0.15..0.6).contains(&positive), "{positive}");
+}

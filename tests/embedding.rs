@@ -87,10 +87,7 @@ fn a_million_row_table_over_two_ps_tasks_trains_below_the_label_means_log_loss()
         stdout.contains("1 ps and 2 workers") || stdout.contains("2 ps and 2 workers"),
         "{stdout}"
     );
-    assert!(
-        stdout.contains("1000000 x 32 embedding table"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("1000000 x 32 embedding table"), "{stdout}");
     assert!(stdout.contains("trained to global step 6"), "{stdout}");
     // Measured: 0.603 against 0.650 after 600 steps (AUC 0.68).
     assert_learnt(&stdout, 0.02);

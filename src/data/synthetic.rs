@@ -192,4 +192,3 @@ pub fn clicks(options: &ClickOptions) -> Result<Dataset> {
     }
     Dataset::with_ids(features, dense, ids, id_columns, labels)
 }
-

@@ -122,22 +122,28 @@ impl Graph {
             ))
         })?;
         let whole = shape.dims().to_vec();
-        self.partitioned_variable_with(name, &shape, initial.dtype, partitioner, |g, part, slice| {
-            if slice.var_shape == whole {
-                return Ok(initial.clone());
-            }
-            let to_i64 = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
-            let at = format!("{part}/Initializer/Slice");
-            let begin = g.const_vec_i32(&format!("{at}/begin/"), &to_i64(&slice.var_offset))?;
-            let size = g.const_vec_i32(&format!("{at}/size/"), &to_i64(&slice.var_shape))?;
-            g.add1(
-                NodeSpec::new("Slice")
-                    .name(&format!("{at}/"))
-                    .input(initial)
-                    .input(&begin)
-                    .input(&size),
-            )
-        })
+        self.partitioned_variable_with(
+            name,
+            &shape,
+            initial.dtype,
+            partitioner,
+            |g, part, slice| {
+                if slice.var_shape == whole {
+                    return Ok(initial.clone());
+                }
+                let to_i64 = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
+                let at = format!("{part}/Initializer/Slice");
+                let begin = g.const_vec_i32(&format!("{at}/begin/"), &to_i64(&slice.var_offset))?;
+                let size = g.const_vec_i32(&format!("{at}/size/"), &to_i64(&slice.var_shape))?;
+                g.add1(
+                    NodeSpec::new("Slice")
+                        .name(&format!("{at}/"))
+                        .input(initial)
+                        .input(&begin)
+                        .input(&size),
+                )
+            },
+        )
     }
 
     /// Creates variable `name` (made unique) of `shape` and `dtype` as parts chosen by

@@ -258,8 +258,7 @@ fn tower_gradients(
     var: &Variable,
     n: usize,
 ) -> Result<Option<Vec<GradientTensor>>> {
-    let present: Vec<GradientTensor> =
-        tower_grads.iter().filter_map(|t| t[j].0.clone()).collect();
+    let present: Vec<GradientTensor> = tower_grads.iter().filter_map(|t| t[j].0.clone()).collect();
     match present.len() {
         0 => Ok(None),
         k if k == n => Ok(Some(present)),

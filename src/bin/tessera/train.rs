@@ -327,7 +327,8 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
     let spec = args.training.to_spec(args.workers)?;
     spec.validate(args.workers)?;
     spec.check_logdir()?;
-    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     println!(
         "tessera: local cluster of {} and {} training {} on {} for {} steps",
         plural(args.ps, "ps", "ps"),

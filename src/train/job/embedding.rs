@@ -241,7 +241,10 @@ impl Embedding {
         if let [part] = parts {
             return gather(g, part, flat);
         }
-        let (per, extras) = ((self.rows / self.parts) as f64, (self.rows % self.parts) as f64);
+        let (per, extras) = (
+            (self.rows / self.parts) as f64,
+            (self.rows % self.parts) as f64,
+        );
         let longer = g.scalar("ids_per_long_part", DType::Int64, per + 1.0)?;
         let shorter = g.scalar("ids_per_part", DType::Int64, per)?;
         let extras = g.scalar("long_parts", DType::Int64, extras)?;
@@ -293,7 +296,10 @@ mod tests {
         for id in 0..1000 {
             hit[bucket(2, id, 100) as usize] = true;
         }
-        assert!(hit.iter().all(|&h| h), "1000 ids reach every one of 100 rows");
+        assert!(
+            hit.iter().all(|&h| h),
+            "1000 ids reach every one of 100 rows"
+        );
     }
 
     #[test]

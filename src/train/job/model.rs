@@ -131,7 +131,11 @@ pub fn build(
 }
 
 /// [`build`] for examples that may have ids.
-pub fn build_for(spec: &TrainSpec, placement: &Placement, examples: Examples) -> Result<TrainGraph> {
+pub fn build_for(
+    spec: &TrainSpec,
+    placement: &Placement,
+    examples: Examples,
+) -> Result<TrainGraph> {
     let Examples {
         features,
         ids: num_ids,
@@ -538,11 +542,16 @@ impl Scores {
             )));
         }
         let classes = rows.len() / labels.len();
-        let accuracy = accuracy(&Tensor::from_vec([labels.len(), classes], rows.clone())?, labels)?;
+        let accuracy = accuracy(
+            &Tensor::from_vec([labels.len(), classes], rows.clone())?,
+            labels,
+        )?;
         let mut log_loss = 0.0;
         let mut positive = Vec::with_capacity(labels.len());
         for (row, &label) in rows.chunks_exact(classes).zip(labels) {
-            let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+            let max = row
+                .iter()
+                .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
             let sum: f64 = row.iter().map(|&v| (f64::from(v) - max).exp()).sum();
             let log_p = |c: usize| f64::from(row[c]) - max - sum.ln();
             log_loss -= log_p(label as usize);
@@ -557,7 +566,13 @@ impl Scores {
             let mean = mean.clamp(1e-7, 1.0 - 1e-7);
             let baseline = labels
                 .iter()
-                .map(|&l| if l == 1 { -mean.ln() } else { -(1.0 - mean).ln() })
+                .map(|&l| {
+                    if l == 1 {
+                        -mean.ln()
+                    } else {
+                        -(1.0 - mean).ln()
+                    }
+                })
                 .sum::<f64>()
                 / labels.len() as f64;
             (auc(&positive, labels), Some(baseline))
@@ -588,11 +603,7 @@ pub fn auc(scores: &[f64], labels: &[i64]) -> Option<f64> {
             end += 1;
         }
         let mean_rank = (at + end) as f64 / 2.0 + 1.0;
-        rank_sum += order[at..=end]
-            .iter()
-            .filter(|&&i| labels[i] == 1)
-            .count() as f64
-            * mean_rank;
+        rank_sum += order[at..=end].iter().filter(|&&i| labels[i] == 1).count() as f64 * mean_rank;
         at = end + 1;
     }
     let positives = labels.iter().filter(|&&l| l == 1).count() as f64;
@@ -607,6 +618,7 @@ pub fn auc(scores: &[f64], labels: &[i64]) -> Option<f64> {
 mod tests {
     use super::*;
     use crate::kernels::DeviceType;
+    use std::collections::BTreeSet;
 
     #[test]
     fn accuracy_counts_rows_whose_argmax_is_the_label() {
@@ -863,5 +875,168 @@ mod tests {
         let err = build(&spec, &placement, 30, 10).unwrap_err();
         assert_eq!(err.code(), crate::Code::InvalidArgument);
         assert!(err.message().contains("30 features per example"), "{err}");
+    }
+
+    #[test]
+    fn scores_give_the_log_loss_the_auc_and_the_label_means_log_loss() {
+        // Two chunks of logits for 4 examples of 2 classes; labels 1, 0, 1, 0.
+        let chunk = |v: Vec<f32>| Tensor::from_vec([v.len() / 2, 2], v).unwrap();
+        let logits = [
+            chunk(vec![0.0, 2.0, 1.0, 0.0]),
+            chunk(vec![0.0, 0.5, 0.0, 1.0]),
+        ];
+        let scores = Scores::of(&logits, &[1, 0, 1, 0], &[1, 0, 0, 0]).unwrap();
+        let sigmoid = |z: f64| 1.0 / (1.0 + (-z).exp());
+        // p(label): σ(2), 1 − σ(−1), σ(0.5), 1 − σ(1).
+        let want = -[sigmoid(2.0), sigmoid(1.0), sigmoid(0.5), sigmoid(-1.0)]
+            .iter()
+            .map(|p: &f64| p.ln())
+            .sum::<f64>()
+            / 4.0;
+        assert!(
+            (scores.log_loss - want).abs() < 1e-6,
+            "{scores:?} vs {want}"
+        );
+        // Class 1's scores: σ(2), σ(−1), σ(0.5), σ(1); positives rank 4 and 2 of 4.
+        assert_eq!(scores.auc, Some(0.75));
+        assert_eq!(scores.accuracy, 0.75);
+        // The training labels' mean is 1/4: −(2 ln ¼ + 2 ln ¾) / 4.
+        let baseline = -(2.0 * 0.25f64.ln() + 2.0 * 0.75f64.ln()) / 4.0;
+        assert!((scores.baseline_log_loss.unwrap() - baseline).abs() < 1e-12);
+        // Ten classes have neither.
+        let ten = Tensor::from_vec([1, 10], vec![0.0f32; 10]).unwrap();
+        let scores = Scores::of(&[ten], &[3], &[3]).unwrap();
+        assert!((scores.log_loss - 10f64.ln()).abs() < 1e-6);
+        assert_eq!((scores.auc, scores.baseline_log_loss), (None, None));
+    }
+
+    #[test]
+    fn the_auc_counts_ties_as_half_and_needs_both_classes() {
+        assert_eq!(auc(&[0.1, 0.2, 0.3], &[0, 0, 1]), Some(1.0));
+        assert_eq!(auc(&[0.3, 0.2, 0.1], &[0, 0, 1]), Some(0.0));
+        assert_eq!(auc(&[0.5, 0.5], &[0, 1]), Some(0.5));
+        assert_eq!(auc(&[0.5, 0.5, 0.7, 0.1], &[1, 0, 1, 0]), Some(0.875));
+        assert_eq!(auc(&[0.1, 0.2], &[1, 1]), None);
+    }
+
+    /// Worker 1's graph of the embedding model (10 × 4 tables, adagrad) over two ps tasks,
+    /// for examples of 3 features and 2 ids in 2 classes.
+    fn embedding_graph(towers: usize) -> TrainGraph {
+        let spec = TrainSpec {
+            model: crate::train::job::ModelKind::Embedding {
+                rows: 10,
+                dim: 4,
+                hidden: vec![8],
+            },
+            optimizer: "adagrad".into(),
+            towers,
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 2,
+            worker_index: 1,
+            num_workers: 2,
+        };
+        let examples = Examples {
+            features: 3,
+            ids: 2,
+            classes: 2,
+        };
+        build_for(&spec, &placement, examples).unwrap()
+    }
+
+    #[test]
+    fn the_embedding_tables_are_split_over_the_ps_tasks_read_and_updated_row_by_row_there() {
+        for towers in [1, 2] {
+            let built = embedding_graph(towers);
+            let node = |name: &str| {
+                built
+                    .graph
+                    .node
+                    .iter()
+                    .find(|n| n.name == name)
+                    .unwrap_or_else(|| panic!("no node {name}"))
+            };
+            let parts = [
+                "embedding/part_0",
+                "embedding/part_1",
+                "wide/part_0",
+                "wide/part_1",
+            ];
+            let devices: BTreeSet<&str> = parts.iter().map(|p| node(p).device.as_str()).collect();
+            assert_eq!(
+                devices,
+                ["/job:ps/task:0", "/job:ps/task:1"].into(),
+                "each table has a part on each ps task"
+            );
+            for part in parts {
+                let on = |op: &str| {
+                    built
+                        .graph
+                        .node
+                        .iter()
+                        .filter(|n| n.op == op && n.input.first().map(String::as_str) == Some(part))
+                        .map(|n| n.device.clone())
+                        .collect::<Vec<_>>()
+                };
+                // Gathered where it lives (once for the evaluation's logits, once per
+                // tower), updated there by Adagrad's sparse apply, never densely.
+                let gathers = on("ResourceGather");
+                assert_eq!(
+                    gathers.len(),
+                    1 + usize::from(towers > 1) * towers,
+                    "{part}"
+                );
+                assert!(
+                    gathers.iter().all(|d| *d == node(part).device),
+                    "{part}: {gathers:?}"
+                );
+                assert_eq!(
+                    on("ResourceSparseApplyAdagrad"),
+                    vec![node(part).device.clone()]
+                );
+                assert!(
+                    on("ResourceApplyAdagrad").is_empty(),
+                    "{part} updated densely"
+                );
+            }
+            // The histograms leave the tables out: a read would move them whole.
+            assert!(
+                built.trainable.iter().all(|(n, _)| n.starts_with("layer")),
+                "{:?}",
+                built.trainable
+            );
+        }
+    }
+
+    #[test]
+    fn the_embedding_tables_are_saved_as_slices_of_the_whole_table() {
+        let built = embedding_graph(1);
+        let specs: Vec<String> = built
+            .graph
+            .node
+            .iter()
+            .filter(|n| n.name.starts_with("save/SaveV2") && n.name.contains("shape_and_slices"))
+            .flat_map(|n| {
+                let proto = crate::graph::attr::tensor(n, "value").expect("a constant");
+                let tensor = Tensor::from_proto(proto).unwrap();
+                let specs: Vec<String> = tensor
+                    .strings()
+                    .unwrap()
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect();
+                specs
+            })
+            .collect();
+        // Rows 0..5 and 5..10 of each 10-row table, under the table's own name.
+        for want in [
+            "10 4 0,5:0,4",
+            "10 4 5,5:0,4",
+            "10 2 0,5:0,2",
+            "10 2 5,5:0,2",
+        ] {
+            assert!(specs.iter().any(|s| s == want), "{want} not in {specs:?}");
+        }
     }
 }
