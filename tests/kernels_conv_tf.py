@@ -165,6 +165,11 @@ def kernels():
         # Grouped filters (input depth 4, filter depth 2) and a 1x1 convolution.
         conv.append(conv_case(fmt, "SAME", (1, 1), (1, 1), cin=4, depth=2, cout=6))
         conv.append(conv_case(fmt, "VALID", (1, 1), (1, 1), kh=1, kw=1))
+        # Batches with work enough to be split into one range of images per core, grouped
+        # and not.
+        big = dict(n=5, h=24, w=20, cin=16, kh=3, kw=3, cout=32)
+        conv.append(conv_case(fmt, "SAME", (1, 1), (1, 1), **big))
+        conv.append(conv_case(fmt, "VALID", (1, 1), (1, 1), depth=8, **big))
     pool = []
     for op in ["MaxPool", "AvgPool"]:
         for fmt in ["NHWC", "NCHW"]:

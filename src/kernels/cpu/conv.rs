@@ -3,12 +3,14 @@
 //! dilations, `SAME` / `VALID` / `EXPLICIT` padding and grouped filters (an input depth that is
 //! a multiple of the filter's).
 //!
-//! Each is one matrix product per group through ndarray's GEMM (`matrixmultiply`) on an
-//! im2col matrix: one row per output pixel, one column per filter tap and input channel
-//! (`kh, kw, c`, the order of a `HWIO` filter, so the filter is that matrix as it lies).
-//! Forward: `patches @ filter`; filter gradient: `patches^T @ out_backprop`; input gradient:
-//! `out_backprop @ filter^T` scattered back onto the input (col2im). The patches of a few
-//! images at a time are built, so memory stays bounded for any batch. `NCHW` values are
+//! Each is one matrix product per group ([`super::gemm`]: the `gemm` crate for float32 and
+//! float64) on an im2col matrix: one row per output pixel, one column per filter tap and input
+//! channel (`kh, kw, c`, the order of a `HWIO` filter, so the filter is that matrix as it
+//! lies). Forward: `patches @ filter`; filter gradient: `patches^T @ out_backprop`; input
+//! gradient: `out_backprop @ filter^T` scattered back onto the input (col2im). A batch large
+//! enough is split into one range of images per core, each built and multiplied on its own
+//! thread (the filter gradient sums the ranges' parts), and within a range the patches of a
+//! few images at a time are built, so memory stays bounded for any batch. `NCHW` values are
 //! transposed to `NHWC` and back around the same code.
 //!
 //! Geometry and attr checks live in [`crate::graph::window`], shared with the shape functions.
@@ -16,9 +18,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use ndarray::linalg::general_mat_mul;
 use ndarray::{s, ArrayView2, ArrayViewMut2};
 
+use super::gemm::{matmul, pieces, ranges};
 use super::numeric::Real;
 use super::{checked_elements, input, int_values, same_dtype};
 use crate::error::Result;
@@ -251,19 +253,22 @@ impl Convolution for Conv2D {
         let fv = f.values::<T>()?;
         let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
         let mut out = vec![T::zero(); g.batch * m_img * oc];
-        let mut patches = Vec::new();
-        for_chunks(&g, |n0, n1| {
-            let rows = (n1 - n0) * m_img;
-            let chunk = &mut out[n0 * m_img * oc..n1 * m_img * oc];
-            for group in 0..g.groups {
-                im2col(&xs, &g, n0, n1, group, &mut patches);
-                let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
-                let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
-                let w = w.slice(s![.., group * og..(group + 1) * og]);
-                let o = ArrayViewMut2::from_shape((rows, oc), &mut *chunk).expect("output rows");
-                let mut o = o.slice_move(s![.., group * og..(group + 1) * og]);
-                general_mat_mul(T::one(), &a, &w, T::zero(), &mut o);
-            }
+        in_pieces(&g, &mut out, m_img * oc, |n0, n1, part| {
+            let mut patches = Vec::new();
+            for_chunks(&g, n0, n1, |c0, c1| {
+                let rows = (c1 - c0) * m_img;
+                let chunk = &mut part[(c0 - n0) * m_img * oc..(c1 - n0) * m_img * oc];
+                for group in 0..g.groups {
+                    im2col(&xs, &g, c0, c1, group, &mut patches);
+                    let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
+                    let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
+                    let w = w.slice(s![.., group * og..(group + 1) * og]);
+                    let o =
+                        ArrayViewMut2::from_shape((rows, oc), &mut *chunk).expect("output rows");
+                    let mut o = o.slice_move(s![.., group * og..(group + 1) * og]);
+                    matmul(&a, &w, &mut o, false);
+                }
+            });
         });
         let nhwc = [g.batch, g.out_h(), g.out_w(), oc];
         Tensor::from_vec(Shape::new(out_dims.to_vec()), from_nhwc(format, nhwc, out))
@@ -294,28 +299,26 @@ impl Convolution for Conv2D {
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
         let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
-        let mut dx = vec![T::zero(); g.batch * g.in_h * g.in_w * g.in_c];
-        let mut patches = Vec::new();
-        for_chunks(&g, |n0, n1| {
-            let rows = (n1 - n0) * m_img;
-            let d = ArrayView2::from_shape((rows, oc), &dys[n0 * m_img * oc..n1 * m_img * oc])
-                .expect("out_backprop rows");
-            let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
-            for group in 0..g.groups {
-                let cols = s![.., group * og..(group + 1) * og];
-                patches.clear();
-                patches.resize(rows * k, T::zero());
-                let mut p =
-                    ArrayViewMut2::from_shape((rows, k), &mut patches[..]).expect("patch matrix");
-                general_mat_mul(
-                    T::one(),
-                    &d.slice(cols),
-                    &w.slice(cols).t(),
-                    T::zero(),
-                    &mut p,
-                );
-                col2im(&patches, &g, n0, n1, group, &mut dx);
-            }
+        let image = g.in_h * g.in_w * g.in_c;
+        let mut dx = vec![T::zero(); g.batch * image];
+        in_pieces(&g, &mut dx, image, |n0, n1, part| {
+            let mut patches = Vec::new();
+            for_chunks(&g, n0, n1, |c0, c1| {
+                let rows = (c1 - c0) * m_img;
+                let d = ArrayView2::from_shape((rows, oc), &dys[c0 * m_img * oc..c1 * m_img * oc])
+                    .expect("out_backprop rows");
+                let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
+                let images = &mut part[(c0 - n0) * image..(c1 - n0) * image];
+                for group in 0..g.groups {
+                    let cols = s![.., group * og..(group + 1) * og];
+                    patches.clear();
+                    patches.resize(rows * k, T::zero());
+                    let mut p = ArrayViewMut2::from_shape((rows, k), &mut patches[..])
+                        .expect("patch matrix");
+                    matmul(&d.slice(cols), &w.slice(cols).t(), &mut p, false);
+                    col2im(&patches, &g, c1 - c0, group, images);
+                }
+            });
         });
         let nhwc = [g.batch, g.in_h, g.in_w, g.in_c];
         Tensor::from_vec(Shape::new(input_dims), from_nhwc(format, nhwc, dx))
@@ -347,21 +350,33 @@ impl Convolution for Conv2D {
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
         let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
-        let mut dw = vec![T::zero(); k * oc];
-        let mut patches = Vec::new();
-        for_chunks(&g, |n0, n1| {
-            let rows = (n1 - n0) * m_img;
-            let d = ArrayView2::from_shape((rows, oc), &dys[n0 * m_img * oc..n1 * m_img * oc])
-                .expect("out_backprop rows");
-            for group in 0..g.groups {
-                let cols = s![.., group * og..(group + 1) * og];
-                im2col(&xs, &g, n0, n1, group, &mut patches);
-                let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
-                let w = ArrayViewMut2::from_shape((k, oc), &mut dw[..]).expect("filter matrix");
-                let mut w = w.slice_move(cols);
-                general_mat_mul(T::one(), &a.t(), &d.slice(cols), T::one(), &mut w);
-            }
+        // Each range of images sums its part of the gradient; the parts are added.
+        let mut parts = map_pieces(&g, |n0, n1| {
+            let mut dw = vec![T::zero(); k * oc];
+            let mut patches = Vec::new();
+            for_chunks(&g, n0, n1, |c0, c1| {
+                let rows = (c1 - c0) * m_img;
+                let d = ArrayView2::from_shape((rows, oc), &dys[c0 * m_img * oc..c1 * m_img * oc])
+                    .expect("out_backprop rows");
+                for group in 0..g.groups {
+                    let cols = s![.., group * og..(group + 1) * og];
+                    im2col(&xs, &g, c0, c1, group, &mut patches);
+                    let a =
+                        ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
+                    let w =
+                        ArrayViewMut2::from_shape((k, oc), &mut dw[..]).expect("filter matrix");
+                    let mut w = w.slice_move(cols);
+                    matmul(&a.t(), &d.slice(cols), &mut w, true);
+                }
+            });
+            dw
         });
+        let mut dw = parts.swap_remove(0);
+        for part in parts {
+            for (total, v) in dw.iter_mut().zip(part) {
+                *total = Real::add(*total, v);
+            }
+        }
         Tensor::from_vec(Shape::new(filter_dims), dw)
     }
 }
@@ -385,15 +400,71 @@ pub(super) fn sizes_of(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<Ve
     Ok(values.into_iter().map(|v| v as usize).collect())
 }
 
-/// Calls `f(n0, n1)` for consecutive ranges of images, each small enough that its patches
-/// stay within [`PATCH_ELEMENTS`].
-fn for_chunks(g: &Geometry, mut f: impl FnMut(usize, usize)) {
+/// The ranges of images the convolution of `g` runs in, one per thread
+/// ([`super::gemm::pieces`]).
+fn image_ranges(g: &Geometry) -> Vec<(usize, usize)> {
+    let multiply_adds = g.batch * g.out_h() * g.out_w() * g.k() * g.out_c();
+    ranges(g.batch, pieces(g.batch, multiply_adds))
+}
+
+/// Cuts `out` (`per_image` values per image of `g`'s batch) at [`image_ranges`] and runs
+/// `f(n0, n1, part)` for each range, the last on this thread and the others on threads of
+/// their own, `part` holding images `n0..n1`.
+fn in_pieces<T: Send>(
+    g: &Geometry,
+    out: &mut [T],
+    per_image: usize,
+    f: impl Fn(usize, usize, &mut [T]) + Sync,
+) {
+    let mut rest = out;
+    let mut parts = Vec::new();
+    for (n0, n1) in image_ranges(g) {
+        let (part, tail) = rest.split_at_mut((n1 - n0) * per_image);
+        parts.push((n0, n1, part));
+        rest = tail;
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let last = parts.pop();
+        for (n0, n1, part) in parts {
+            scope.spawn(move || f(n0, n1, part));
+        }
+        if let Some((n0, n1, part)) = last {
+            f(n0, n1, part);
+        }
+    });
+}
+
+/// Runs `f(n0, n1)` for each of [`image_ranges`], the last on this thread and the others on
+/// threads of their own; returns their results in order.
+fn map_pieces<R: Send>(g: &Geometry, f: impl Fn(usize, usize) -> R + Sync) -> Vec<R> {
+    let mut ranges = image_ranges(g);
+    let last = ranges.pop().unwrap_or((0, 0));
+    let f = &f;
+    std::thread::scope(|scope| {
+        let others: Vec<_> = ranges
+            .into_iter()
+            .map(|(n0, n1)| scope.spawn(move || f(n0, n1)))
+            .collect();
+        let mine = f(last.0, last.1);
+        let mut results: Vec<R> = others
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect();
+        results.push(mine);
+        results
+    })
+}
+
+/// Calls `f(c0, c1)` for consecutive ranges of images `n0..n1`, each small enough that its
+/// patches stay within [`PATCH_ELEMENTS`].
+fn for_chunks(g: &Geometry, n0: usize, n1: usize, mut f: impl FnMut(usize, usize)) {
     let step = g.images_per_chunk();
-    let mut n0 = 0;
-    while n0 < g.batch {
-        let n1 = (n0 + step).min(g.batch);
-        f(n0, n1);
-        n0 = n1;
+    let mut c0 = n0;
+    while c0 < n1 {
+        let c1 = (c0 + step).min(n1);
+        f(c0, c1);
+        c0 = c1;
     }
 }
 
@@ -428,13 +499,14 @@ fn im2col<T: Real>(x: &[T], g: &Geometry, n0: usize, n1: usize, group: usize, ou
     }
 }
 
-/// Adds a patch matrix (as [`im2col`] lays it out) back onto the input positions it came from.
-fn col2im<T: Real>(patches: &[T], g: &Geometry, n0: usize, n1: usize, group: usize, dx: &mut [T]) {
+/// Adds a patch matrix of `images` images (as [`im2col`] lays it out) back onto the input
+/// positions it came from, in `dx`, which holds those images.
+fn col2im<T: Real>(patches: &[T], g: &Geometry, images: usize, group: usize, dx: &mut [T]) {
     let [kh, kw, depth, _] = g.filter;
     let (oh, ow, k) = (g.out_h(), g.out_w(), g.k());
     let c0 = group * depth;
     let mut rows = patches.chunks_exact(k.max(1));
-    for n in n0..n1 {
+    for n in 0..images {
         for y in 0..oh {
             for x_ in 0..ow {
                 let Some(row) = rows.next() else { return };

@@ -93,6 +93,7 @@ mod control_flow;
 mod conv;
 mod depthwise;
 mod fused;
+mod gemm;
 mod io;
 mod items;
 mod list;
