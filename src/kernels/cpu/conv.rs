@@ -311,7 +311,7 @@ impl Convolution for Conv2D {
                 let images = &mut part[(c0 - n0) * image..(c1 - n0) * image];
                 for group in 0..g.groups {
                     let cols = s![.., group * og..(group + 1) * og];
-                    patches.clear();
+                    // Overwritten whole by the product: only its length matters.
                     patches.resize(rows * k, T::zero());
                     let mut p = ArrayViewMut2::from_shape((rows, k), &mut patches[..])
                         .expect("patch matrix");
@@ -474,24 +474,23 @@ fn im2col<T: Real>(x: &[T], g: &Geometry, n0: usize, n1: usize, group: usize, ou
     let [kh, kw, depth, _] = g.filter;
     let (oh, ow, k) = (g.out_h(), g.out_w(), g.k());
     let c0 = group * depth;
+    // Each value is written once: copied from the input, or zero where a tap falls in the
+    // padding (no zero-filling of the whole matrix first).
     out.clear();
-    out.resize((n1 - n0) * oh * ow * k, T::zero());
-    let mut rows = out.chunks_exact_mut(k.max(1));
+    out.reserve((n1 - n0) * oh * ow * k);
     for n in n0..n1 {
         for y in 0..oh {
             for x_ in 0..ow {
-                let Some(row) = rows.next() else { return };
                 for i in 0..kh {
-                    let Some(ih) = g.dims[0].tap(y, i) else {
-                        continue;
-                    };
+                    let ih = g.dims[0].tap(y, i);
                     for j in 0..kw {
-                        let Some(iw) = g.dims[1].tap(x_, j) else {
-                            continue;
-                        };
-                        let src = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
-                        let dst = (i * kw + j) * depth;
-                        row[dst..dst + depth].copy_from_slice(&x[src..src + depth]);
+                        match (ih, g.dims[1].tap(x_, j)) {
+                            (Some(ih), Some(iw)) => {
+                                let src = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
+                                out.extend_from_slice(&x[src..src + depth]);
+                            }
+                            _ => out.resize(out.len() + depth, T::zero()),
+                        }
                     }
                 }
             }
