@@ -18,7 +18,7 @@ use tessera::client::remote::ConnectOptions;
 use tessera::client::{LocalSession, Session, SessionOptions};
 use tessera::cluster::TaskConfig;
 use tessera::device::{CudaProbe, GpuProbe, GpuScan};
-use tessera::graph::Graph;
+use tessera::graph::{Graph, Output, Variable};
 use tessera::kernels::DeviceType;
 use tessera::proto::ConfigProto;
 use tessera::server::Server;
@@ -363,4 +363,88 @@ fn an_all_reduce_whose_other_member_never_runs_fails_the_step_naming_it() {
             .unwrap(),
         2.0
     );
+}
+
+/// A table of 10 rows of 3 read by row gathers: the loss is the mean over the batch of
+/// `Σ_c table[ids[b, c]] · w`, `w` fixed, trained by gradient descent on one device or over
+/// `towers` CPU towers. Returns the graph, the table and the train op.
+fn table_model(towers: usize) -> (Graph, Variable, String) {
+    use tessera::train::optimizer::Optimizer;
+    let mut g = Graph::new();
+    let ids = g
+        .placeholder("ids", DType::Int64, PartialShape::new([None, Some(2)]))
+        .unwrap();
+    let init: Vec<f32> = (0..30).map(|i| i as f32 / 10.0 - 1.5).collect();
+    let init = g
+        .constant(&Tensor::from_vec([10, 3], init).unwrap())
+        .unwrap();
+    let table = g.variable("table", &init).unwrap();
+    let w = g
+        .constant(&Tensor::from_vec([3, 1], vec![1.0f32, -2.0, 0.5]).unwrap())
+        .unwrap();
+    let table_for_loss = table.clone();
+    let loss = move |g: &mut Graph, inputs: &[Output]| -> tessera::Result<Output> {
+        let flat = g.reshape_to(&inputs[0], &[-1])?;
+        let rows = g.resource_gather(&table_for_loss.handle, &flat, DType::Float, 0)?;
+        let scores = g.matmul(&rows, &w)?;
+        g.mean(&scores, &[0, 1], false)
+    };
+    let optimizer = Optimizer::gradient_descent(0.5);
+    let train = if towers == 1 {
+        let l = loss(&mut g, std::slice::from_ref(&ids)).unwrap();
+        optimizer
+            .minimize_vars(&mut g, &l, &[table.clone()], None)
+            .unwrap()
+    } else {
+        let options = TowerOptions::new(tower_devices(towers));
+        let built = tessera::train::towers::build_towers(
+            &mut g,
+            std::slice::from_ref(&ids),
+            &[table.clone()],
+            &optimizer,
+            None,
+            &options,
+            loss,
+        )
+        .unwrap();
+        assert!(
+            matches!(
+                built.grads_and_vars[0].0,
+                Some(tessera::graph::indexed_slices::GradientTensor::Slices(_))
+            ),
+            "the towers' average of a gathered table's gradients stays sparse"
+        );
+        built.train_op
+    };
+    (g, table, train)
+}
+
+#[test]
+fn towers_average_a_gathered_tables_gradients_as_rows_and_train_like_one_device() {
+    let ids = Tensor::from_vec([4, 2], vec![1i64, 3, 3, 5, 1, 1, 7, 3]).unwrap();
+    let run = |session: &Session, towers: usize| {
+        let (g, table, train) = table_model(towers);
+        session.extend(&g.to_graph_def()).unwrap();
+        session.run(&[], &[], &[&table.initializer]).unwrap();
+        for _ in 0..3 {
+            session
+                .run(&[("ids:0", ids.clone())], &[], &[&train])
+                .unwrap();
+        }
+        let values = session.run(&[], &[&table.value.name()], &[]).unwrap();
+        values[0].values::<f32>().unwrap().to_vec()
+    };
+    let one = run(&Session::local(), 1);
+    let two = run(&two_cpu_session(), 2);
+    for (i, (a, b)) in one.iter().zip(&two).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-6,
+            "value {i}: {a} one device, {b} two towers"
+        );
+    }
+    // Only the rows read (1, 3, 5, 7) moved.
+    for row in 0..10 {
+        let moved = (0..3).any(|c| one[row * 3 + c] != (row * 3 + c) as f32 / 10.0 - 1.5);
+        assert_eq!(moved, [1, 3, 5, 7].contains(&row), "row {row}");
+    }
 }

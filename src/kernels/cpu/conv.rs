@@ -361,10 +361,8 @@ impl Convolution for Conv2D {
                 for group in 0..g.groups {
                     let cols = s![.., group * og..(group + 1) * og];
                     im2col(&xs, &g, c0, c1, group, &mut patches);
-                    let a =
-                        ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
-                    let w =
-                        ArrayViewMut2::from_shape((k, oc), &mut dw[..]).expect("filter matrix");
+                    let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
+                    let w = ArrayViewMut2::from_shape((k, oc), &mut dw[..]).expect("filter matrix");
                     let mut w = w.slice_move(cols);
                     matmul(&a.t(), &d.slice(cols), &mut w, true);
                 }
@@ -449,7 +447,10 @@ fn map_pieces<R: Send>(g: &Geometry, f: impl Fn(usize, usize) -> R + Sync) -> Ve
         let mine = f(last.0, last.1);
         let mut results: Vec<R> = others
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
             .collect();
         results.push(mine);
         results

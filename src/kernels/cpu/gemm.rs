@@ -98,7 +98,9 @@ mod tests {
     use ndarray::{Array2, ShapeBuilder};
 
     fn filled(m: usize, n: usize, seed: usize) -> Array2<f64> {
-        Array2::from_shape_fn((m, n), |(i, j)| ((i * 31 + j * 17 + seed) % 23) as f64 - 11.0)
+        Array2::from_shape_fn((m, n), |(i, j)| {
+            ((i * 31 + j * 17 + seed) % 23) as f64 - 11.0
+        })
     }
 
     #[test]
