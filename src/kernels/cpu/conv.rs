@@ -9,8 +9,9 @@
 //! lies). Forward: `patches @ filter`; filter gradient: `patches^T @ out_backprop`; input
 //! gradient: `out_backprop @ filter^T` scattered back onto the input (col2im). A batch large
 //! enough is split into one range of images per core, each built and multiplied on its own
-//! thread (the filter gradient sums the ranges' parts), and within a range the patches of a
-//! few images at a time are built, so memory stays bounded for any batch. `NCHW` values are
+//! thread (the filter gradient sums the ranges' parts), and within a range the patches are
+//! built and multiplied a block of rows at a time, small enough to stay in the core's cache,
+//! so memory stays bounded for any batch. `NCHW` values are
 //! transposed to `NHWC` and back around the same code.
 //!
 //! Geometry and attr checks live in [`crate::graph::window`], shared with the shape functions.
@@ -29,8 +30,9 @@ use crate::kernels::{OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{Shape, Tensor};
 
-/// The most elements of patches built at once (16 Mi: 64 MiB of float32).
-const PATCH_ELEMENTS: usize = 1 << 24;
+/// The most elements of patches built at once (128 Ki: 512 KiB of float32), so that a block of
+/// patch rows is still in the core's cache when the product reads it.
+const PATCH_ELEMENTS: usize = 1 << 17;
 
 /// Which of a convolution's three ops a kernel computes: the op or one of its two gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,10 +140,9 @@ impl Geometry {
     fn group_out(&self) -> usize {
         self.out_c() / self.groups
     }
-    /// Images whose patches are built at once.
-    fn images_per_chunk(&self) -> usize {
-        let per_image = self.out_h() * self.out_w() * self.k();
-        (PATCH_ELEMENTS / per_image.max(1)).max(1)
+    /// Output pixels (patch rows) built at once.
+    fn rows_per_block(&self) -> usize {
+        (PATCH_ELEMENTS / self.k().max(1)).max(1)
     }
     /// The output's (or out_backprop's) dims in `format`.
     fn output_dims(&self, format: DataFormat) -> [usize; 4] {
@@ -255,11 +256,12 @@ impl Convolution for Conv2D {
         let mut out = vec![T::zero(); g.batch * m_img * oc];
         in_pieces(&g, &mut out, m_img * oc, |n0, n1, part| {
             let mut patches = Vec::new();
-            for_chunks(&g, n0, n1, |c0, c1| {
-                let rows = (c1 - c0) * m_img;
-                let chunk = &mut part[(c0 - n0) * m_img * oc..(c1 - n0) * m_img * oc];
+            let first = n0 * m_img;
+            for_blocks(&g, n0, n1, |r0, r1| {
+                let rows = r1 - r0;
+                let chunk = &mut part[(r0 - first) * oc..(r1 - first) * oc];
                 for group in 0..g.groups {
-                    im2col(&xs, &g, c0, c1, group, &mut patches);
+                    im2col(&xs, &g, r0, r1, group, &mut patches);
                     let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
                     let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
                     let w = w.slice(s![.., group * og..(group + 1) * og]);
@@ -298,17 +300,16 @@ impl Convolution for Conv2D {
         let fv = f.values::<T>()?;
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
-        let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
+        let (k, oc, og) = (g.k(), g.out_c(), g.group_out());
         let image = g.in_h * g.in_w * g.in_c;
         let mut dx = vec![T::zero(); g.batch * image];
         in_pieces(&g, &mut dx, image, |n0, n1, part| {
             let mut patches = Vec::new();
-            for_chunks(&g, n0, n1, |c0, c1| {
-                let rows = (c1 - c0) * m_img;
-                let d = ArrayView2::from_shape((rows, oc), &dys[c0 * m_img * oc..c1 * m_img * oc])
+            for_blocks(&g, n0, n1, |r0, r1| {
+                let rows = r1 - r0;
+                let d = ArrayView2::from_shape((rows, oc), &dys[r0 * oc..r1 * oc])
                     .expect("out_backprop rows");
                 let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
-                let images = &mut part[(c0 - n0) * image..(c1 - n0) * image];
                 for group in 0..g.groups {
                     let cols = s![.., group * og..(group + 1) * og];
                     // Overwritten whole by the product: only its length matters.
@@ -316,7 +317,7 @@ impl Convolution for Conv2D {
                     let mut p = ArrayViewMut2::from_shape((rows, k), &mut patches[..])
                         .expect("patch matrix");
                     matmul(&d.slice(cols), &w.slice(cols).t(), &mut p, false);
-                    col2im(&patches, &g, c1 - c0, group, images);
+                    col2im(&patches, &g, r0, r1, group, part, n0);
                 }
             });
         });
@@ -349,18 +350,18 @@ impl Convolution for Conv2D {
         let xs = to_nhwc(format, x.dims(), &xv);
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
-        let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
+        let (k, oc, og) = (g.k(), g.out_c(), g.group_out());
         // Each range of images sums its part of the gradient; the parts are added.
         let mut parts = map_pieces(&g, |n0, n1| {
             let mut dw = vec![T::zero(); k * oc];
             let mut patches = Vec::new();
-            for_chunks(&g, n0, n1, |c0, c1| {
-                let rows = (c1 - c0) * m_img;
-                let d = ArrayView2::from_shape((rows, oc), &dys[c0 * m_img * oc..c1 * m_img * oc])
+            for_blocks(&g, n0, n1, |r0, r1| {
+                let rows = r1 - r0;
+                let d = ArrayView2::from_shape((rows, oc), &dys[r0 * oc..r1 * oc])
                     .expect("out_backprop rows");
                 for group in 0..g.groups {
                     let cols = s![.., group * og..(group + 1) * og];
-                    im2col(&xs, &g, c0, c1, group, &mut patches);
+                    im2col(&xs, &g, r0, r1, group, &mut patches);
                     let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
                     let w = ArrayViewMut2::from_shape((k, oc), &mut dw[..]).expect("filter matrix");
                     let mut w = w.slice_move(cols);
@@ -457,73 +458,76 @@ fn map_pieces<R: Send>(g: &Geometry, f: impl Fn(usize, usize) -> R + Sync) -> Ve
     })
 }
 
-/// Calls `f(c0, c1)` for consecutive ranges of images `n0..n1`, each small enough that its
-/// patches stay within [`PATCH_ELEMENTS`].
-fn for_chunks(g: &Geometry, n0: usize, n1: usize, mut f: impl FnMut(usize, usize)) {
-    let step = g.images_per_chunk();
-    let mut c0 = n0;
-    while c0 < n1 {
-        let c1 = (c0 + step).min(n1);
-        f(c0, c1);
-        c0 = c1;
+/// Calls `f(r0, r1)` for consecutive blocks of the patch rows (output pixels, numbered over
+/// the whole batch) of images `n0..n1`, each of at most [`Geometry::rows_per_block`] rows.
+fn for_blocks(g: &Geometry, n0: usize, n1: usize, mut f: impl FnMut(usize, usize)) {
+    let per_image = g.out_h() * g.out_w();
+    let (mut r0, end) = (n0 * per_image, n1 * per_image);
+    let step = g.rows_per_block();
+    while r0 < end {
+        let r1 = (r0 + step).min(end);
+        f(r0, r1);
+        r0 = r1;
     }
 }
 
-/// Builds the patch matrix of images `n0..n1` for one group's input channels: a row per output
-/// pixel, `(kh, kw, c)` columns, zeros where a tap falls in the padding.
-fn im2col<T: Real>(x: &[T], g: &Geometry, n0: usize, n1: usize, group: usize, out: &mut Vec<T>) {
+/// Builds rows `r0..r1` of the batch's patch matrix for one group's input channels: a row per
+/// output pixel, `(kh, kw, c)` columns, zeros where a tap falls in the padding.
+fn im2col<T: Real>(x: &[T], g: &Geometry, r0: usize, r1: usize, group: usize, out: &mut Vec<T>) {
     let [kh, kw, depth, _] = g.filter;
     let (oh, ow, k) = (g.out_h(), g.out_w(), g.k());
     let c0 = group * depth;
     // Each value is written once: copied from the input, or zero where a tap falls in the
     // padding (no zero-filling of the whole matrix first).
     out.clear();
-    out.reserve((n1 - n0) * oh * ow * k);
-    for n in n0..n1 {
-        for y in 0..oh {
-            for x_ in 0..ow {
-                for i in 0..kh {
-                    let ih = g.dims[0].tap(y, i);
-                    for j in 0..kw {
-                        match (ih, g.dims[1].tap(x_, j)) {
-                            (Some(ih), Some(iw)) => {
-                                let src = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
-                                out.extend_from_slice(&x[src..src + depth]);
-                            }
-                            _ => out.resize(out.len() + depth, T::zero()),
-                        }
+    out.reserve((r1 - r0) * k);
+    for r in r0..r1 {
+        let (n, pixel) = (r / (oh * ow), r % (oh * ow));
+        let (y, x_) = (pixel / ow, pixel % ow);
+        for i in 0..kh {
+            let ih = g.dims[0].tap(y, i);
+            for j in 0..kw {
+                match (ih, g.dims[1].tap(x_, j)) {
+                    (Some(ih), Some(iw)) => {
+                        let src = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
+                        out.extend_from_slice(&x[src..src + depth]);
                     }
+                    _ => out.resize(out.len() + depth, T::zero()),
                 }
             }
         }
     }
 }
 
-/// Adds a patch matrix of `images` images (as [`im2col`] lays it out) back onto the input
-/// positions it came from, in `dx`, which holds those images.
-fn col2im<T: Real>(patches: &[T], g: &Geometry, images: usize, group: usize, dx: &mut [T]) {
+/// Adds rows `r0..r1` of a patch matrix (as [`im2col`] lays it out) back onto the input
+/// positions they came from, in `dx`, which holds the images from image `first` on.
+fn col2im<T: Real>(
+    patches: &[T],
+    g: &Geometry,
+    r0: usize,
+    r1: usize,
+    group: usize,
+    dx: &mut [T],
+    first: usize,
+) {
     let [kh, kw, depth, _] = g.filter;
     let (oh, ow, k) = (g.out_h(), g.out_w(), g.k());
     let c0 = group * depth;
-    let mut rows = patches.chunks_exact(k.max(1));
-    for n in 0..images {
-        for y in 0..oh {
-            for x_ in 0..ow {
-                let Some(row) = rows.next() else { return };
-                for i in 0..kh {
-                    let Some(ih) = g.dims[0].tap(y, i) else {
-                        continue;
-                    };
-                    for j in 0..kw {
-                        let Some(iw) = g.dims[1].tap(x_, j) else {
-                            continue;
-                        };
-                        let dst = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
-                        let src = (i * kw + j) * depth;
-                        for (d, &v) in dx[dst..dst + depth].iter_mut().zip(&row[src..src + depth]) {
-                            *d = Real::add(*d, v);
-                        }
-                    }
+    for (r, row) in (r0..r1).zip(patches.chunks_exact(k.max(1))) {
+        let (n, pixel) = (r / (oh * ow) - first, r % (oh * ow));
+        let (y, x_) = (pixel / ow, pixel % ow);
+        for i in 0..kh {
+            let Some(ih) = g.dims[0].tap(y, i) else {
+                continue;
+            };
+            for j in 0..kw {
+                let Some(iw) = g.dims[1].tap(x_, j) else {
+                    continue;
+                };
+                let dst = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
+                let src = (i * kw + j) * depth;
+                for (d, &v) in dx[dst..dst + depth].iter_mut().zip(&row[src..src + depth]) {
+                    *d = Real::add(*d, v);
                 }
             }
         }
