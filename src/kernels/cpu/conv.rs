@@ -485,18 +485,45 @@ fn im2col<T: Real>(x: &[T], g: &Geometry, r0: usize, r1: usize, group: usize, ou
         let (n, pixel) = (r / (oh * ow), r % (oh * ow));
         let (y, x_) = (pixel / ow, pixel % ow);
         for i in 0..kh {
-            let ih = g.dims[0].tap(y, i);
-            for j in 0..kw {
-                match (ih, g.dims[1].tap(x_, j)) {
-                    (Some(ih), Some(iw)) => {
-                        let src = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
-                        out.extend_from_slice(&x[src..src + depth]);
+            let Some(ih) = g.dims[0].tap(y, i) else {
+                out.resize(out.len() + kw * depth, T::zero());
+                continue;
+            };
+            let at = |iw: usize| ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
+            match row_taps(g, x_) {
+                Some((j0, j1, iw0)) => {
+                    out.resize(out.len() + j0 * depth, T::zero());
+                    if j1 > j0 {
+                        out.extend_from_slice(&x[at(iw0)..at(iw0) + (j1 - j0) * depth]);
                     }
-                    _ => out.resize(out.len() + depth, T::zero()),
+                    out.resize(out.len() + (kw - j1) * depth, T::zero());
+                }
+                None => {
+                    for j in 0..kw {
+                        match g.dims[1].tap(x_, j) {
+                            Some(iw) => out.extend_from_slice(&x[at(iw)..at(iw) + depth]),
+                            None => out.resize(out.len() + depth, T::zero()),
+                        }
+                    }
                 }
             }
         }
     }
+}
+
+/// When the taps of one filter row at output column `x_` lie next to each other in the input
+/// (no dilation across the row, every input channel in the group): `(j0, j1, iw0)`, the taps
+/// `j0..j1` inside the input, from input column `iw0` on; the others fall in the padding.
+fn row_taps(g: &Geometry, x_: usize) -> Option<(usize, usize, usize)> {
+    let d = &g.dims[1];
+    if d.dilation != 1 || g.filter[2] != g.in_c {
+        return None;
+    }
+    let kw = g.filter[1];
+    let start = x_ * d.stride;
+    let j0 = d.pad_before.saturating_sub(start).min(kw);
+    let j1 = (d.input + d.pad_before).saturating_sub(start).clamp(j0, kw);
+    Some((j0, j1, (start + j0).saturating_sub(d.pad_before)))
 }
 
 /// Adds rows `r0..r1` of a patch matrix (as [`im2col`] lays it out) back onto the input
@@ -513,6 +540,11 @@ fn col2im<T: Real>(
     let [kh, kw, depth, _] = g.filter;
     let (oh, ow, k) = (g.out_h(), g.out_w(), g.k());
     let c0 = group * depth;
+    let add = |dst: &mut [T], src: &[T]| {
+        for (d, &v) in dst.iter_mut().zip(src) {
+            *d = Real::add(*d, v);
+        }
+    };
     for (r, row) in (r0..r1).zip(patches.chunks_exact(k.max(1))) {
         let (n, pixel) = (r / (oh * ow) - first, r % (oh * ow));
         let (y, x_) = (pixel / ow, pixel % ow);
@@ -520,14 +552,26 @@ fn col2im<T: Real>(
             let Some(ih) = g.dims[0].tap(y, i) else {
                 continue;
             };
-            for j in 0..kw {
-                let Some(iw) = g.dims[1].tap(x_, j) else {
-                    continue;
-                };
-                let dst = ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
-                let src = (i * kw + j) * depth;
-                for (d, &v) in dx[dst..dst + depth].iter_mut().zip(&row[src..src + depth]) {
-                    *d = Real::add(*d, v);
+            let at = |iw: usize| ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c0;
+            let taps = &row[i * kw * depth..(i + 1) * kw * depth];
+            match row_taps(g, x_) {
+                Some((j0, j1, iw0)) if j1 > j0 => {
+                    let len = (j1 - j0) * depth;
+                    add(
+                        &mut dx[at(iw0)..at(iw0) + len],
+                        &taps[j0 * depth..j0 * depth + len],
+                    );
+                }
+                Some(_) => {}
+                None => {
+                    for j in 0..kw {
+                        if let Some(iw) = g.dims[1].tap(x_, j) {
+                            add(
+                                &mut dx[at(iw)..at(iw) + depth],
+                                &taps[j * depth..(j + 1) * depth],
+                            );
+                        }
+                    }
                 }
             }
         }
