@@ -334,3 +334,60 @@ fn sparse_gradients_of_a_reference_variable() {
     assert_eq!(out[1].values::<f64>().unwrap().as_ref(), &want);
     assert_eq!(out[2].values::<f64>().unwrap().as_ref(), &want);
 }
+
+#[test]
+fn embedding_lookup_reads_a_partitioned_tables_rows_by_either_strategy() {
+    use tessera::graph::{fixed_size_partitioner, PartitionStrategy};
+    // A 10 x 2 table in 3 parts (4, 3, 3 rows): row r holds (r, -r).
+    let table: Vec<f32> = (0..10).flat_map(|r| [r as f32, -(r as f32)]).collect();
+    let ids = [[7i64, 0, 9], [3, 3, 5]];
+    for strategy in [PartitionStrategy::Mod, PartitionStrategy::Div] {
+        let mut g = Graph::new();
+        let init = g
+            .constant(&Tensor::from_vec([10, 2], table.clone()).unwrap())
+            .unwrap();
+        let params = g
+            .partitioned_variable("table", &init, &fixed_size_partitioner(3, 0))
+            .unwrap();
+        let id_values: Vec<i64> = ids.iter().flatten().copied().collect();
+        let id_tensor = ints(&mut g, &[2, 3], &id_values);
+        let rows = g.embedding_lookup(&params, &id_tensor, strategy).unwrap();
+        let session = Session::local();
+        session.extend(&g.to_graph_def()).unwrap();
+        let inits: Vec<String> = params.initializers();
+        let inits: Vec<&str> = inits.iter().map(String::as_str).collect();
+        session.run(&[], &[], &inits).unwrap();
+        let got = session.run(&[], &[&rows.name()], &[]).unwrap().remove(0);
+        assert_eq!(got.dims(), [2, 3, 2], "{strategy:?}");
+        // Which row of the whole table an id reads: under Div, the id's own; under Mod, part
+        // i % 3's row i / 3, which is row offset(i % 3) + i / 3 of the whole table.
+        let whole_row = |i: i64| match strategy {
+            PartitionStrategy::Div => i,
+            PartitionStrategy::Mod => [0, 4, 7][(i % 3) as usize] + i / 3,
+        };
+        let want: Vec<f32> = id_values
+            .iter()
+            .flat_map(|&i| [whole_row(i) as f32, -(whole_row(i) as f32)])
+            .collect();
+        assert_eq!(
+            got.values::<f32>().unwrap().as_ref(),
+            &want[..],
+            "{strategy:?}"
+        );
+        // Each part's gradient is the rows it gave, not a dense part.
+        let loss = g.sum(&rows, &[0, 1, 2], false).unwrap();
+        let handles: Vec<Output> = params.parts.iter().map(|p| p.handle.clone()).collect();
+        let grads =
+            tessera::graph::indexed_slices::sparse_gradients(&mut g, &[loss], &handles, None)
+                .unwrap();
+        for grad in grads {
+            assert!(
+                matches!(
+                    grad,
+                    Some(tessera::graph::indexed_slices::GradientTensor::Slices(_))
+                ),
+                "{strategy:?}: a part's gradient is dense"
+            );
+        }
+    }
+}

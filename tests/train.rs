@@ -534,7 +534,7 @@ fn a_bad_label_column_is_refused_naming_the_header() {
     let ended = run_chief_alone(&["--label_column", "0"]);
     assert_fails_with(
         &ended,
-        &["--label_column and --csv_header apply to --data csv:PATH"],
+        &["--label_column, --csv_header and --id_columns apply to --data csv:PATH"],
     );
 }
 

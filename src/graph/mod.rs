@@ -46,7 +46,9 @@ pub use gradients::{gradients, gradients_with, GradientOptions};
 pub use import::validate;
 pub use indexed_slices::{sparse_gradients, GradientTensor, IndexedSlices};
 pub use ops::{is_loop_back_edge, ControlFlowOp};
-pub use partitioned::{fixed_size_partitioner, PartitionedVariable, Partitioner, SaveSlice};
+pub use partitioned::{
+    fixed_size_partitioner, PartitionStrategy, PartitionedVariable, Partitioner, SaveSlice,
+};
 pub use scope::{
     byte_size_load_fn, replica_device_setter, replica_device_setter_with, DeviceFn,
     GreedyLoadBalancingStrategy, PsStrategy, ReplicaDeviceSetter, RoundRobinStrategy,

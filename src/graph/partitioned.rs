@@ -10,6 +10,13 @@
 //! tensor and restore it under another partitioning. The model reads the concatenation of the
 //! parts (`<name>/ConcatPartitions/concat`); gradients flow back through the concat to each
 //! part, and optimizers treat each part as a variable of its own.
+//!
+//! [`Graph::embedding_lookup`] reads rows of a partitioned table without the concatenation,
+//! as TensorFlow's `embedding_lookup` does: each id goes to its part (`mod` or `div`
+//! [`PartitionStrategy`]), each part's rows are gathered next to the part (a
+//! `ResourceGather` colocated with it, so on its ps task), and the rows are stitched back in
+//! the ids' order. A step then moves the rows it reads, and the gradient of each part is
+//! those rows ([`crate::graph::indexed_slices`]), not the table.
 
 use std::sync::Arc;
 
@@ -96,6 +103,18 @@ impl PartitionedVariable {
     pub fn initializers(&self) -> Vec<String> {
         self.parts.iter().map(|p| p.initializer.clone()).collect()
     }
+}
+
+/// How [`Graph::embedding_lookup`] assigns ids to the parts of a table of `rows` rows in `n`
+/// parts (TensorFlow's `partition_strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionStrategy {
+    /// Id `i` is row `i / n` of part `i % n` (TensorFlow's default).
+    Mod,
+    /// Ids in contiguous ranges, as the parts slice the whole table (the first `rows % n`
+    /// parts one row longer): id `i` is row `i - offset_p` of the part `p` whose rows hold it,
+    /// so a checkpoint restores to the same lookups under another partitioning.
+    Div,
 }
 
 /// Splits `dim` into `n` lengths, the first `dim % n` one longer.
@@ -213,5 +232,94 @@ impl Graph {
             slices,
             value,
         })
+    }
+
+    /// The rows `ids` (int64 or int32, any shape) of the resource table `params`: a tensor of
+    /// shape `ids.shape + params.shape[1:]`, read part by part; see the module doc. Ids must
+    /// be in `0..rows` (a gather fails the step naming any other).
+    pub fn embedding_lookup(
+        &mut self,
+        params: &PartitionedVariable,
+        ids: &Output,
+        strategy: PartitionStrategy,
+    ) -> Result<Output> {
+        if params.axis != 0 || params.shape.rank() < 1 {
+            return Err(Status::invalid_argument(format!(
+                "embedding_lookup on `{}`: its parts split axis {} of shape {}; a table is \
+                 split along its rows (axis 0)",
+                params.name, params.axis, params.shape
+            )));
+        }
+        let name = format!("{}/embedding_lookup", params.name);
+        let scope = self.with_name_scope(&name, |g| g.name_scope().to_string());
+        self.with_name_scope(&format!("{scope}/"), |g| {
+            let flat = g.reshape_to(ids, &[-1])?;
+            let rows = g.lookup_rows(params, &flat, strategy)?;
+            // ids.shape + params.shape[1:].
+            let ids_shape = g.shape(ids)?;
+            let row_dims: Vec<i64> = params.shape.dims()[1..].iter().map(|&d| d as i64).collect();
+            let row_shape = g.const_vec_i32(&format!("{scope}/row_shape/"), &row_dims)?;
+            let shape = g.concat(&[ids_shape, row_shape], 0)?;
+            g.reshape(&rows, &shape)
+        })
+    }
+
+    /// The rows `flat` (`[n]`) of `params`, in order: `[n, params.shape[1:]]`.
+    fn lookup_rows(
+        &mut self,
+        params: &PartitionedVariable,
+        flat: &Output,
+        strategy: PartitionStrategy,
+    ) -> Result<Output> {
+        let gather = |g: &mut Graph, part: &Variable, ids: &Output| {
+            g.with_colocation(&part.handle.node, |g| {
+                g.resource_gather(&part.handle, ids, params.dtype, 0)
+            })
+        };
+        let parts = &params.parts;
+        if let [part] = &parts[..] {
+            return gather(self, part, flat);
+        }
+        let dtype = flat.dtype;
+        let n = parts.len();
+        let rows = params.shape.dims()[0];
+        let (part, row) = match strategy {
+            PartitionStrategy::Mod => {
+                let count = self.scalar("parts", dtype, n as f64)?;
+                let part = self.binary("FloorMod", flat, &count)?;
+                let row = self.binary("FloorDiv", flat, &count)?;
+                (part, row)
+            }
+            PartitionStrategy::Div => {
+                let (per, extras) = ((rows / n) as f64, (rows % n) as f64);
+                let longer = self.scalar("ids_per_long_part", dtype, per + 1.0)?;
+                let shorter = self.scalar("ids_per_part", dtype, per)?;
+                let extras = self.scalar("long_parts", dtype, extras)?;
+                // An id below `extras · (per + 1)` is in a long part, the others in a short.
+                let in_long = self.binary("FloorDiv", flat, &longer)?;
+                let past = self.sub(flat, &extras)?;
+                let in_short = self.binary("FloorDiv", &past, &shorter)?;
+                let part = self.binary("Maximum", &in_long, &in_short)?;
+                let is_long = self.binary("Less", &part, &extras)?;
+                let long_row = self.binary("FloorMod", flat, &longer)?;
+                let short_row = self.binary("FloorMod", &past, &shorter)?;
+                let row = self.select(&is_long, &long_row, &short_row, false)?;
+                (part, row)
+            }
+        };
+        let part = self.cast(&part, DType::Int32)?;
+        let size = self.shape(flat)?;
+        let size = self.reshape_to(&size, &[])?;
+        let zero = self.scalar("zero", DType::Int32, 0.0)?;
+        let one = self.scalar("one", DType::Int32, 1.0)?;
+        let positions = self.range(&zero, &size, &one)?;
+        let ids_by_part = self.dynamic_partition(&row, &part, n)?;
+        let places = self.dynamic_partition(&positions, &part, n)?;
+        let gathered = parts
+            .iter()
+            .zip(&ids_by_part)
+            .map(|(p, ids)| gather(self, p, ids))
+            .collect::<Result<Vec<_>>>()?;
+        self.dynamic_stitch(&places, &gathered, false)
     }
 }

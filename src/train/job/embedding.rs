@@ -12,18 +12,20 @@
 //! The tables (`embedding` `[rows, dim]`, initialised from a truncated normal of standard
 //! deviation `1/√dim`; `wide` `[rows, classes]`, zeros) are partitioned variables of one part
 //! per ps task (`fixed_size_partitioner`), each part initialised by an op of the part's own
-//! shape. A lookup is TensorFlow's `embedding_lookup` with the `div` strategy: ids in
-//! contiguous ranges, as the parts slice the whole table, so a checkpoint restores under
-//! another ps count. Each part's `ResourceGather` is colocated with the part, so a step moves
-//! the rows it reads, not the table; the gradient of a part is the rows read and their
-//! gradients (`IndexedSlices`), and the optimizer updates those rows only, on the ps.
+//! shape. A lookup is [`Graph::embedding_lookup`] with the `div` strategy: ids in contiguous
+//! ranges, as the parts slice the whole table, so a checkpoint restores under another ps
+//! count. Each part's rows are gathered on its ps task, so a step moves the rows it reads, not
+//! the table; the gradient of a part is the rows read and their gradients (`IndexedSlices`),
+//! and the optimizer updates those rows only, on the ps.
 
 use rand::rngs::StdRng;
 use rand::Rng;
 
 use crate::data::synthetic::mix64;
 use crate::error::{Result, Status};
-use crate::graph::{fixed_size_partitioner, Graph, Output, PartitionedVariable, Variable};
+use crate::graph::{
+    fixed_size_partitioner, Graph, Output, PartitionStrategy, PartitionedVariable, Variable,
+};
 use crate::tensor::{DType, Shape, Tensor};
 
 /// The ids placeholder.
@@ -185,31 +187,31 @@ impl Embedding {
     }
 
     /// The logits `[b, classes]` of the dense features `x` (`[b, dense]`) and the rows `ids`
-    /// (`[b, columns]` int64), with `vars` the variables in the order
-    /// [`Embedding::variables`] returns them and `values` reads of the dense layers' (the
-    /// tables are read row by row, through their handles).
+    /// (`[b, columns]` int64), with `tables` the two tables [`Embedding::variables`] made
+    /// (read row by row) and `values` reads of the dense layers' variables, in its order.
     pub fn forward(
         &self,
         g: &mut Graph,
         x: &Output,
         ids: &Output,
-        vars: &[Variable],
+        tables: &[PartitionedVariable],
         values: &[Output],
     ) -> Result<Output> {
         let layers = self.widths().len() - 1;
-        if vars.len() < self.table_parts() || values.len() != 2 * layers {
+        let [embedding, wide] = tables else {
             return Err(Status::internal(format!(
-                "the embedding model has {} table parts and {layers} dense layers, given {} \
-                 variables and {} dense values",
-                self.table_parts(),
-                vars.len(),
+                "the embedding model has two tables, given {}",
+                tables.len()
+            )));
+        };
+        if values.len() != 2 * layers {
+            return Err(Status::internal(format!(
+                "the embedding model has {layers} dense layers, given {} values",
                 values.len()
             )));
         }
-        let (embedding, wide) = vars[..self.table_parts()].split_at(self.parts);
         let columns = self.columns as i64;
-        let flat = g.reshape_to(ids, &[-1])?;
-        let rows = g.with_name_scope("embedding_lookup", |g| self.lookup(g, embedding, &flat))?;
+        let rows = g.embedding_lookup(embedding, ids, PartitionStrategy::Div)?;
         let mut h = g.reshape_to(&rows, &[-1, columns * self.dim as i64])?;
         if self.dense > 0 {
             h = g.concat(&[h, x.clone()], 1)?;
@@ -221,56 +223,9 @@ impl Embedding {
                 h = g.relu(&h)?;
             }
         }
-        let wide_rows = g.with_name_scope("wide_lookup", |g| self.lookup(g, wide, &flat))?;
-        let wide_rows = g.reshape_to(&wide_rows, &[-1, columns, self.classes as i64])?;
+        let wide_rows = g.embedding_lookup(wide, ids, PartitionStrategy::Div)?;
         let wide_logits = g.sum(&wide_rows, &[1], false)?;
         g.add(&h, &wide_logits)
-    }
-
-    /// The rows `flat` (`[n]` int64, each in `0..rows`) of the table whose parts are `parts`:
-    /// TensorFlow's `embedding_lookup` with the `div` strategy. Part `p` holds rows
-    /// `offset_p..offset_p + len_p`, the first `rows % parts` parts one row longer; each id
-    /// goes to its part (`DynamicPartition`), each part's rows are gathered on the part's
-    /// device, and `DynamicStitch` puts them back in the ids' order.
-    fn lookup(&self, g: &mut Graph, parts: &[Variable], flat: &Output) -> Result<Output> {
-        let gather = |g: &mut Graph, part: &Variable, ids: &Output| {
-            g.with_colocation(&part.handle.node, |g| {
-                g.resource_gather(&part.handle, ids, DType::Float, 0)
-            })
-        };
-        if let [part] = parts {
-            return gather(g, part, flat);
-        }
-        let (per, extras) = (
-            (self.rows / self.parts) as f64,
-            (self.rows % self.parts) as f64,
-        );
-        let longer = g.scalar("ids_per_long_part", DType::Int64, per + 1.0)?;
-        let shorter = g.scalar("ids_per_part", DType::Int64, per)?;
-        let extras = g.scalar("long_parts", DType::Int64, extras)?;
-        // An id below `extras · (per + 1)` is in a long part, the others in a short one.
-        let in_long = g.binary("FloorDiv", flat, &longer)?;
-        let past = g.sub(flat, &extras)?;
-        let in_short = g.binary("FloorDiv", &past, &shorter)?;
-        let part = g.binary("Maximum", &in_long, &in_short)?;
-        let is_long = g.binary("Less", &part, &extras)?;
-        let long_row = g.binary("FloorMod", flat, &longer)?;
-        let short_row = g.binary("FloorMod", &past, &shorter)?;
-        let row = g.select(&is_long, &long_row, &short_row, false)?;
-        let part = g.cast(&part, DType::Int32)?;
-        let n = g.shape(flat)?;
-        let n = g.reshape_to(&n, &[])?;
-        let zero = g.scalar("zero", DType::Int32, 0.0)?;
-        let one = g.scalar("one", DType::Int32, 1.0)?;
-        let positions = g.range(&zero, &n, &one)?;
-        let rows = g.dynamic_partition(&row, &part, parts.len())?;
-        let places = g.dynamic_partition(&positions, &part, parts.len())?;
-        let gathered = parts
-            .iter()
-            .zip(&rows)
-            .map(|(p, ids)| gather(g, p, ids))
-            .collect::<Result<Vec<_>>>()?;
-        g.dynamic_stitch(&places, &gathered, false)
     }
 }
 

@@ -178,10 +178,15 @@ pub fn build_for(
         let (params, tables) = net.variables(g, &mut rng, spec.seed, features, classes)?;
         let variables: Vec<Variable> = params.iter().map(|(_, v)| v.clone()).collect();
         // The whole batch's logits (the held-out evaluation; the loss too without towers).
-        let logits = net.forward(g, &inputs, &variables, false)?;
+        let logits = net.forward(g, &inputs, &variables, &tables, false)?;
         let (loss, train) = if spec.towers > 1 {
             inputs.push(y.clone());
-            tower_train_op(g, spec, &net, &worker, &inputs, &variables, &global_step)?
+            let model = Model {
+                net: &net,
+                variables: &variables,
+                tables: &tables,
+            };
+            tower_train_op(g, spec, &model, &worker, &inputs, &global_step)?
         } else {
             let loss = mean_loss(g, &logits, &y)?;
             let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
@@ -286,13 +291,15 @@ impl Net {
     }
 
     /// The logits of `inputs` (`x`, and the embedding model's ids) with `vars` the variables
-    /// in the order [`Net::variables`] returns them, read through their own read nodes or,
-    /// with `fresh_reads` (a tower's), through new reads.
+    /// in the order [`Net::variables`] returns them (`tables` the partitioned ones among
+    /// them), read through their own read nodes or, with `fresh_reads` (a tower's), through
+    /// new reads.
     fn forward(
         &self,
         g: &mut Graph,
         inputs: &[Output],
         vars: &[Variable],
+        tables: &[PartitionedVariable],
         fresh_reads: bool,
     ) -> Result<Output> {
         let values = vars[self.table_parts()..]
@@ -308,7 +315,7 @@ impl Net {
         match (self, inputs) {
             (Self::Conv(cnn), [x, ..]) => cnn.forward(g, x, &values),
             (Self::Dense { .. }, [x, ..]) => dense_forward(g, x, &values),
-            (Self::Embed(net), [x, ids, ..]) => net.forward(g, x, ids, vars, &values),
+            (Self::Embed(net), [x, ids, ..]) => net.forward(g, x, ids, tables, &values),
             _ => Err(Status::internal(format!(
                 "the model takes its features (and ids), given {} inputs",
                 inputs.len()
@@ -338,6 +345,13 @@ fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
     g.mean(&xent, &[0], false)
 }
 
+/// The network and the variables it was built with.
+struct Model<'a> {
+    net: &'a Net,
+    variables: &'a [Variable],
+    tables: &'a [PartitionedVariable],
+}
+
 /// `--towers N`: the batch split over the worker's `CPU:0..N-1` or `GPU:0..N-1` (each tower
 /// reads the variables and computes its part's mean loss and gradients on its own device; the
 /// setter adds this worker's job and task), the gradients summed (on `CPU:0`, or among the
@@ -347,12 +361,12 @@ fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
 fn tower_train_op(
     g: &mut Graph,
     spec: &TrainSpec,
-    net: &Net,
+    built: &Model<'_>,
     replica: &str,
     inputs: &[Output],
-    variables: &[Variable],
     global_step: &Variable,
 ) -> Result<(Output, TrainOp)> {
+    let variables = built.variables;
     let optimizer = spec.optimizer()?;
     let options = TowerOptions {
         gradient_sum: if spec.all_reduce {
@@ -366,7 +380,9 @@ fn tower_train_op(
         let (labels, features) = parts
             .split_last()
             .ok_or_else(|| Status::internal("a tower has no inputs"))?;
-        let logits = net.forward(g, features, variables, true)?;
+        let logits = built
+            .net
+            .forward(g, features, variables, built.tables, true)?;
         mean_loss(g, &logits, labels)
     };
     if spec.sync.is_none() {
