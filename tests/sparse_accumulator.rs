@@ -353,7 +353,7 @@ fn sparse(shape: &[Option<usize>], reduction: Reduction) -> SparseConditionalAcc
 
 fn rows(indices: &[i64], values: &[f32]) -> (Tensor, Tensor) {
     let n = indices.len();
-    let width = if n == 0 { 1 } else { values.len() / n };
+    let width = values.len().checked_div(n).unwrap_or(1);
     (i64s(&[n], indices), f32s(&[n, width], values))
 }
 

@@ -117,6 +117,24 @@ fn run_worker(
     Ok(done)
 }
 
+/// Trains `replicas` (the first the chief, each worker on a thread of its own) until the
+/// chief's runner made `updates` updates.
+fn train_until(device: &Arc<Device>, replicas: Vec<Replica>, updates: i64) {
+    let runner = start_chief(device, &replicas[0], updates);
+    let workers: Vec<_> = replicas
+        .into_iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let device = device.clone();
+            thread::spawn(move || run_worker(device, r, k == 0, None))
+        })
+        .collect();
+    assert_eq!(runner.join().unwrap(), updates as u64);
+    for w in workers {
+        w.join().unwrap().unwrap();
+    }
+}
+
 fn read(device: &Arc<Device>, graph: &GraphDef, tensor: &str) -> Tensor {
     let session = Session::on_device(device.clone());
     session.extend(graph).unwrap();
@@ -420,19 +438,7 @@ fn the_averaged_gradients_go_through_the_wrapped_optimizer_with_its_slots() {
     assert_eq!(slot.op, "VarHandleOp");
     let class = slot.attr.get("_class").expect("the slot is colocated");
     assert!(format!("{:?}", class.value).contains("loc:@w"), "{class:?}");
-    let runner = start_chief(&device, &replicas[0], UPDATES);
-    let workers: Vec<_> = replicas
-        .into_iter()
-        .enumerate()
-        .map(|(k, r)| {
-            let device = device.clone();
-            thread::spawn(move || run_worker(device, r, k == 0, None))
-        })
-        .collect();
-    assert_eq!(runner.join().unwrap(), UPDATES as u64);
-    for w in workers {
-        w.join().unwrap().unwrap();
-    }
+    train_until(&device, replicas, UPDATES);
 
     let (mut w, mut b) = ([1.0f64, -1.0], 0.0f64);
     let (mut acc_w, mut acc_b) = ([0.0f64; 2], 0.0f64);
@@ -495,6 +501,26 @@ struct Lookup {
     /// b's is bias_weight.
     scale: f32,
     bias_weight: f32,
+}
+
+/// Replica 0 reads rows 1 and 3 (int64 ids), replica 1 rows 3 and 5 (int32 ids, cast to int64
+/// before they reach the accumulator) with three times the weight: row 3's update is the
+/// average of two gradients, rows 1 and 5 each come from one replica alone.
+fn two_lookups() -> [Lookup; 2] {
+    [
+        Lookup {
+            ids: vec![1, 3],
+            int32: false,
+            scale: 1.0,
+            bias_weight: 1.0,
+        },
+        Lookup {
+            ids: vec![3, 5],
+            int32: true,
+            scale: 3.0,
+            bias_weight: 3.0,
+        },
+    ]
 }
 
 /// The replica of `worker` for an embedding `table` [6, 2] (read only through
@@ -581,6 +607,48 @@ fn update_by_hand(table: &mut [f32], lookups: &[Lookup]) {
     }
 }
 
+/// Runs `updates` updates in lockstep, so that every update averages one gradient of each
+/// replica, all computed at the same table: each round, each replica takes its local step from
+/// the global step (its local_step_init_op, as after a session creation) and applies, then the
+/// chief updates and `after` is called with the update's number. (Free-running, a fast replica
+/// may send both gradients of an update, and with replicas reading different rows the result
+/// would depend on the schedule.)
+fn lockstep(
+    device: &Arc<Device>,
+    replicas: &[Replica],
+    updates: usize,
+    mut after: impl FnMut(usize),
+) {
+    let sessions: Vec<Session> = replicas
+        .iter()
+        .map(|r| {
+            let session = Session::on_device(device.clone());
+            session.extend(&r.graph).unwrap();
+            session
+        })
+        .collect();
+    let chief = &replicas[0];
+    for op in [&chief.init, &chief.ops.chief_init_op, &chief.init_tokens] {
+        sessions[0].run(&[], &[], &[op]).unwrap();
+    }
+    for step in 0..updates {
+        for (session, replica) in sessions.iter().zip(replicas) {
+            session
+                .run(&[], &[], &[&replica.ops.local_step_init_op])
+                .unwrap();
+            // It applies at `step`, then takes a token: one of the init tokens, or one the
+            // last update left.
+            let local = session.run(&[], &[&replica.ops.train_op], &[]).unwrap();
+            assert_eq!(local[0].scalar_value::<i64>().unwrap(), step as i64);
+        }
+        let global = sessions[0]
+            .run(&[], &[&chief.ops.global_step_after], &[&chief.ops.sync_op])
+            .unwrap();
+        assert_eq!(global[0].scalar_value::<i64>().unwrap(), step as i64 + 1);
+        after(step);
+    }
+}
+
 fn f32_values(device: &Arc<Device>, graph: &GraphDef, tensor: &str) -> Vec<f32> {
     read(device, graph, tensor)
         .values::<f32>()
@@ -591,23 +659,9 @@ fn f32_values(device: &Arc<Device>, graph: &GraphDef, tensor: &str) -> Vec<f32> 
 #[test]
 fn two_replicas_train_an_embedding_table_by_rows_as_averaging_them_by_hand_does() {
     const UPDATES: usize = 3;
-    // Replica 0 reads rows 1 and 3 (int64 ids), replica 1 rows 3 and 5 (int32 ids, cast to
-    // int64 before they reach the accumulator) with three times the weight: row 3's update is
-    // the average of two gradients, rows 1 and 5 each come from one replica alone.
-    let lookups = [
-        Lookup {
-            ids: vec![1, 3],
-            int32: false,
-            scale: 1.0,
-            bias_weight: 1.0,
-        },
-        Lookup {
-            ids: vec![3, 5],
-            int32: true,
-            scale: 3.0,
-            bias_weight: 3.0,
-        },
-    ];
+    // Row 3's update is the average of two gradients, rows 1 and 5 each come from one
+    // replica alone (see two_lookups).
+    let lookups = two_lookups();
     let device = Arc::new(Device::local_cpu());
     let replicas: Vec<Replica> = lookups
         .iter()
@@ -615,44 +669,10 @@ fn two_replicas_train_an_embedding_table_by_rows_as_averaging_them_by_hand_does(
         .map(|(k, l)| build_embedding(sync_gd(2, 2), k, l))
         .collect();
 
-    // In lockstep, so that every update averages one gradient of each replica, both computed
-    // at the same table: each round, each replica takes its local step from the global step
-    // (its local_step_init_op, as after a session creation) and applies, and the chief
-    // updates. (Free-running, a fast replica may send both gradients of an update, and with
-    // replicas reading different rows the result would depend on the schedule.)
-    let chief = Session::on_device(device.clone());
-    chief.extend(&replicas[0].graph).unwrap();
-    for op in [
-        &replicas[0].init,
-        &replicas[0].ops.chief_init_op,
-        &replicas[0].init_tokens,
-    ] {
-        chief.run(&[], &[], &[op]).unwrap();
-    }
-    let other = Session::on_device(device.clone());
-    other.extend(&replicas[1].graph).unwrap();
     let mut want = table0();
-    for step in 0..UPDATES {
-        for (session, replica) in [(&chief, &replicas[0]), (&other, &replicas[1])] {
-            session
-                .run(&[], &[], &[&replica.ops.local_step_init_op])
-                .unwrap();
-            // It applies at `step`, then takes a token: one of the init tokens, or one the
-            // last update left.
-            let local = session.run(&[], &[&replica.ops.train_op], &[]).unwrap();
-            assert_eq!(local[0].scalar_value::<i64>().unwrap(), step as i64);
-        }
-        let after = chief
-            .run(
-                &[],
-                &[&replicas[0].ops.global_step_after],
-                &[&replicas[0].ops.sync_op],
-            )
-            .unwrap();
-        assert_eq!(after[0].scalar_value::<i64>().unwrap(), step as i64 + 1);
-        update_by_hand(&mut want, &lookups);
-    }
-
+    lockstep(&device, &replicas, UPDATES, |_| {
+        update_by_hand(&mut want, &lookups)
+    });
     let graph = &replicas[0].graph;
     let got = f32_values(&device, graph, "table/Read/ReadVariableOp:0");
     assert_eq!(got, want, "the table after {UPDATES} updates");
@@ -735,19 +755,7 @@ fn the_chiefs_runner_applies_an_embeddings_rows_with_repeats_and_never_densifies
         ["table", "sync_replicas/SparseAccumulatorTakeGradient"]
     );
 
-    let runner = start_chief(&device, &replicas[0], UPDATES);
-    let workers: Vec<_> = replicas
-        .into_iter()
-        .enumerate()
-        .map(|(k, r)| {
-            let device = device.clone();
-            thread::spawn(move || run_worker(device, r, k == 0, None))
-        })
-        .collect();
-    assert_eq!(runner.join().unwrap(), UPDATES as u64);
-    for w in workers {
-        w.join().unwrap().unwrap();
-    }
+    train_until(&device, replicas, UPDATES);
 
     let mut want = table0();
     for _ in 0..UPDATES {
@@ -834,4 +842,30 @@ fn sparse_node_names_follow_tensorflows_sync_replicas_graph() {
             "sync_replicas/conditional_accumulator"
         ]
     );
+}
+
+#[test]
+fn an_optimizer_that_densifies_rows_gets_the_tables_shape_from_the_take() {
+    // Adam applies a sparse gradient as its dense update on the rows made dense (as tessera's
+    // Adam does), which needs the dense shape the take reports: the table's, since the
+    // accumulator is declared with it. On the first step a row no replica read does not move.
+    let lookups = two_lookups();
+    let device = Arc::new(Device::local_cpu());
+    let replicas: Vec<Replica> = lookups
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let adam = SyncReplicasOptimizer::wrapping(Optimizer::adam(EMB_LR), 2, Some(2))
+                .unwrap()
+                .wait_timeout(Duration::from_secs(5));
+            build_embedding(adam, k, l)
+        })
+        .collect();
+    lockstep(&device, &replicas, 1, |_| {});
+    let got = f32_values(&device, &replicas[0].graph, "table/Read/ReadVariableOp:0");
+    let start = table0();
+    for r in 0..ROWS {
+        let moved = got[2 * r..2 * r + 2] != start[2 * r..2 * r + 2];
+        assert_eq!(moved, [1, 3, 5].contains(&r), "row {r}: {got:?}");
+    }
 }

@@ -378,7 +378,12 @@ impl SyncReplicasOptimizer {
                         .attr("_replica", value::string(replica)),
                 )?,
             };
-            let take = self.take_gradient(g, &accum, grad.dtype, wait)?;
+            let take = g.accumulator_take_gradient(
+                &accum,
+                self.replicas_to_aggregate as i32,
+                grad.dtype,
+                &[("_timeout_ms", value::int(timeout_ms(wait)))],
+            )?;
             Ok((accum.clone(), apply, take))
         })
     }
@@ -439,31 +444,6 @@ impl SyncReplicasOptimizer {
             )?;
             Ok((accum.clone(), apply, take))
         })
-    }
-
-    /// `ResourceAccumulatorTakeGradient` of `replicas_to_aggregate` gradients, its wait bounded
-    /// by `_timeout_ms` even inside a step with a longer deadline.
-    fn take_gradient(
-        &self,
-        g: &mut Graph,
-        accum: &Output,
-        dtype: DType,
-        wait: Duration,
-    ) -> Result<Output> {
-        let name = g.reserve_name("ResourceAccumulatorTakeGradient");
-        let n = g.const_i32(
-            &format!("{name}/num_required/"),
-            &[],
-            &[self.replicas_to_aggregate as i32],
-        )?;
-        g.add1(
-            NodeSpec::new("ResourceAccumulatorTakeGradient")
-                .name(&format!("{name}/"))
-                .input(accum)
-                .input(&n)
-                .attr("dtype", value::dtype(dtype))
-                .attr("_timeout_ms", value::int(timeout_ms(wait))),
-        )
     }
 
     /// `sync_rep_local_step`: a local int64 variable initialised to 0 (not in the global

@@ -7,12 +7,13 @@
 //! towers use to sum gradients across devices. Kernels: `kernels/cpu/queue.rs`,
 //! `kernels/cpu/accumulator.rs`, `kernels/cpu/collective.rs` and `kernels/cuda/nccl.rs`.
 
-use crate::error::Result;
+use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::builder::{Graph, NodeSpec, Output};
 use crate::graph::indexed_slices::IndexedSlices;
 use crate::graph::registry::{OpDef, Registry};
 use crate::graph::shape_fn as sf;
+use crate::proto::AttrValue;
 use crate::tensor::{DType, PartialShape};
 
 pub(super) fn register(r: &mut Registry) {
@@ -122,6 +123,35 @@ fn wait_attr(spec: NodeSpec, wait_ms: Option<u64>) -> NodeSpec {
     match wait_ms {
         Some(ms) => spec.attr("_wait_timeout_ms", value::int(ms as i64)),
         None => spec,
+    }
+}
+
+/// `spec` with the attrs `extra` besides.
+fn with_attrs(spec: NodeSpec, extra: &[(&str, AttrValue)]) -> NodeSpec {
+    extra
+        .iter()
+        .fold(spec, |spec, (key, attr)| spec.attr(key, attr.clone()))
+}
+
+/// What the two accumulator-creating ops share: their attrs.
+struct AccumulatorAttrs<'a> {
+    dtype: DType,
+    shape: &'a PartialShape,
+    shared_name: &'a str,
+    reduction_type: &'a str,
+    wait_ms: Option<u64>,
+}
+
+impl AccumulatorAttrs<'_> {
+    /// The node `op` named `name` with these attrs.
+    fn spec(&self, op: &str, name: &str) -> NodeSpec {
+        let spec = NodeSpec::new(op)
+            .name(name)
+            .attr("dtype", value::dtype(self.dtype))
+            .attr("shape", value::shape(self.shape))
+            .attr("shared_name", value::string(self.shared_name))
+            .attr("reduction_type", value::string(self.reduction_type));
+        wait_attr(spec, self.wait_ms)
     }
 }
 
@@ -265,13 +295,14 @@ impl Graph {
         reduction_type: &str,
         wait_ms: Option<u64>,
     ) -> Result<Output> {
-        let spec = NodeSpec::new("ResourceConditionalAccumulator")
-            .name(name)
-            .attr("dtype", value::dtype(dtype))
-            .attr("shape", value::shape(shape))
-            .attr("shared_name", value::string(shared_name))
-            .attr("reduction_type", value::string(reduction_type));
-        self.add1(wait_attr(spec, wait_ms))
+        let attrs = AccumulatorAttrs {
+            dtype,
+            shape,
+            shared_name,
+            reduction_type,
+            wait_ms,
+        };
+        self.add1(attrs.spec("ResourceConditionalAccumulator", name))
     }
 
     /// `ResourceAccumulatorApplyGradient(handle, local_step, gradient)`; returns the node name.
@@ -290,22 +321,40 @@ impl Graph {
     }
 
     /// `ResourceAccumulatorTakeGradient(handle, num_required)` of gradients of `dtype`, with
-    /// its `num_required` constant named `<node>/num_required` as TensorFlow names it.
+    /// its `num_required` constant named `<node>/num_required` as TensorFlow names it, and the
+    /// extra attrs `extra` (`_timeout_ms`).
     pub fn accumulator_take_gradient(
         &mut self,
         handle: &Output,
         num_required: i32,
         dtype: DType,
+        extra: &[(&str, AttrValue)],
     ) -> Result<Output> {
-        let name = self.reserve_name("ResourceAccumulatorTakeGradient");
+        let op = "ResourceAccumulatorTakeGradient";
+        let mut outputs = self.take_gradient(op, handle, num_required, dtype, extra)?;
+        outputs
+            .pop()
+            .ok_or_else(|| Status::internal(format!("{op} made no output")))
+    }
+
+    /// A take of `num_required` gradients of `dtype` by `op`, its `num_required` constant
+    /// named `<node>/num_required`; returns its outputs.
+    fn take_gradient(
+        &mut self,
+        op: &str,
+        handle: &Output,
+        num_required: i32,
+        dtype: DType,
+        extra: &[(&str, AttrValue)],
+    ) -> Result<Vec<Output>> {
+        let name = self.reserve_name(op);
         let n = self.const_i32(&format!("{name}/num_required/"), &[], &[num_required])?;
-        self.add1(
-            NodeSpec::new("ResourceAccumulatorTakeGradient")
-                .name(&format!("{name}/"))
-                .input(handle)
-                .input(&n)
-                .attr("dtype", value::dtype(dtype)),
-        )
+        let spec = NodeSpec::new(op)
+            .name(&format!("{name}/"))
+            .input(handle)
+            .input(&n)
+            .attr("dtype", value::dtype(dtype));
+        self.add_node(with_attrs(spec, extra))
     }
 
     /// Sets the global step of the accumulator behind `handle`, either kind:
@@ -344,13 +393,14 @@ impl Graph {
         reduction_type: &str,
         wait_ms: Option<u64>,
     ) -> Result<Output> {
-        let spec = NodeSpec::new("SparseConditionalAccumulator")
-            .name(name)
-            .attr("dtype", value::dtype(dtype))
-            .attr("shape", value::shape(shape))
-            .attr("shared_name", value::string(shared_name))
-            .attr("reduction_type", value::string(reduction_type));
-        self.add1(wait_attr(spec, wait_ms))
+        let attrs = AccumulatorAttrs {
+            dtype,
+            shape,
+            shared_name,
+            reduction_type,
+            wait_ms,
+        };
+        self.add1(attrs.spec("SparseConditionalAccumulator", name))
     }
 
     /// `SparseAccumulatorApplyGradient(handle, local_step, indices, values, dense_shape)` of
@@ -362,19 +412,16 @@ impl Graph {
         handle: &Output,
         local_step: &Output,
         slices: &IndexedSlices,
-        extra: &[(&str, crate::proto::AttrValue)],
+        extra: &[(&str, AttrValue)],
     ) -> Result<String> {
-        let mut spec = NodeSpec::new("SparseAccumulatorApplyGradient")
+        let spec = NodeSpec::new("SparseAccumulatorApplyGradient")
             .input(handle)
             .input(local_step)
             .input(&slices.indices)
             .input(&slices.values)
             .input(&slices.dense_shape)
             .attr("has_known_shape", value::bool(true));
-        for (key, attr) in extra {
-            spec = spec.attr(key, attr.clone());
-        }
-        self.add_op(spec)
+        self.add_op(with_attrs(spec, extra))
     }
 
     /// `SparseAccumulatorTakeGradient(handle, num_required)` of gradients of `dtype`, with its
@@ -386,27 +433,18 @@ impl Graph {
         handle: &Output,
         num_required: i32,
         dtype: DType,
-        extra: &[(&str, crate::proto::AttrValue)],
+        extra: &[(&str, AttrValue)],
     ) -> Result<IndexedSlices> {
-        let name = self.reserve_name("SparseAccumulatorTakeGradient");
-        let n = self.const_i32(&format!("{name}/num_required/"), &[], &[num_required])?;
-        let mut spec = NodeSpec::new("SparseAccumulatorTakeGradient")
-            .name(&format!("{name}/"))
-            .input(handle)
-            .input(&n)
-            .attr("dtype", value::dtype(dtype));
-        for (key, attr) in extra {
-            spec = spec.attr(key, attr.clone());
-        }
-        let outputs = self.add_node(spec)?;
+        let op = "SparseAccumulatorTakeGradient";
+        let outputs = self.take_gradient(op, handle, num_required, dtype, extra)?;
         match <[Output; 3]>::try_from(outputs) {
             Ok([indices, values, dense_shape]) => Ok(IndexedSlices {
                 values,
                 indices,
                 dense_shape,
             }),
-            Err(outputs) => Err(crate::error::Status::internal(format!(
-                "SparseAccumulatorTakeGradient `{name}` made {} outputs, not 3",
+            Err(outputs) => Err(Status::internal(format!(
+                "{op} made {} outputs, not 3",
                 outputs.len()
             ))),
         }

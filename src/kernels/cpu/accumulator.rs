@@ -22,7 +22,8 @@ use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::runtime::accumulator::{
-    Accumulator, ConditionalAccumulator, Reduction, SparseConditionalAccumulator, Sum,
+    Accumulator, ConditionalAccumulator, DenseSum, Reduction, SparseConditionalAccumulator,
+    SparseSum, Sum,
 };
 use crate::runtime::wait::Wait;
 use crate::tensor::{DType, PartialShape, ResourceHandle, Tensor, Var};
@@ -123,23 +124,13 @@ impl CreateAccumulator {
         }))
     }
 
-    /// Finds the accumulator of kind `S` under this node's name, or creates it with `new`;
-    /// one that exists must hold this node's dtype.
-    fn find_or_create<S: Sum>(
-        &self,
-        ctx: &OpContext<'_>,
-        new: fn(
-            String,
-            DType,
-            PartialShape,
-            Reduction,
-            std::time::Duration,
-        ) -> Result<Accumulator<S>>,
-    ) -> Result<()> {
+    /// Finds the accumulator of kind `S` under this node's name, or creates it; one that
+    /// exists must hold this node's dtype.
+    fn find_or_create<S: Sum>(&self, ctx: &OpContext<'_>) -> Result<()> {
         let a = ctx
             .resources
             .lookup_or_create::<Accumulator<S>>(&self.container, &self.name, || {
-                new(
+                Accumulator::new(
                     self.name.clone(),
                     self.dtype,
                     self.shape.clone(),
@@ -163,9 +154,7 @@ impl CreateAccumulator {
 impl OpKernel for CreateAccumulator {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let handle = if ctx.node().op == "SparseConditionalAccumulator" {
-            self.find_or_create(ctx, |n, d, s, r, w| {
-                SparseConditionalAccumulator::new(n, d, s, r, w)
-            })?;
+            self.find_or_create::<SparseSum>(ctx)?;
             // TensorFlow's handle: a reference to the string pair [container, name].
             let pair = Tensor::from_strings(
                 [2],
@@ -175,9 +164,7 @@ impl OpKernel for CreateAccumulator {
             *var.write() = Some(pair);
             Tensor::reference(Arc::new(var), ctx.node().name.as_str())
         } else {
-            self.find_or_create(ctx, |n, d, s, r, w| {
-                ConditionalAccumulator::new(n, d, s, r, w)
-            })?;
+            self.find_or_create::<DenseSum>(ctx)?;
             Tensor::resource(ResourceHandle {
                 device: ctx.device.to_string(),
                 container: self.container.clone(),

@@ -1,11 +1,9 @@
 //! The dense kind: [`ConditionalAccumulator`] (TensorFlow's `ConditionalAccumulator` /
 //! `ResourceConditionalAccumulator`) sums whole tensors of one dtype and shape.
 
-use std::time::Duration;
-
 use super::{Accumulator, Reduction, Sum};
 use crate::error::{Result, Status};
-use crate::tensor::{DType, PartialShape, Shape, Tensor};
+use crate::tensor::{DType, Shape, Tensor};
 
 /// Sums gradients of one dtype and shape until the chief takes them.
 pub type ConditionalAccumulator = Accumulator<DenseSum>;
@@ -18,33 +16,19 @@ pub struct DenseSum(Option<(Shape, Vec<f64>)>);
 
 impl Sum for DenseSum {
     const KIND: &'static str = "accumulator";
-}
 
-impl Accumulator<DenseSum> {
-    /// An empty accumulator at global step 0. `name` is its shared name, used in messages.
-    pub fn new(
-        name: impl Into<String>,
-        dtype: DType,
-        shape: PartialShape,
-        reduction: Reduction,
-        default_wait: Duration,
-    ) -> Result<Self> {
-        let name = name.into();
+    fn check_dtype(name: &str, dtype: DType) -> Result<()> {
         if !dtype.is_numeric() {
             return Err(Status::invalid_argument(format!(
                 "accumulator `{name}`: dtype {dtype} is not numeric; gradients are float, \
                  double, int32 or int64"
             )));
         }
-        Ok(Self::with_parts(
-            name,
-            dtype,
-            shape,
-            reduction,
-            default_wait,
-        ))
+        Ok(())
     }
+}
 
+impl Accumulator<DenseSum> {
     /// Adds `gradient` computed at `local_step`; returns whether it was accepted (a gradient
     /// whose step is below the global step is stale and dropped).
     pub fn apply(&self, local_step: i64, gradient: &Tensor) -> Result<bool> {

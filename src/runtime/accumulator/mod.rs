@@ -61,6 +61,9 @@ impl Reduction {
 pub trait Sum: Default + Send + 'static {
     /// The resource's type name (in resource-manager messages).
     const KIND: &'static str;
+
+    /// Fails unless this kind sums gradients of `dtype`; `name` is the accumulator's.
+    fn check_dtype(name: &str, dtype: DType) -> Result<()>;
 }
 
 /// The protocol state under the accumulator's lock, around the kind's running sum.
@@ -95,15 +98,19 @@ impl<S: Sum> Resource for Accumulator<S> {
 }
 
 impl<S: Sum> Accumulator<S> {
-    /// An empty accumulator at global step 0, its dtype already checked by the kind.
-    fn with_parts(
-        name: String,
+    /// An empty accumulator at global step 0 for gradients of `dtype` whose (dense) shape is
+    /// `shape`; a take that has no step deadline waits `default_wait`. `name` is its shared
+    /// name, used in messages.
+    pub fn new(
+        name: impl Into<String>,
         dtype: DType,
         shape: PartialShape,
         reduction: Reduction,
         default_wait: Duration,
-    ) -> Self {
-        Self {
+    ) -> Result<Self> {
+        let name = name.into();
+        S::check_dtype(&name, dtype)?;
+        Ok(Self {
             name,
             dtype,
             shape,
@@ -111,7 +118,7 @@ impl<S: Sum> Accumulator<S> {
             default_wait,
             state: Mutex::default(),
             changed: Condvar::new(),
-        }
+        })
     }
 
     /// Returns the accumulator's shared name.

@@ -23,12 +23,11 @@
 //! as TensorFlow's op signature does), and float32 sums and divisions are done in float32.
 
 use std::ops::{Add, Div};
-use std::time::Duration;
 
 use super::{Accumulator, Reduction, Sum};
 use crate::error::{Result, Status};
 use crate::runtime::wait::Wait;
-use crate::tensor::{DType, Element, PartialShape, Tensor};
+use crate::tensor::{DType, Element, Tensor};
 
 /// Sums sparse gradients (rows of a tensor) of one dtype until the chief takes them.
 pub type SparseConditionalAccumulator = Accumulator<SparseSum>;
@@ -40,6 +39,16 @@ pub struct SparseSum(Option<Held>);
 
 impl Sum for SparseSum {
     const KIND: &'static str = "sparse accumulator";
+
+    fn check_dtype(name: &str, dtype: DType) -> Result<()> {
+        if !matches!(dtype, DType::Float | DType::Double) {
+            return Err(Status::invalid_argument(format!(
+                "sparse accumulator `{name}`: no kernel for {dtype} gradients; TensorFlow's \
+                 SparseConditionalAccumulator takes float or double (and half) gradients"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What a take returns: TensorFlow's `SparseAccumulatorTakeGradient` outputs.
@@ -207,31 +216,6 @@ fn row<T>(values: &[T], width: usize, i: usize) -> &[T] {
 }
 
 impl Accumulator<SparseSum> {
-    /// An empty sparse accumulator at global step 0 for gradients of `dtype` (float or double)
-    /// whose dense shape is `shape`. `name` is its shared name, used in messages.
-    pub fn new(
-        name: impl Into<String>,
-        dtype: DType,
-        shape: PartialShape,
-        reduction: Reduction,
-        default_wait: Duration,
-    ) -> Result<Self> {
-        let name = name.into();
-        if !matches!(dtype, DType::Float | DType::Double) {
-            return Err(Status::invalid_argument(format!(
-                "sparse accumulator `{name}`: no kernel for {dtype} gradients; TensorFlow's \
-                 SparseConditionalAccumulator takes float or double (and half) gradients"
-            )));
-        }
-        Ok(Self::with_parts(
-            name,
-            dtype,
-            shape,
-            reduction,
-            default_wait,
-        ))
-    }
-
     /// Adds the gradient whose rows `indices` (`[n]`, int64) hold `values` (`[n, ...]`),
     /// computed at `local_step`; `dense_shape` (int64), when known, is checked against the
     /// declared shape. Returns whether it was accepted (a stale gradient is dropped).
@@ -369,14 +353,11 @@ impl Accumulator<SparseSum> {
                         values.rank()
                     )));
                 }
-                for i in 1..dims.len() {
-                    if dims[i] != values.dims()[i] {
-                        return Err(self.invalid(format!(
-                            "Shape mismatch: expected values dim {i} to be {}, got {}",
-                            dims[i],
-                            values.dims()[i]
-                        )));
-                    }
+                let mut pairs = dims.iter().zip(values.dims()).enumerate().skip(1);
+                if let Some((i, (want, got))) = pairs.find(|(_, (w, g))| w != g) {
+                    return Err(self.invalid(format!(
+                        "Shape mismatch: expected values dim {i} to be {want}, got {got}"
+                    )));
                 }
             }
             None => {
