@@ -151,8 +151,8 @@ impl SyncReplicasOptimizer {
     }
 
     /// Names this replica (e.g. `/job:worker/task:1`) on its gradients (the `_replica` attr of
-    /// its `ResourceAccumulatorApplyGradient`s), so that when it stops contributing the
-    /// chief's timed-out take says which replica is missing.
+    /// its `ResourceAccumulatorApplyGradient`s and `SparseAccumulatorApplyGradient`s), so that
+    /// when it stops contributing the chief's timed-out take says which replica is missing.
     pub fn replica_id(mut self, replica: &str) -> Self {
         self.replica = Some(replica.to_string());
         self
@@ -378,6 +378,7 @@ impl SyncReplicasOptimizer {
                         .attr("_replica", value::string(replica)),
                 )?,
             };
+            // `_timeout_ms` bounds the take even inside a step with a longer deadline.
             let take = g.accumulator_take_gradient(
                 &accum,
                 self.replicas_to_aggregate as i32,

@@ -15,8 +15,7 @@
 //!
 //! [`Accumulator`] holds that shared protocol (the global step, the count, the replicas heard
 //! from, the wait) once, generic over the running sum `S` of its kind; each kind adds its own
-//! `apply` and `take`, which hand their arithmetic to [`Accumulator::accept`] and
-//! [`Accumulator::take_with`].
+//! `apply` and `take`, which hand their arithmetic to its `accept` and `take_with`.
 //!
 //! [`dropped`]: Accumulator::dropped
 

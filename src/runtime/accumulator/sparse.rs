@@ -137,14 +137,15 @@ impl<T: Value> Rows<T> {
             .collect()
     }
 
-    /// The first gradient after a take, kept as given (`AllocateAndAssignToAccumGradFunction`).
-    fn first(indices: Vec<i64>, values: &Tensor) -> Result<Self> {
-        Ok(Rows {
+    /// The first gradient after a take, kept as given (`AllocateAndAssignToAccumGradFunction`):
+    /// rows of shape `row_dims`.
+    fn first(indices: Vec<i64>, row_dims: &[usize], values: Vec<T>) -> Self {
+        Rows {
             counts: vec![1; indices.len()],
             indices,
-            row_dims: values.dims()[1..].to_vec(),
-            values: values.values::<T>()?.into_owned(),
-        })
+            row_dims: row_dims.to_vec(),
+            values,
+        }
     }
 
     /// Merges a later gradient in TensorFlow's one pass (see the module doc).
@@ -275,9 +276,11 @@ impl Accumulator<SparseSum> {
             let held = sum.0.as_ref().filter(|_| count > 0);
             let accumulated = held.map(Held::values_dims);
             let indices = self.validate(indices, values, dense_shape, accumulated.as_deref())?;
+            // Everything that can fail comes before the sum is taken apart.
+            let grad = values.values::<T>()?;
             let rows = match sum.0.take().filter(|_| count > 0).and_then(T::held) {
-                Some(rows) => rows.merge(&indices, &values.values::<T>()?),
-                None => Rows::first(indices, values)?,
+                Some(rows) => rows.merge(&indices, &grad),
+                None => Rows::first(indices, &values.dims()[1..], grad.into_owned()),
             };
             sum.0 = Some(T::hold(rows));
             Ok(())
