@@ -164,11 +164,32 @@ fn queue_and_accumulator_users_follow_the_resource() {
                 "/job:worker/task:0",
                 &["acc", "step"],
             ),
+            // A sparse accumulator's users follow its Ref(string) handle the same way.
+            node(
+                "sparse",
+                "SparseConditionalAccumulator",
+                "/job:ps/task:1",
+                &[],
+            ),
+            node(
+                "sparse_SetGlobalStep",
+                "AccumulatorSetGlobalStep",
+                "/job:worker/task:0",
+                &["sparse", "step"],
+            ),
         ],
         false,
     )
     .unwrap();
-    for name in ["q", "q_Dequeue", "q_Close", "acc", "acc_SetGlobalStep"] {
+    for name in [
+        "q",
+        "q_Dequeue",
+        "q_Close",
+        "acc",
+        "acc_SetGlobalStep",
+        "sparse",
+        "sparse_SetGlobalStep",
+    ] {
         assert_eq!(device_of(&placed, name), PS1, "{name}");
     }
     assert_eq!(device_of(&placed, "step"), W0);

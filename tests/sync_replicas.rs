@@ -7,17 +7,26 @@
 //! `w = [1, -1] - 0.1 N [1, 2]` and `b = -0.1 N 0.5`, whichever replicas contributed (a sum of
 //! two gradients would move twice as far). Every wait is bounded by the optimizer's
 //! `wait_timeout`.
+//!
+//! The embedding tests train a table that the loss reads only through `ResourceGather`, so its
+//! gradient is rows (`GradientTensor::Slices`): it must be accumulated, averaged and applied
+//! as rows (a `SparseConditionalAccumulator`, a `ResourceScatterAdd`), with no node that makes
+//! it as big as the table, and give what averaging the replicas' rows by hand gives. The
+//! numbers are dyadic, so the arithmetic is exact in float32 and results compare with `==`.
 
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use tessera::client::{Session, SessionOptions};
+use tessera::graph::indexed_slices::GradientTensor;
 use tessera::graph::Graph;
 use tessera::proto::GraphDef;
-use tessera::runtime::accumulator::ConditionalAccumulator;
+use tessera::runtime::accumulator::{ConditionalAccumulator, SparseConditionalAccumulator};
 use tessera::runtime::Device;
-use tessera::tensor::Tensor;
+use tessera::tensor::{DType, Tensor};
 use tessera::train::optimizer::Optimizer;
 use tessera::train::sync_replicas::{ChiefQueueRunner, SyncReplicasOps, SyncReplicasOptimizer};
 use tessera::{Code, Result};
@@ -106,6 +115,24 @@ fn run_worker(
         }
     }
     Ok(done)
+}
+
+/// Trains `replicas` (the first the chief, each worker on a thread of its own) until the
+/// chief's runner made `updates` updates.
+fn train_until(device: &Arc<Device>, replicas: Vec<Replica>, updates: i64) {
+    let runner = start_chief(device, &replicas[0], updates);
+    let workers: Vec<_> = replicas
+        .into_iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let device = device.clone();
+            thread::spawn(move || run_worker(device, r, k == 0, None))
+        })
+        .collect();
+    assert_eq!(runner.join().unwrap(), updates as u64);
+    for w in workers {
+        w.join().unwrap().unwrap();
+    }
 }
 
 fn read(device: &Arc<Device>, graph: &GraphDef, tensor: &str) -> Tensor {
@@ -411,19 +438,7 @@ fn the_averaged_gradients_go_through_the_wrapped_optimizer_with_its_slots() {
     assert_eq!(slot.op, "VarHandleOp");
     let class = slot.attr.get("_class").expect("the slot is colocated");
     assert!(format!("{:?}", class.value).contains("loc:@w"), "{class:?}");
-    let runner = start_chief(&device, &replicas[0], UPDATES);
-    let workers: Vec<_> = replicas
-        .into_iter()
-        .enumerate()
-        .map(|(k, r)| {
-            let device = device.clone();
-            thread::spawn(move || run_worker(device, r, k == 0, None))
-        })
-        .collect();
-    assert_eq!(runner.join().unwrap(), UPDATES as u64);
-    for w in workers {
-        w.join().unwrap().unwrap();
-    }
+    train_until(&device, replicas, UPDATES);
 
     let (mut w, mut b) = ([1.0f64, -1.0], 0.0f64);
     let (mut acc_w, mut acc_b) = ([0.0f64; 2], 0.0f64);
@@ -459,4 +474,398 @@ fn the_averaged_gradients_go_through_the_wrapped_optimizer_with_its_slots() {
             .unwrap(),
         UPDATES
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sparse gradients: an embedding table trained by rows
+// ---------------------------------------------------------------------------------------------
+
+const ROWS: usize = 6;
+/// The embedding tests' learning rate: dyadic, as every number there.
+const EMB_LR: f64 = 0.25;
+
+/// The table's initial rows: row r is [r + 1, -(r + 1) / 2].
+fn table0() -> Vec<f32> {
+    (0..ROWS)
+        .flat_map(|r| [r as f32 + 1.0, -(r as f32 + 1.0) / 2.0])
+        .collect()
+}
+
+/// What a replica of the embedding model reads and how its loss weighs it.
+#[derive(Clone)]
+struct Lookup {
+    /// The rows it gathers; int32 ones when `int32`.
+    ids: Vec<i64>,
+    int32: bool,
+    /// loss = scale/2 * sum(rows^2) + bias_weight * b: the rows' gradient is scale * rows,
+    /// b's is bias_weight.
+    scale: f32,
+    bias_weight: f32,
+}
+
+/// Replica 0 reads rows 1 and 3 (int64 ids), replica 1 rows 3 and 5 (int32 ids, cast to int64
+/// before they reach the accumulator) with three times the weight: row 3's update is the
+/// average of two gradients, rows 1 and 5 each come from one replica alone.
+fn two_lookups() -> [Lookup; 2] {
+    [
+        Lookup {
+            ids: vec![1, 3],
+            int32: false,
+            scale: 1.0,
+            bias_weight: 1.0,
+        },
+        Lookup {
+            ids: vec![3, 5],
+            int32: true,
+            scale: 3.0,
+            bias_weight: 3.0,
+        },
+    ]
+}
+
+/// The replica of `worker` for an embedding `table` [6, 2] (read only through
+/// `ResourceGather`) and a dense scalar `b`, trained by `opt`.
+fn build_embedding(opt: SyncReplicasOptimizer, worker: usize, lookup: &Lookup) -> Replica {
+    let opt = opt.local_step_container(&format!("worker_{worker}"));
+    let mut g = Graph::new();
+    let zero = g.constant(&Tensor::scalar(0i64)).unwrap();
+    let global_step = g.variable("global_step", &zero).unwrap();
+    let t0 = g
+        .constant(&Tensor::from_vec([ROWS, 2], table0()).unwrap())
+        .unwrap();
+    let table = g.variable("table", &t0).unwrap();
+    let b0 = g.constant(&Tensor::scalar(0.0f32)).unwrap();
+    let b = g.variable("b", &b0).unwrap();
+    let ids = if lookup.int32 {
+        let ids: Vec<i32> = lookup.ids.iter().map(|&i| i as i32).collect();
+        Tensor::from_vec([ids.len()], ids).unwrap()
+    } else {
+        Tensor::from_vec([lookup.ids.len()], lookup.ids.clone()).unwrap()
+    };
+    let ids = g.constant(&ids).unwrap();
+    let rows = g
+        .resource_gather(&table.handle, &ids, DType::Float, 0)
+        .unwrap();
+    let squares = g.mul(&rows, &rows).unwrap();
+    let half_scale = g.constant(&Tensor::scalar(lookup.scale / 2.0)).unwrap();
+    let weighted = g.mul(&squares, &half_scale).unwrap();
+    let rows_loss = g.sum(&weighted, &[0, 1], false).unwrap();
+    let bias_weight = g.constant(&Tensor::scalar(lookup.bias_weight)).unwrap();
+    let b_now = g.read_variable(&b.handle).unwrap();
+    let bias_loss = g.mul(&b_now, &bias_weight).unwrap();
+    let loss = g.add(&rows_loss, &bias_loss).unwrap();
+    let grads = Optimizer::gradient_descent(EMB_LR)
+        .compute_sparse_gradients(&mut g, &loss, &[table, b])
+        .unwrap();
+    let pairs: Vec<(GradientTensor, _)> = grads
+        .into_iter()
+        .map(|(grad, var)| (grad.expect("the loss reads every variable"), var))
+        .collect();
+    assert!(
+        matches!(pairs[0].0, GradientTensor::Slices(_)),
+        "the table's gradient is rows"
+    );
+    assert!(matches!(pairs[1].0, GradientTensor::Dense(_)));
+    let ops = opt
+        .apply_gradient_tensors(&mut g, &pairs, &global_step)
+        .unwrap();
+    let init = g.global_variables_initializer().unwrap();
+    let init_tokens = ops.get_init_tokens_op(&mut g, -1).unwrap();
+    Replica {
+        graph: g.to_graph_def(),
+        ops,
+        init,
+        init_tokens,
+    }
+}
+
+fn sync_gd(aggregate: usize, total: usize) -> SyncReplicasOptimizer {
+    SyncReplicasOptimizer::new(EMB_LR, aggregate, Some(total))
+        .unwrap()
+        .wait_timeout(Duration::from_secs(5))
+}
+
+/// One synchronous update by hand: each replica's gradient rows (scale * row, the rows it
+/// reads) at the current table, summed per row and divided by the number of gradients that
+/// had the row (TensorFlow's sparse accumulator averages row by row), then gradient descent
+/// on those rows alone. Float32, in the order the runtime computes.
+fn update_by_hand(table: &mut [f32], lookups: &[Lookup]) {
+    let mut sums: BTreeMap<usize, ([f32; 2], f32)> = BTreeMap::new();
+    for lookup in lookups {
+        for &id in &lookup.ids {
+            let r = id as usize;
+            let grad = [lookup.scale * table[2 * r], lookup.scale * table[2 * r + 1]];
+            let entry = sums.entry(r).or_insert(([0.0; 2], 0.0));
+            entry.0 = [grad[0] + entry.0[0], grad[1] + entry.0[1]];
+            entry.1 += 1.0;
+        }
+    }
+    for (r, (sum, count)) in sums {
+        for k in 0..2 {
+            table[2 * r + k] -= EMB_LR as f32 * (sum[k] / count);
+        }
+    }
+}
+
+/// Runs `updates` updates in lockstep, so that every update averages one gradient of each
+/// replica, all computed at the same table: each round, each replica takes its local step from
+/// the global step (its local_step_init_op, as after a session creation) and applies, then the
+/// chief updates and `after` is called with the update's number. (Free-running, a fast replica
+/// may send both gradients of an update, and with replicas reading different rows the result
+/// would depend on the schedule.)
+fn lockstep(
+    device: &Arc<Device>,
+    replicas: &[Replica],
+    updates: usize,
+    mut after: impl FnMut(usize),
+) {
+    let sessions: Vec<Session> = replicas
+        .iter()
+        .map(|r| {
+            let session = Session::on_device(device.clone());
+            session.extend(&r.graph).unwrap();
+            session
+        })
+        .collect();
+    let chief = &replicas[0];
+    for op in [&chief.init, &chief.ops.chief_init_op, &chief.init_tokens] {
+        sessions[0].run(&[], &[], &[op]).unwrap();
+    }
+    for step in 0..updates {
+        for (session, replica) in sessions.iter().zip(replicas) {
+            session
+                .run(&[], &[], &[&replica.ops.local_step_init_op])
+                .unwrap();
+            // It applies at `step`, then takes a token: one of the init tokens, or one the
+            // last update left.
+            let local = session.run(&[], &[&replica.ops.train_op], &[]).unwrap();
+            assert_eq!(local[0].scalar_value::<i64>().unwrap(), step as i64);
+        }
+        let global = sessions[0]
+            .run(&[], &[&chief.ops.global_step_after], &[&chief.ops.sync_op])
+            .unwrap();
+        assert_eq!(global[0].scalar_value::<i64>().unwrap(), step as i64 + 1);
+        after(step);
+    }
+}
+
+fn f32_values(device: &Arc<Device>, graph: &GraphDef, tensor: &str) -> Vec<f32> {
+    read(device, graph, tensor)
+        .values::<f32>()
+        .unwrap()
+        .to_vec()
+}
+
+#[test]
+fn two_replicas_train_an_embedding_table_by_rows_as_averaging_them_by_hand_does() {
+    const UPDATES: usize = 3;
+    // Row 3's update is the average of two gradients, rows 1 and 5 each come from one
+    // replica alone (see two_lookups).
+    let lookups = two_lookups();
+    let device = Arc::new(Device::local_cpu());
+    let replicas: Vec<Replica> = lookups
+        .iter()
+        .enumerate()
+        .map(|(k, l)| build_embedding(sync_gd(2, 2), k, l))
+        .collect();
+
+    let mut want = table0();
+    lockstep(&device, &replicas, UPDATES, |_| {
+        update_by_hand(&mut want, &lookups)
+    });
+    let graph = &replicas[0].graph;
+    let got = f32_values(&device, graph, "table/Read/ReadVariableOp:0");
+    assert_eq!(got, want, "the table after {UPDATES} updates");
+    // Only the gathered rows moved (and each by the per-row average: row 1 by lr * row, not
+    // by half of it, row 3 by lr * 2 * row, row 5 by lr * 3 * row).
+    let start = table0();
+    for r in 0..ROWS {
+        let moved = got[2 * r..2 * r + 2] != start[2 * r..2 * r + 2];
+        assert_eq!(moved, [1, 3, 5].contains(&r), "row {r}: {got:?}");
+    }
+    assert_eq!(got[2], 2.0 * 0.75f32.powi(UPDATES as i32));
+    assert_eq!(got[6], 4.0 * 0.5f32.powi(UPDATES as i32));
+    assert_eq!(got[10], 6.0 * 0.25f32.powi(UPDATES as i32));
+    // The dense b beside it: the average of 1 and 3, three times.
+    let b = read(&device, graph, "b/Read/ReadVariableOp:0");
+    assert_eq!(
+        b.scalar_value::<f32>().unwrap(),
+        -(EMB_LR as f32) * 2.0 * 3.0
+    );
+    let accum = device
+        .resources()
+        .lookup::<SparseConditionalAccumulator>("", "table:0/grad_accum")
+        .unwrap();
+    assert_eq!(
+        (
+            accum.global_step(),
+            accum.num_accumulated(),
+            accum.dropped()
+        ),
+        (UPDATES as i64, 0, 0)
+    );
+}
+
+#[test]
+fn the_chiefs_runner_applies_an_embeddings_rows_with_repeats_and_never_densifies_them() {
+    // Both replicas read rows 4, 1, 4 (a repeat, out of order) with the same weights, so every
+    // update is lr * the rows' gradient whichever replicas contributed: row 4 moves by the sum
+    // of its two lookups' rows, row 1 by its one.
+    const UPDATES: i64 = 4;
+    let lookup = Lookup {
+        ids: vec![4, 1, 4],
+        int32: false,
+        scale: 1.0,
+        bias_weight: 1.0,
+    };
+    let device = Arc::new(Device::local_cpu());
+    let replicas: Vec<Replica> = (0..2)
+        .map(|k| build_embedding(sync_gd(2, 2), k, &lookup))
+        .collect();
+
+    let graph = replicas[0].graph.clone();
+    let node = |name: &str| {
+        graph
+            .node
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node `{name}`"))
+    };
+    for n in &graph.node {
+        assert_ne!(n.op, "UnsortedSegmentSum", "`{}` densifies rows", n.name);
+        assert_ne!(n.op, "ScatterNd", "`{}` densifies rows", n.name);
+        if n.op == "ResourceConditionalAccumulator" {
+            assert_eq!(
+                tessera::graph::attr::string_or(n, "shared_name", "").unwrap(),
+                "b:0/grad_accum",
+                "only the dense b has a dense accumulator"
+            );
+        }
+    }
+    let accum = node("sync_replicas/sparse_conditional_accumulator");
+    assert_eq!(accum.op, "SparseConditionalAccumulator");
+    assert_eq!(
+        tessera::graph::attr::string_or(accum, "shared_name", "").unwrap(),
+        "table:0/grad_accum"
+    );
+    // The update reads the take's indices and values, and scatters them into the table.
+    let scatter = node("GradientDescent/update_table/ResourceScatterAdd");
+    assert_eq!(
+        scatter.input[..2],
+        ["table", "sync_replicas/SparseAccumulatorTakeGradient"]
+    );
+
+    train_until(&device, replicas, UPDATES);
+
+    let mut want = table0();
+    for _ in 0..UPDATES {
+        // Both gradients at the same table or not, row 4 takes lr * 2 * row4 (two lookups),
+        // row 1 lr * row1: gradient descent on one replica's gradient, as the average is.
+        let (r1, r4) = ([want[2], want[3]], [want[8], want[9]]);
+        for k in 0..2 {
+            want[2 + k] -= EMB_LR as f32 * r1[k];
+            want[8 + k] -= EMB_LR as f32 * r4[k];
+            want[8 + k] -= EMB_LR as f32 * r4[k];
+        }
+    }
+    let got = f32_values(&device, &graph, "table/Read/ReadVariableOp:0");
+    assert_eq!(got, want);
+    assert_eq!(
+        read(&device, &graph, "global_step/Read/ReadVariableOp:0")
+            .scalar_value::<i64>()
+            .unwrap(),
+        UPDATES
+    );
+}
+
+#[test]
+fn sparse_node_names_follow_tensorflows_sync_replicas_graph() {
+    // The names TensorFlow 2.21's SyncReplicasOptimizer gives an embedding table's pieces
+    // (tf.compat.v1, a resource table read by embedding_lookup, then a dense variable).
+    let lookup = Lookup {
+        ids: vec![1, 3],
+        int32: true,
+        scale: 1.0,
+        bias_weight: 1.0,
+    };
+    let r = build_embedding(sync_gd(2, 2), 0, &lookup);
+    let node = |name: &str| {
+        r.graph
+            .node
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node `{name}`"))
+    };
+    let accum = node("sync_replicas/sparse_conditional_accumulator");
+    assert_eq!(accum.op, "SparseConditionalAccumulator");
+    let apply = node("sync_replicas/SparseAccumulatorApplyGradient");
+    assert_eq!(
+        apply.input[0],
+        "sync_replicas/sparse_conditional_accumulator"
+    );
+    assert_eq!(apply.input[1], "sync_replicas/ReadVariableOp");
+    // int32 ids, then the dense shape: both cast to int64, in that order.
+    assert_eq!(apply.input[2], "sync_replicas/Cast");
+    assert_eq!(apply.input[4], "sync_replicas/Cast_1");
+    assert_eq!(node("sync_replicas/Cast").op, "Cast");
+    assert!(tessera::graph::attr::bool_or(apply, "has_known_shape", false).unwrap());
+    assert_eq!(
+        node("sync_replicas/SparseAccumulatorTakeGradient").input,
+        [
+            "sync_replicas/sparse_conditional_accumulator",
+            "sync_replicas/SparseAccumulatorTakeGradient/num_required"
+        ]
+    );
+    assert_eq!(
+        node("sync_replicas/conditional_accumulator").op,
+        "ResourceConditionalAccumulator"
+    );
+    let set = node("sync_replicas/SetGlobalStep");
+    assert_eq!(set.op, "AccumulatorSetGlobalStep");
+    assert_eq!(set.input[0], "sync_replicas/sparse_conditional_accumulator");
+    assert_eq!(
+        node("sync_replicas/SetGlobalStep_1").op,
+        "ResourceAccumulatorSetGlobalStep"
+    );
+    assert_eq!(
+        node(&r.ops.chief_init_op).input,
+        [
+            "^AssignVariableOp",
+            "^sync_replicas/SetGlobalStep",
+            "^sync_replicas/SetGlobalStep_1"
+        ]
+    );
+    assert_eq!(
+        r.ops.accumulators,
+        [
+            "sync_replicas/sparse_conditional_accumulator",
+            "sync_replicas/conditional_accumulator"
+        ]
+    );
+}
+
+#[test]
+fn an_optimizer_that_densifies_rows_gets_the_tables_shape_from_the_take() {
+    // Adam applies a sparse gradient as its dense update on the rows made dense (as tessera's
+    // Adam does), which needs the dense shape the take reports: the table's, since the
+    // accumulator is declared with it. On the first step a row no replica read does not move.
+    let lookups = two_lookups();
+    let device = Arc::new(Device::local_cpu());
+    let replicas: Vec<Replica> = lookups
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let adam = SyncReplicasOptimizer::wrapping(Optimizer::adam(EMB_LR), 2, Some(2))
+                .unwrap()
+                .wait_timeout(Duration::from_secs(5));
+            build_embedding(adam, k, l)
+        })
+        .collect();
+    lockstep(&device, &replicas, 1, |_| {});
+    let got = f32_values(&device, &replicas[0].graph, "table/Read/ReadVariableOp:0");
+    let start = table0();
+    for r in 0..ROWS {
+        let moved = got[2 * r..2 * r + 2] != start[2 * r..2 * r + 2];
+        assert_eq!(moved, [1, 3, 5].contains(&r), "row {r}: {got:?}");
+    }
 }

@@ -34,6 +34,15 @@ pub fn dtype(node: &NodeDef, name: &str) -> Result<DType> {
     }
 }
 
+/// Reads a `bool` attr.
+pub fn bool(node: &NodeDef, name: &str) -> Result<bool> {
+    match get(node, name) {
+        Some(attr_value::Value::B(b)) => Ok(*b),
+        Some(_) => Err(wrong_kind(node, name, "bool")),
+        None => Err(missing(node, name)),
+    }
+}
+
 /// Reads a `bool` attr, or `default` when absent.
 pub fn bool_or(node: &NodeDef, name: &str, default: bool) -> Result<bool> {
     match get(node, name) {

@@ -30,7 +30,8 @@ pub struct IndexedSlices {
     pub values: Output,
     /// `[n]`, int32 or int64.
     pub indices: Output,
-    /// The dense tensor's shape, a 1-D int32 tensor.
+    /// The dense tensor's shape, a 1-D int32 tensor (int64 where it comes from a sparse
+    /// accumulator's take).
     pub dense_shape: Output,
 }
 

@@ -118,7 +118,9 @@ fn without_device(spec: &DeviceName) -> DeviceName {
     }
 }
 
-/// Returns true when the node produces a resource handle itself (not by forwarding one).
+/// Returns true when the node produces a resource handle itself (not by forwarding one), or
+/// the reference handle of a resource that TensorFlow still hands out by reference (a sparse
+/// accumulator's `Ref(string)`, whose users must run where it lives as well).
 fn is_resource_source(node: &NodeDef) -> bool {
     let typed = |name: &str| {
         attr::dtype(node, name)
@@ -134,7 +136,8 @@ fn is_resource_source(node: &NodeDef) -> bool {
         | "PaddingFIFOQueueV2"
         | "RandomShuffleQueueV2"
         | "PriorityQueueV2"
-        | "ResourceConditionalAccumulator" => true,
+        | "ResourceConditionalAccumulator"
+        | "SparseConditionalAccumulator" => true,
         "Placeholder" | "PlaceholderWithDefault" => typed("dtype"),
         "_Recv" | "_HostRecv" => typed("tensor_type"),
         "_Arg" => typed("T"),

@@ -2,23 +2,43 @@
 //! the chief's aggregation loop ([`ChiefQueueRunner`]).
 //!
 //! Every worker builds the same graph (between-graph replication). For each variable, on the
-//! variable's device, a `ResourceConditionalAccumulator` shared as `<var>:0/grad_accum` collects
-//! the workers' gradients tagged with their local step; a FIFO queue `sync_token_q` next to the
-//! global step hands out tokens. Node names follow `graph_sync.pbtxt`:
+//! variable's device, an accumulator shared as `<var>:0/grad_accum` collects the workers'
+//! gradients tagged with their local step: a `ResourceConditionalAccumulator` for a dense
+//! gradient, a `SparseConditionalAccumulator` for the rows of a sparse one
+//! ([`GradientTensor::Slices`], an embedding table's), which then travel and add up as rows
+//! and reach the wrapped optimizer's sparse update as rows, never as the table (TensorFlow's
+//! `apply_indexed_slices_grad` / `take_indexed_slices_grad`). A FIFO queue `sync_token_q`
+//! next to the global step hands out tokens. Node names follow `graph_sync.pbtxt` and what
+//! TensorFlow 2.21's `SyncReplicasOptimizer` builds for an embedding:
 //!
 //! ```text
 //! sync_rep_local_step               LOCAL variable per worker (its own container in-process)
 //! AssignVariableOp                  local_step_init_op: local step := global step
 //! sync_replicas/conditional_accumulator[_k], .../ResourceAccumulatorApplyGradient[_k]
+//!                                   a dense gradient
+//! sync_replicas/sparse_conditional_accumulator[_k], sync_replicas/Cast[_k] (int32 indices and
+//! the dense shape to int64), .../SparseAccumulatorApplyGradient[_k]
+//!                                   a sparse gradient
 //! sync_token_q_Dequeue, AssignVariableOp_1, ReadVariableOp_2
 //!                                   worker train op: after every apply, take a token and make
 //!                                   it the local step (the barrier)
-//! sync_replicas/ResourceAccumulatorTakeGradient[_k]   chief: wait for replicas_to_aggregate
+//! sync_replicas/ResourceAccumulatorTakeGradient[_k], .../SparseAccumulatorTakeGradient[_k]
+//!                                   chief: wait for replicas_to_aggregate
 //! <opt>/update_<var>/..., <opt>/update, <opt>      the update, then global_step += 1
 //! Fill, sync_token_q_EnqueueMany    sync_op: tokens_per_step copies of the new global step
-//! sync_replicas/SetGlobalStep[_k], sync_replicas/group_deps   chief_init_op
+//! sync_replicas/SetGlobalStep[_k], sync_replicas/group_deps   chief_init_op (the sparse
+//!                                   accumulators' through `AccumulatorSetGlobalStep`)
 //! sync_token_q_Close, sync_token_q_Close_1          close (the second cancels pending enqueues)
 //! ```
+//!
+//! One difference: TensorFlow declares a sparse accumulator's shape `()`, so its take reports
+//! the dense shape's first dimension as -1 and checks no index against the table's rows.
+//! tessera declares the variable's shape, as the dense path does: an index past the table is
+//! refused where the gradients meet, and the dense shape handed on is the table's.
+//!
+//! A sparse accumulator averages row by row as TensorFlow's does (see
+//! [`crate::runtime::accumulator`]): a row is divided by the number of gradients that had it,
+//! not by `replicas_to_aggregate`.
 //!
 //! Backup workers: with `total_num_replicas > replicas_to_aggregate` the chief updates as soon
 //! as `replicas_to_aggregate` gradients arrived; the late ones are stale (their local step is
@@ -38,9 +58,11 @@
 //! tokens and the queue runner (on a session of its own, local or remote) on the chief, and
 //! the closing of the token queue at the end.
 //!
-//! The update is the wrapped [`Optimizer`]'s `apply_gradients` on the averaged gradients
-//! (gradient descent under `GradientDescent` unless [`SyncReplicasOptimizer::wrapping`] names
-//! another), so momentum, Adam and the others keep their slots next to their variables.
+//! The update is the wrapped [`Optimizer`]'s `apply_gradient_tensors` on the averaged
+//! gradients (gradient descent under `GradientDescent` unless
+//! [`SyncReplicasOptimizer::wrapping`] names another), so momentum, Adam and the others keep
+//! their slots next to their variables, and rows are applied as rows (`ResourceScatterAdd`,
+//! `ResourceSparseApply*`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,6 +72,7 @@ use std::time::Duration;
 use crate::client::{Session, SessionOptions};
 use crate::error::{Code, Result, Status};
 use crate::graph::attr::value;
+use crate::graph::indexed_slices::{GradientTensor, IndexedSlices};
 use crate::graph::{Graph, NodeSpec, Output, Variable};
 use crate::proto::GraphDef;
 use crate::runtime::Device;
@@ -128,8 +151,8 @@ impl SyncReplicasOptimizer {
     }
 
     /// Names this replica (e.g. `/job:worker/task:1`) on its gradients (the `_replica` attr of
-    /// its `ResourceAccumulatorApplyGradient`s), so that when it stops contributing the
-    /// chief's timed-out take says which replica is missing.
+    /// its `ResourceAccumulatorApplyGradient`s and `SparseAccumulatorApplyGradient`s), so that
+    /// when it stops contributing the chief's timed-out take says which replica is missing.
     pub fn replica_id(mut self, replica: &str) -> Self {
         self.replica = Some(replica.to_string());
         self
@@ -140,12 +163,31 @@ impl SyncReplicasOptimizer {
         self.total_num_replicas.max(self.replicas_to_aggregate)
     }
 
-    /// Adds the synchronous training ops for `grads_and_vars` (gradients of float variables)
-    /// and returns their names.
+    /// Adds the synchronous training ops for `grads_and_vars` (dense gradients of float
+    /// variables) and returns their names: [`apply_gradient_tensors`] of dense gradients.
+    ///
+    /// [`apply_gradient_tensors`]: Self::apply_gradient_tensors
     pub fn apply_gradients(
         &self,
         g: &mut Graph,
         grads_and_vars: &[(Output, Variable)],
+        global_step: &Variable,
+    ) -> Result<SyncReplicasOps> {
+        let tensors: Vec<(GradientTensor, Variable)> = grads_and_vars
+            .iter()
+            .map(|(grad, var)| (GradientTensor::Dense(grad.clone()), var.clone()))
+            .collect();
+        self.apply_gradient_tensors(g, &tensors, global_step)
+    }
+
+    /// Adds the synchronous training ops for `grads_and_vars`, dense gradients and sparse ones
+    /// (as [`Optimizer::compute_sparse_gradients`] gives an embedding table's), and returns
+    /// their names. A sparse gradient is accumulated, averaged and applied as rows (see the
+    /// module doc); its values must be float or double.
+    pub fn apply_gradient_tensors(
+        &self,
+        g: &mut Graph,
+        grads_and_vars: &[(GradientTensor, Variable)],
         global_step: &Variable,
     ) -> Result<SyncReplicasOps> {
         if grads_and_vars.is_empty() {
@@ -154,7 +196,7 @@ impl SyncReplicasOptimizer {
             ));
         }
         let wait = self.wait.unwrap_or(crate::runtime::wait::DEFAULT_WAIT);
-        let wait_ms = Some(wait.as_millis().clamp(1, i64::MAX as u128) as u64);
+        let wait_ms = Some(timeout_ms(wait) as u64);
         let i64_scalar = PartialShape::new(Vec::<Option<usize>>::new());
 
         // The worker-local step, colocated with a NoOp on the worker (not on a ps).
@@ -178,32 +220,18 @@ impl SyncReplicasOptimizer {
         let scope = g.with_name_scope("sync_replicas", |g| g.name_scope().to_string());
         g.with_name_scope(&format!("{scope}/"), |g| -> Result<()> {
             for (grad, var) in grads_and_vars {
-                let var_node = var.handle.node.clone();
-                let accum = g.with_colocation(&var_node, |g| {
-                    g.conditional_accumulator(
-                        "conditional_accumulator",
-                        grad.dtype,
-                        &grad.shape,
-                        &format!("{var_node}:0/grad_accum"),
-                        "MEAN",
-                        wait_ms,
-                    )
-                })?;
-                let step = g.read_variable(&local_step.handle)?;
-                let (apply, take) = g.with_colocation(&var_node, |g| -> Result<_> {
-                    let apply = match &self.replica {
-                        None => g.accumulator_apply_gradient(&accum, &step, grad)?,
-                        Some(replica) => g.add_op(
-                            NodeSpec::new("ResourceAccumulatorApplyGradient")
-                                .input(&accum)
-                                .input(&step)
-                                .input(grad)
-                                .attr("_replica", value::string(replica)),
-                        )?,
-                    };
-                    let take = self.take_gradient(g, &accum, grad.dtype, wait)?;
-                    Ok((apply, take))
-                })?;
+                let (accum, apply, take) = match grad {
+                    GradientTensor::Dense(grad) => {
+                        let (accum, apply, take) =
+                            self.dense_accumulation(g, grad, var, &local_step, wait, wait_ms)?;
+                        (accum, apply, GradientTensor::Dense(take))
+                    }
+                    GradientTensor::Slices(slices) => {
+                        let (accum, apply, take) =
+                            self.sparse_accumulation(g, slices, var, &local_step, wait, wait_ms)?;
+                        (accum, apply, GradientTensor::Slices(take))
+                    }
+                };
                 accumulators.push(accum);
                 applies.push(apply);
                 averaged.push((take, var.clone()));
@@ -286,7 +314,8 @@ impl SyncReplicasOptimizer {
         let close_op = g.queue_close("sync_token_q_Close", &queue, false)?;
         let cancel_close_op = g.queue_close("sync_token_q_Close", &queue, true)?;
 
-        // chief_init_op: the local step, and every accumulator at the current global step.
+        // chief_init_op: the local step, and every accumulator (both kinds) at the current
+        // global step.
         let chief_init_op = g.with_name_scope(&format!("{scope}/"), |g| -> Result<String> {
             let mut deps = vec![local_step_init.clone()];
             for accum in &accumulators {
@@ -315,30 +344,107 @@ impl SyncReplicasOptimizer {
         })
     }
 
-    /// `ResourceAccumulatorTakeGradient` of `replicas_to_aggregate` gradients, its wait bounded
-    /// by `_timeout_ms` even inside a step with a longer deadline.
-    fn take_gradient(
+    /// A dense gradient's accumulator (`conditional_accumulator`), its apply (the workers')
+    /// and its take of `replicas_to_aggregate` gradients (the chief's), all next to `var`.
+    fn dense_accumulation(
         &self,
         g: &mut Graph,
-        accum: &Output,
-        dtype: DType,
+        grad: &Output,
+        var: &Variable,
+        local_step: &Variable,
         wait: Duration,
-    ) -> Result<Output> {
-        let name = g.reserve_name("ResourceAccumulatorTakeGradient");
-        let n = g.const_i32(
-            &format!("{name}/num_required/"),
-            &[],
-            &[self.replicas_to_aggregate as i32],
-        )?;
-        let ms = wait.as_millis().clamp(1, i64::MAX as u128) as i64;
-        g.add1(
-            NodeSpec::new("ResourceAccumulatorTakeGradient")
-                .name(&format!("{name}/"))
-                .input(accum)
-                .input(&n)
-                .attr("dtype", value::dtype(dtype))
-                .attr("_timeout_ms", value::int(ms)),
-        )
+        wait_ms: Option<u64>,
+    ) -> Result<(Output, String, Output)> {
+        let var_node = var.handle.node.clone();
+        let accum = g.with_colocation(&var_node, |g| {
+            g.conditional_accumulator(
+                "conditional_accumulator",
+                grad.dtype,
+                &grad.shape,
+                &format!("{var_node}:0/grad_accum"),
+                "MEAN",
+                wait_ms,
+            )
+        })?;
+        let step = g.read_variable(&local_step.handle)?;
+        g.with_colocation(&var_node, |g| -> Result<_> {
+            let apply = match &self.replica {
+                None => g.accumulator_apply_gradient(&accum, &step, grad)?,
+                Some(replica) => g.add_op(
+                    NodeSpec::new("ResourceAccumulatorApplyGradient")
+                        .input(&accum)
+                        .input(&step)
+                        .input(grad)
+                        .attr("_replica", value::string(replica)),
+                )?,
+            };
+            // `_timeout_ms` bounds the take even inside a step with a longer deadline.
+            let take = g.accumulator_take_gradient(
+                &accum,
+                self.replicas_to_aggregate as i32,
+                grad.dtype,
+                &[("_timeout_ms", value::int(timeout_ms(wait)))],
+            )?;
+            Ok((accum.clone(), apply, take))
+        })
+    }
+
+    /// A sparse gradient's accumulator (`sparse_conditional_accumulator`, declared with the
+    /// variable's shape), its apply (the workers': the indices and the dense shape cast to
+    /// int64 first, as TensorFlow's `apply_grad` casts them) and its take (the chief's),
+    /// whose rows go on to the wrapped optimizer; all next to `var`.
+    fn sparse_accumulation(
+        &self,
+        g: &mut Graph,
+        slices: &IndexedSlices,
+        var: &Variable,
+        local_step: &Variable,
+        wait: Duration,
+        wait_ms: Option<u64>,
+    ) -> Result<(Output, String, IndexedSlices)> {
+        let var_node = var.handle.node.clone();
+        let dtype = slices.values.dtype;
+        if !matches!(dtype, DType::Float | DType::Double) {
+            return Err(Status::invalid_argument(format!(
+                "the sparse gradient of variable `{var_node}` is {dtype}; synchronous replicas \
+                 accumulate sparse gradients of float or double only \
+                 (SparseConditionalAccumulator), so train a float or double variable"
+            )));
+        }
+        let accum = g.with_colocation(&var_node, |g| {
+            g.sparse_conditional_accumulator(
+                "sparse_conditional_accumulator",
+                dtype,
+                &var.value.shape,
+                &format!("{var_node}:0/grad_accum"),
+                "MEAN",
+                wait_ms,
+            )
+        })?;
+        let step = g.read_variable(&local_step.handle)?;
+        g.with_colocation(&var_node, |g| -> Result<_> {
+            let int64 = |g: &mut Graph, t: &Output| match t.dtype {
+                DType::Int64 => Ok(t.clone()),
+                _ => g.cast(t, DType::Int64),
+            };
+            let rows = IndexedSlices {
+                indices: int64(g, &slices.indices)?,
+                values: slices.values.clone(),
+                dense_shape: int64(g, &slices.dense_shape)?,
+            };
+            let replica: Vec<(&str, crate::proto::AttrValue)> = match &self.replica {
+                Some(replica) => vec![("_replica", value::string(replica))],
+                None => Vec::new(),
+            };
+            let apply = g.sparse_accumulator_apply_gradient(&accum, &step, &rows, &replica)?;
+            let take = g.sparse_accumulator_take_gradient(
+                &accum,
+                self.replicas_to_aggregate as i32,
+                dtype,
+                &[("_timeout_ms", value::int(timeout_ms(wait)))],
+            )?;
+            Ok((accum.clone(), apply, take))
+        })
     }
 
     /// `sync_rep_local_step`: a local int64 variable initialised to 0 (not in the global
@@ -381,25 +487,31 @@ impl SyncReplicasOptimizer {
     }
 
     /// The wrapped optimizer's update of the averaged gradients (`<opt>/update_<var>/...`,
-    /// slots colocated with their variables), then `<opt>` (global_step += 1); returns the
-    /// latter.
+    /// slots colocated with their variables, rows applied as rows), then `<opt>`
+    /// (global_step += 1); returns the latter.
     fn update(
         &self,
         g: &mut Graph,
-        averaged: &[(Output, Variable)],
+        averaged: &[(GradientTensor, Variable)],
         global_step: &Variable,
     ) -> Result<String> {
-        let pairs: Vec<(Option<Output>, Variable)> = averaged
+        let pairs: Vec<(Option<GradientTensor>, Variable)> = averaged
             .iter()
             .map(|(grad, var)| (Some(grad.clone()), var.clone()))
             .collect();
         g.with_name_scope("", |g| {
-            self.optimizer.apply_gradients(g, &pairs, Some(global_step))
+            self.optimizer
+                .apply_gradient_tensors(g, &pairs, Some(global_step))
         })
     }
 }
 
-/// The names of what [`SyncReplicasOptimizer::apply_gradients`] added.
+/// A take's `_timeout_ms`: `wait` in milliseconds, at least 1.
+fn timeout_ms(wait: Duration) -> i64 {
+    wait.as_millis().clamp(1, i64::MAX as u128) as i64
+}
+
+/// The names of what [`SyncReplicasOptimizer::apply_gradient_tensors`] added.
 #[derive(Clone, Debug)]
 pub struct SyncReplicasOps {
     /// The worker's train op, a tensor (`ReadVariableOp_2:0`): applies its gradients, waits for
@@ -425,7 +537,9 @@ pub struct SyncReplicasOps {
     pub global_step: Variable,
     /// The worker's local step.
     pub local_step: Variable,
-    /// The accumulator nodes, one per variable in `grads_and_vars` order.
+    /// The accumulator nodes, one per variable in `grads_and_vars` order (a
+    /// `ResourceConditionalAccumulator` per dense gradient, a `SparseConditionalAccumulator`
+    /// per sparse one).
     pub accumulators: Vec<String>,
     /// Gradients per update.
     pub replicas_to_aggregate: usize,

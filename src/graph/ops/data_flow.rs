@@ -1,14 +1,19 @@
 //! Queue and gradient-accumulator ops (`data_flow_ops.cc`): the definitions `io.rs` does not
-//! already register (`QueueEnqueueV2`, `QueueDequeueManyV2`, `QueueSizeV2`) and the builder
+//! already register (`QueueEnqueueV2`, `QueueDequeueManyV2`, `QueueSizeV2`; the sparse
+//! accumulator `SparseConditionalAccumulator`, `SparseAccumulatorApplyGradient`,
+//! `SparseAccumulatorTakeGradient` and the reference-handle `AccumulatorSetGlobalStep`,
+//! `AccumulatorNumAccumulated`, which TensorFlow shares between both kinds) and the builder
 //! methods synchronous replication uses; and `NcclAllReduce` (`nccl_ops.cc`), which in-graph
 //! towers use to sum gradients across devices. Kernels: `kernels/cpu/queue.rs`,
 //! `kernels/cpu/accumulator.rs`, `kernels/cpu/collective.rs` and `kernels/cuda/nccl.rs`.
 
-use crate::error::Result;
+use crate::error::{Result, Status};
 use crate::graph::attr::value;
 use crate::graph::builder::{Graph, NodeSpec, Output};
+use crate::graph::indexed_slices::IndexedSlices;
 use crate::graph::registry::{OpDef, Registry};
 use crate::graph::shape_fn as sf;
+use crate::proto::AttrValue;
 use crate::tensor::{DType, PartialShape};
 
 pub(super) fn register(r: &mut Registry) {
@@ -49,6 +54,67 @@ pub(super) fn register(r: &mut Registry) {
         .shape(sf::scalar)
         .no_grad()
         .register(r);
+    register_sparse_accumulator(r);
+}
+
+/// The sparse accumulator's ops and the reference-handle ops both kinds share, with
+/// TensorFlow's signatures (its ref forms are not marked stateful: their ref edges tie them to
+/// the accumulator). TensorFlow's kernels take float and double (and half) values.
+fn register_sparse_accumulator(r: &mut Registry) {
+    OpDef::build("SparseConditionalAccumulator")
+        .output("handle: Ref(string)")
+        .attr("dtype: {numbertype}")
+        .attr("shape: shape")
+        .attr("container: string = ''")
+        .attr("shared_name: string = ''")
+        .attr("reduction_type: {'MEAN', 'SUM'} = 'MEAN'")
+        .stateful()
+        .shape(|_| Ok(vec![PartialShape::new(vec![Some(2)])]))
+        .no_grad()
+        .register(r);
+    OpDef::build("SparseAccumulatorApplyGradient")
+        .input("handle: Ref(string)")
+        .input("local_step: int64")
+        .input("gradient_indices: int64")
+        .input("gradient_values: dtype")
+        .input("gradient_shape: int64")
+        .attr("dtype: {numbertype}")
+        .attr("has_known_shape: bool")
+        .shape(|c| {
+            c.with_rank(1, 0)?;
+            sf::no_outputs(c)
+        })
+        .no_grad()
+        .register(r);
+    OpDef::build("SparseAccumulatorTakeGradient")
+        .input("handle: Ref(string)")
+        .input("num_required: int32")
+        .output("indices: int64")
+        .output("values: dtype")
+        .output("shape: int64")
+        .attr("dtype: {numbertype}")
+        .shape(|c| {
+            c.with_rank(1, 0)?;
+            // The rows and the dense shape come from the accumulator, unknown here.
+            Ok(vec![PartialShape::unknown(); 3])
+        })
+        .no_grad()
+        .register(r);
+    OpDef::build("AccumulatorSetGlobalStep")
+        .input("handle: Ref(string)")
+        .input("new_global_step: int64")
+        .shape(|c| {
+            c.with_rank(1, 0)?;
+            sf::no_outputs(c)
+        })
+        .no_grad()
+        .register(r);
+    OpDef::build("AccumulatorNumAccumulated")
+        .input("handle: Ref(string)")
+        .output("num_accumulated: int32")
+        .shape(sf::scalar)
+        .no_grad()
+        .register(r);
 }
 
 /// Where a blocking resource's waits end when neither the op nor the step sets a deadline:
@@ -57,6 +123,35 @@ fn wait_attr(spec: NodeSpec, wait_ms: Option<u64>) -> NodeSpec {
     match wait_ms {
         Some(ms) => spec.attr("_wait_timeout_ms", value::int(ms as i64)),
         None => spec,
+    }
+}
+
+/// `spec` with the attrs `extra` besides.
+fn with_attrs(spec: NodeSpec, extra: &[(&str, AttrValue)]) -> NodeSpec {
+    extra
+        .iter()
+        .fold(spec, |spec, (key, attr)| spec.attr(key, attr.clone()))
+}
+
+/// What the two accumulator-creating ops share: their attrs.
+struct AccumulatorAttrs<'a> {
+    dtype: DType,
+    shape: &'a PartialShape,
+    shared_name: &'a str,
+    reduction_type: &'a str,
+    wait_ms: Option<u64>,
+}
+
+impl AccumulatorAttrs<'_> {
+    /// The node `op` named `name` with these attrs.
+    fn spec(&self, op: &str, name: &str) -> NodeSpec {
+        let spec = NodeSpec::new(op)
+            .name(name)
+            .attr("dtype", value::dtype(self.dtype))
+            .attr("shape", value::shape(self.shape))
+            .attr("shared_name", value::string(self.shared_name))
+            .attr("reduction_type", value::string(self.reduction_type));
+        wait_attr(spec, self.wait_ms)
     }
 }
 
@@ -200,13 +295,14 @@ impl Graph {
         reduction_type: &str,
         wait_ms: Option<u64>,
     ) -> Result<Output> {
-        let spec = NodeSpec::new("ResourceConditionalAccumulator")
-            .name(name)
-            .attr("dtype", value::dtype(dtype))
-            .attr("shape", value::shape(shape))
-            .attr("shared_name", value::string(shared_name))
-            .attr("reduction_type", value::string(reduction_type));
-        self.add1(wait_attr(spec, wait_ms))
+        let attrs = AccumulatorAttrs {
+            dtype,
+            shape,
+            shared_name,
+            reduction_type,
+            wait_ms,
+        };
+        self.add1(attrs.spec("ResourceConditionalAccumulator", name))
     }
 
     /// `ResourceAccumulatorApplyGradient(handle, local_step, gradient)`; returns the node name.
@@ -225,25 +321,46 @@ impl Graph {
     }
 
     /// `ResourceAccumulatorTakeGradient(handle, num_required)` of gradients of `dtype`, with
-    /// its `num_required` constant named `<node>/num_required` as TensorFlow names it.
+    /// its `num_required` constant named `<node>/num_required` as TensorFlow names it, and the
+    /// extra attrs `extra` (`_timeout_ms`).
     pub fn accumulator_take_gradient(
         &mut self,
         handle: &Output,
         num_required: i32,
         dtype: DType,
+        extra: &[(&str, AttrValue)],
     ) -> Result<Output> {
-        let name = self.reserve_name("ResourceAccumulatorTakeGradient");
-        let n = self.const_i32(&format!("{name}/num_required/"), &[], &[num_required])?;
-        self.add1(
-            NodeSpec::new("ResourceAccumulatorTakeGradient")
-                .name(&format!("{name}/"))
-                .input(handle)
-                .input(&n)
-                .attr("dtype", value::dtype(dtype)),
-        )
+        let op = "ResourceAccumulatorTakeGradient";
+        let mut outputs = self.take_gradient(op, handle, num_required, dtype, extra)?;
+        outputs
+            .pop()
+            .ok_or_else(|| Status::internal(format!("{op} made no output")))
     }
 
-    /// `ResourceAccumulatorSetGlobalStep(handle, step)` named `name`; returns the node name.
+    /// A take of `num_required` gradients of `dtype` by `op`, its `num_required` constant
+    /// named `<node>/num_required`; returns its outputs.
+    fn take_gradient(
+        &mut self,
+        op: &str,
+        handle: &Output,
+        num_required: i32,
+        dtype: DType,
+        extra: &[(&str, AttrValue)],
+    ) -> Result<Vec<Output>> {
+        let name = self.reserve_name(op);
+        let n = self.const_i32(&format!("{name}/num_required/"), &[], &[num_required])?;
+        let spec = NodeSpec::new(op)
+            .name(&format!("{name}/"))
+            .input(handle)
+            .input(&n)
+            .attr("dtype", value::dtype(dtype));
+        self.add_node(with_attrs(spec, extra))
+    }
+
+    /// Sets the global step of the accumulator behind `handle`, either kind:
+    /// `ResourceAccumulatorSetGlobalStep(handle, step)` for a resource handle,
+    /// `AccumulatorSetGlobalStep` for a sparse accumulator's reference handle. Named `name`;
+    /// returns the node name.
     pub fn accumulator_set_global_step(
         &mut self,
         name: &str,
@@ -251,15 +368,94 @@ impl Graph {
         step: &Output,
     ) -> Result<String> {
         self.add_op(
-            NodeSpec::new("ResourceAccumulatorSetGlobalStep")
+            NodeSpec::new(&by_handle(handle, "AccumulatorSetGlobalStep"))
                 .name(name)
                 .input(handle)
                 .input(step),
         )
     }
 
-    /// `ResourceAccumulatorNumAccumulated(handle)`.
+    /// The number of gradients the accumulator behind `handle` (either kind) holds:
+    /// `ResourceAccumulatorNumAccumulated(handle)` or `AccumulatorNumAccumulated(handle)`.
     pub fn accumulator_num_accumulated(&mut self, handle: &Output) -> Result<Output> {
-        self.add1(NodeSpec::new("ResourceAccumulatorNumAccumulated").input(handle))
+        self.add1(NodeSpec::new(&by_handle(handle, "AccumulatorNumAccumulated")).input(handle))
+    }
+
+    /// `SparseConditionalAccumulator` named `name` for sparse gradients of `dtype` whose dense
+    /// shape is `shape`, shared as `shared_name`, averaging (`MEAN`, row by row) or summing
+    /// (`SUM`); its output is the accumulator's reference handle.
+    pub fn sparse_conditional_accumulator(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &PartialShape,
+        shared_name: &str,
+        reduction_type: &str,
+        wait_ms: Option<u64>,
+    ) -> Result<Output> {
+        let attrs = AccumulatorAttrs {
+            dtype,
+            shape,
+            shared_name,
+            reduction_type,
+            wait_ms,
+        };
+        self.add1(attrs.spec("SparseConditionalAccumulator", name))
+    }
+
+    /// `SparseAccumulatorApplyGradient(handle, local_step, indices, values, dense_shape)` of
+    /// `slices`, whose indices and dense shape must already be int64 (TensorFlow's Python
+    /// casts them first: see `SyncReplicasOptimizer`); `has_known_shape` is true. Extra attrs
+    /// (`_replica`) go in `extra`. Returns the node name.
+    pub fn sparse_accumulator_apply_gradient(
+        &mut self,
+        handle: &Output,
+        local_step: &Output,
+        slices: &IndexedSlices,
+        extra: &[(&str, AttrValue)],
+    ) -> Result<String> {
+        let spec = NodeSpec::new("SparseAccumulatorApplyGradient")
+            .input(handle)
+            .input(local_step)
+            .input(&slices.indices)
+            .input(&slices.values)
+            .input(&slices.dense_shape)
+            .attr("has_known_shape", value::bool(true));
+        self.add_op(with_attrs(spec, extra))
+    }
+
+    /// `SparseAccumulatorTakeGradient(handle, num_required)` of gradients of `dtype`, with its
+    /// `num_required` constant named `<node>/num_required` as TensorFlow names it, and the
+    /// extra attrs `extra` (`_timeout_ms`); returns the rows as [`IndexedSlices`] (int64
+    /// indices and dense shape).
+    pub fn sparse_accumulator_take_gradient(
+        &mut self,
+        handle: &Output,
+        num_required: i32,
+        dtype: DType,
+        extra: &[(&str, AttrValue)],
+    ) -> Result<IndexedSlices> {
+        let op = "SparseAccumulatorTakeGradient";
+        let outputs = self.take_gradient(op, handle, num_required, dtype, extra)?;
+        match <[Output; 3]>::try_from(outputs) {
+            Ok([indices, values, dense_shape]) => Ok(IndexedSlices {
+                values,
+                indices,
+                dense_shape,
+            }),
+            Err(outputs) => Err(Status::internal(format!(
+                "{op} made {} outputs, not 3",
+                outputs.len()
+            ))),
+        }
+    }
+}
+
+/// `op` for a reference handle (a sparse accumulator's), `Resource<op>` for a resource one.
+fn by_handle(handle: &Output, op: &str) -> String {
+    if handle.dtype == DType::Resource {
+        format!("Resource{op}")
+    } else {
+        op.to_string()
     }
 }

@@ -1,27 +1,38 @@
-//! A conditional gradient accumulator living in a device's
-//! [`ResourceMgr`](super::resource::ResourceMgr) (TensorFlow's `ConditionalAccumulator`): the
-//! per-variable meeting point of synchronous replicas.
+//! Conditional gradient accumulators living in a device's
+//! [`ResourceMgr`](super::resource::ResourceMgr) (TensorFlow's `ConditionalAccumulatorBase`):
+//! the per-variable meeting points of synchronous replicas. Two kinds share everything here
+//! but what a gradient is: [`ConditionalAccumulator`] sums dense tensors (`dense.rs`),
+//! [`SparseConditionalAccumulator`] sums the rows of `IndexedSlices` (`sparse.rs`).
 //!
 //! Workers apply gradients tagged with the step they computed them at; a gradient older than
 //! the accumulator's global step is stale and dropped (counted in [`dropped`] and logged, not
 //! silently). The chief takes the average (or sum) once `num_required` gradients were
-//! accepted, which resets the sum and advances the global step. A take waits with a
+//! accepted, which resets the count and advances the global step. A take waits with a
 //! deadline ([`Wait`]): when replicas stop contributing it fails with DEADLINE_EXCEEDED saying
 //! how many of how many gradients arrived, instead of hanging as TensorFlow does. Gradients
-//! may name the replica that sent them ([`apply_from`]); the error then also names the
-//! replicas heard from before that sent nothing since the last take.
+//! may name the replica that sent them; the error then also names the replicas heard from
+//! before that sent nothing since the last take.
 //!
-//! [`apply_from`]: ConditionalAccumulator::apply_from
-//! [`dropped`]: ConditionalAccumulator::dropped
+//! [`Accumulator`] holds that shared protocol (the global step, the count, the replicas heard
+//! from, the wait) once, generic over the running sum `S` of its kind; each kind adds its own
+//! `apply` and `take`, which hand their arithmetic to its `accept` and `take_with`.
+//!
+//! [`dropped`]: Accumulator::dropped
+
+mod dense;
+mod sparse;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+
+pub use dense::{ConditionalAccumulator, DenseSum};
+pub use sparse::{SparseConditionalAccumulator, SparseSum, TakenSlices};
 
 use crate::error::{Result, Status};
 use crate::runtime::resource::Resource;
 use crate::runtime::wait::{human, Ended, Wait};
-use crate::tensor::{DType, PartialShape, Tensor};
+use crate::tensor::{DType, PartialShape};
 
 /// How accepted gradients combine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,10 +56,19 @@ impl Reduction {
     }
 }
 
+/// The running sum of one kind of accumulator: what it keeps between takes.
+pub trait Sum: Default + Send + 'static {
+    /// The resource's type name (in resource-manager messages).
+    const KIND: &'static str;
+
+    /// Fails unless this kind sums gradients of `dtype`; `name` is the accumulator's.
+    fn check_dtype(name: &str, dtype: DType) -> Result<()>;
+}
+
+/// The protocol state under the accumulator's lock, around the kind's running sum.
 #[derive(Default)]
-struct State {
-    /// The running sum in f64 (exact for every gradient dtype's range that matters here).
-    sum: Option<(crate::tensor::Shape, Vec<f64>)>,
+struct State<S> {
+    sum: S,
     count: usize,
     global_step: i64,
     dropped: u64,
@@ -58,25 +78,28 @@ struct State {
     contributed: BTreeSet<String>,
 }
 
-/// Sums gradients of one dtype and shape until the chief takes them.
-pub struct ConditionalAccumulator {
+/// A conditional accumulator whose running sum is an `S` (see the module doc): use it as
+/// [`ConditionalAccumulator`] or [`SparseConditionalAccumulator`].
+pub struct Accumulator<S> {
     name: String,
     dtype: DType,
     shape: PartialShape,
     reduction: Reduction,
     default_wait: Duration,
-    state: Mutex<State>,
+    state: Mutex<State<S>>,
     changed: Condvar,
 }
 
-impl Resource for ConditionalAccumulator {
+impl<S: Sum> Resource for Accumulator<S> {
     fn type_name(&self) -> &'static str {
-        "accumulator"
+        S::KIND
     }
 }
 
-impl ConditionalAccumulator {
-    /// An empty accumulator at global step 0. `name` is its shared name, used in messages.
+impl<S: Sum> Accumulator<S> {
+    /// An empty accumulator at global step 0 for gradients of `dtype` whose (dense) shape is
+    /// `shape`; a take that has no step deadline waits `default_wait`. `name` is its shared
+    /// name, used in messages.
     pub fn new(
         name: impl Into<String>,
         dtype: DType,
@@ -85,12 +108,7 @@ impl ConditionalAccumulator {
         default_wait: Duration,
     ) -> Result<Self> {
         let name = name.into();
-        if !dtype.is_numeric() {
-            return Err(Status::invalid_argument(format!(
-                "accumulator `{name}`: dtype {dtype} is not numeric; gradients are float, \
-                 double, int32 or int64"
-            )));
-        }
+        S::check_dtype(&name, dtype)?;
         Ok(Self {
             name,
             dtype,
@@ -110,6 +128,16 @@ impl ConditionalAccumulator {
     /// Returns the dtype of its gradients.
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// Returns the shape its gradients were declared with (the `shape` attr).
+    pub fn shape(&self) -> &PartialShape {
+        &self.shape
+    }
+
+    /// Returns how its gradients combine.
+    pub fn reduction(&self) -> Reduction {
+        self.reduction
     }
 
     /// Returns the wait of takes that have no step deadline.
@@ -132,37 +160,31 @@ impl ConditionalAccumulator {
         self.lock().dropped
     }
 
-    /// Adds `gradient` computed at `local_step`; returns whether it was accepted (a gradient
-    /// whose step is below the global step is stale and dropped).
-    pub fn apply(&self, local_step: i64, gradient: &Tensor) -> Result<bool> {
-        self.apply_from(local_step, gradient, None)
+    /// Sets the global step; a lower step than the current one is allowed but logged.
+    pub fn set_global_step(&self, step: i64) {
+        let mut state = self.lock();
+        if step < state.global_step {
+            tracing::warn!(
+                accumulator = %self.name,
+                from = state.global_step,
+                to = step,
+                "accumulator global step lowered"
+            );
+        }
+        state.global_step = step;
     }
 
-    /// [`apply`](Self::apply) for a gradient from `replica` (e.g. `/job:worker/task:1`), which
-    /// the accumulator remembers so that a take that times out can name who is missing.
-    pub fn apply_from(
+    /// Accepts a gradient computed at `local_step` from `replica` (remembered, so that a take
+    /// that times out can name who is missing): drops it when stale (returns `false`), else
+    /// has `add` fold it into the sum — `add` gets the sum and how many gradients it already
+    /// holds (0: the sum is left from before the last take and must be replaced) — and counts
+    /// it. An error from `add` leaves the count as it was.
+    fn accept(
         &self,
         local_step: i64,
-        gradient: &Tensor,
         replica: Option<&str>,
+        add: impl FnOnce(&mut S, usize) -> Result<()>,
     ) -> Result<bool> {
-        if gradient.dtype() != self.dtype {
-            return Err(Status::invalid_argument(format!(
-                "accumulator `{}` holds {} gradients, got a {} one",
-                self.name,
-                self.dtype,
-                gradient.dtype()
-            )));
-        }
-        if !self.shape.is_compatible_with(gradient.shape()) {
-            return Err(Status::invalid_argument(format!(
-                "accumulator `{}`: gradient of shape {} does not match the declared shape {}",
-                self.name,
-                gradient.shape(),
-                self.shape
-            )));
-        }
-        let values = as_f64(gradient)?;
         let mut state = self.lock();
         if let Some(replica) = replica {
             state.replicas.insert(replica.to_string(), local_step);
@@ -178,23 +200,8 @@ impl ConditionalAccumulator {
             );
             return Ok(false);
         }
-        match &mut state.sum {
-            None => state.sum = Some((gradient.shape().clone(), values)),
-            Some((shape, sum)) => {
-                if shape != gradient.shape() {
-                    return Err(Status::invalid_argument(format!(
-                        "accumulator `{}`: gradient of shape {} does not match the shape {} of \
-                         the gradients accumulated so far",
-                        self.name,
-                        gradient.shape(),
-                        shape
-                    )));
-                }
-                for (s, v) in sum.iter_mut().zip(values) {
-                    *s += v;
-                }
-            }
-        }
+        let count = state.count;
+        add(&mut state.sum, count)?;
         state.count += 1;
         if let Some(replica) = replica {
             state.contributed.insert(replica.to_string());
@@ -204,9 +211,14 @@ impl ConditionalAccumulator {
         Ok(true)
     }
 
-    /// Waits until `num_required` gradients were accepted, then returns their average (or sum),
-    /// resets the accumulator and advances its global step by one.
-    pub fn take(&self, num_required: i64, wait: &Wait) -> Result<Tensor> {
+    /// Waits until `num_required` gradients were accepted, then has `finish` make the result
+    /// out of the sum and the count, resets the count and advances the global step by one.
+    fn take_with<R>(
+        &self,
+        num_required: i64,
+        wait: &Wait,
+        finish: impl FnOnce(&mut S, usize) -> Result<R>,
+    ) -> Result<R> {
         let need = usize::try_from(num_required)
             .ok()
             .filter(|&n| n >= 1)
@@ -233,46 +245,23 @@ impl ConditionalAccumulator {
             }
         };
         let count = state.count;
-        let (shape, sum) = state.sum.take().ok_or_else(|| {
-            Status::internal(format!(
-                "accumulator `{}` counted gradients but holds none",
-                self.name
-            ))
-        })?;
+        let taken = finish(&mut state.sum, count)?;
         state.count = 0;
         state.contributed.clear();
         state.global_step += 1;
         drop(state);
         self.changed.notify_all();
-        let divisor = match self.reduction {
-            Reduction::Mean => count as f64,
-            Reduction::Sum => 1.0,
-        };
-        from_f64(self.dtype, shape, sum.into_iter().map(|v| v / divisor))
+        Ok(taken)
     }
 
-    /// Sets the global step; a lower step than the current one is allowed but logged.
-    pub fn set_global_step(&self, step: i64) {
-        let mut state = self.lock();
-        if step < state.global_step {
-            tracing::warn!(
-                accumulator = %self.name,
-                from = state.global_step,
-                to = step,
-                "accumulator global step lowered"
-            );
-        }
-        state.global_step = step;
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<S>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// `"; nothing since the last update from R (last gradient at local step N), ..."` for the
 /// named replicas that have not contributed to this update; empty when none is known.
-fn missing_replicas(state: &State) -> String {
+fn missing_replicas<S>(state: &State<S>) -> String {
     let missing: Vec<String> = state
         .replicas
         .iter()
@@ -286,35 +275,4 @@ fn missing_replicas(state: &State) -> String {
         "; nothing since the last update from {}: check that it is alive",
         missing.join(", ")
     )
-}
-
-fn as_f64(t: &Tensor) -> Result<Vec<f64>> {
-    Ok(match t.dtype() {
-        DType::Float => t.values::<f32>()?.iter().map(|&v| f64::from(v)).collect(),
-        DType::Double => t.values::<f64>()?.into_owned(),
-        DType::Int32 => t.values::<i32>()?.iter().map(|&v| f64::from(v)).collect(),
-        DType::Int64 => t.values::<i64>()?.iter().map(|&v| v as f64).collect(),
-        other => {
-            return Err(Status::invalid_argument(format!(
-                "an accumulator cannot hold {other} gradients"
-            )))
-        }
-    })
-}
-
-fn from_f64(
-    dtype: DType,
-    shape: crate::tensor::Shape,
-    values: impl Iterator<Item = f64>,
-) -> Result<Tensor> {
-    match dtype {
-        DType::Float => Tensor::from_vec(shape, values.map(|v| v as f32).collect()),
-        DType::Double => Tensor::from_vec(shape, values.collect()),
-        // Integer means truncate toward zero, as TensorFlow's integer division does.
-        DType::Int32 => Tensor::from_vec(shape, values.map(|v| v.trunc() as i32).collect()),
-        DType::Int64 => Tensor::from_vec(shape, values.map(|v| v.trunc() as i64).collect()),
-        other => Err(Status::invalid_argument(format!(
-            "an accumulator cannot hold {other} gradients"
-        ))),
-    }
 }
