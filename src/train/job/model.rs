@@ -440,7 +440,7 @@ fn sync_train_op(
         .sync
         .as_ref()
         .ok_or_else(|| Status::internal("sync_train_op called for asynchronous training"))?;
-    let pairs: Vec<(Output, Variable)> = grads
+    let pairs: Vec<(GradientTensor, Variable)> = grads
         .into_iter()
         .map(|(grad, var)| {
             let grad = grad.ok_or_else(|| {
@@ -449,7 +449,7 @@ fn sync_train_op(
                     var.handle.node
                 ))
             })?;
-            Ok((grad.to_dense(g)?, var))
+            Ok((grad, var))
         })
         .collect::<Result<_>>()?;
     let opt = SyncReplicasOptimizer::wrapping(
@@ -458,7 +458,8 @@ fn sync_train_op(
         Some(sync.total_num_replicas),
     )?
     .replica_id(replica);
-    let ops = opt.apply_gradients(g, &pairs, global_step)?;
+    // A table's rows meet in a sparse accumulator and are applied as rows.
+    let ops = opt.apply_gradient_tensors(g, &pairs, global_step)?;
     Ok(TrainOp::Sync {
         ops: Box::new(ops),
         init_tokens: String::new(),
@@ -1023,6 +1024,41 @@ mod tests {
                 built.trainable
             );
         }
+    }
+
+    #[test]
+    fn synchronous_replicas_meet_on_a_tables_rows_in_sparse_accumulators() {
+        let spec = TrainSpec {
+            model: crate::train::job::ModelKind::Embedding {
+                rows: 10,
+                dim: 4,
+                hidden: vec![8],
+            },
+            optimizer: "adagrad".into(),
+            sync: Some(crate::train::job::SyncSpec {
+                replicas_to_aggregate: 2,
+                total_num_replicas: 2,
+            }),
+            ..TrainSpec::default()
+        };
+        let placement = Placement {
+            num_ps: 2,
+            worker_index: 0,
+            num_workers: 2,
+        };
+        let examples = Examples {
+            features: 3,
+            ids: 2,
+            classes: 2,
+        };
+        let built = build_for(&spec, &placement, examples).unwrap();
+        let count = |op: &str| built.graph.node.iter().filter(|n| n.op == op).count();
+        // One sparse accumulator per table part (2 tables x 2 parts), a dense one for each of
+        // the two dense layers' weight and bias.
+        assert_eq!(count("SparseConditionalAccumulator"), 4);
+        assert_eq!(count("ResourceConditionalAccumulator"), 4);
+        assert_eq!(count("ResourceSparseApplyAdagrad"), 4);
+        assert_eq!(count("ResourceApplyAdagrad"), 4);
     }
 
     #[test]
