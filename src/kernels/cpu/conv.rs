@@ -30,9 +30,14 @@ use crate::kernels::{OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{Shape, Tensor};
 
-/// The most elements of patches built at once (128 Ki: 512 KiB of float32), so that a block of
-/// patch rows is still in the core's cache when the product reads it.
+/// The most elements of patches built at once for the forward pass and the input gradient
+/// (128 Ki: 512 KiB of float32), so that a block of patch rows is still in the core's cache
+/// when the product reads it.
 const PATCH_ELEMENTS: usize = 1 << 17;
+
+/// The same for the filter gradient (4 Mi: 16 MiB of float32), whose product sums over the
+/// patch rows into the whole filter: fewer, longer sums beat cache-sized blocks there.
+const FILTER_PATCH_ELEMENTS: usize = 1 << 22;
 
 /// Which of a convolution's three ops a kernel computes: the op or one of its two gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,9 +145,9 @@ impl Geometry {
     fn group_out(&self) -> usize {
         self.out_c() / self.groups
     }
-    /// Output pixels (patch rows) built at once.
-    fn rows_per_block(&self) -> usize {
-        (PATCH_ELEMENTS / self.k().max(1)).max(1)
+    /// Output pixels (patch rows) built at once, for blocks of at most `elements` values.
+    fn rows_per_block(&self, elements: usize) -> usize {
+        (elements / self.k().max(1)).max(1)
     }
     /// The output's (or out_backprop's) dims in `format`.
     fn output_dims(&self, format: DataFormat) -> [usize; 4] {
@@ -257,7 +262,7 @@ impl Convolution for Conv2D {
         in_pieces(&g, &mut out, m_img * oc, |n0, n1, part| {
             let mut patches = Vec::new();
             let first = n0 * m_img;
-            for_blocks(&g, n0, n1, |r0, r1| {
+            for_blocks(&g, n0, n1, PATCH_ELEMENTS, |r0, r1| {
                 let rows = r1 - r0;
                 let chunk = &mut part[(r0 - first) * oc..(r1 - first) * oc];
                 for group in 0..g.groups {
@@ -305,7 +310,7 @@ impl Convolution for Conv2D {
         let mut dx = vec![T::zero(); g.batch * image];
         in_pieces(&g, &mut dx, image, |n0, n1, part| {
             let mut patches = Vec::new();
-            for_blocks(&g, n0, n1, |r0, r1| {
+            for_blocks(&g, n0, n1, PATCH_ELEMENTS, |r0, r1| {
                 let rows = r1 - r0;
                 let d = ArrayView2::from_shape((rows, oc), &dys[r0 * oc..r1 * oc])
                     .expect("out_backprop rows");
@@ -355,7 +360,7 @@ impl Convolution for Conv2D {
         let mut parts = map_pieces(&g, |n0, n1| {
             let mut dw = vec![T::zero(); k * oc];
             let mut patches = Vec::new();
-            for_blocks(&g, n0, n1, |r0, r1| {
+            for_blocks(&g, n0, n1, FILTER_PATCH_ELEMENTS, |r0, r1| {
                 let rows = r1 - r0;
                 let d = ArrayView2::from_shape((rows, oc), &dys[r0 * oc..r1 * oc])
                     .expect("out_backprop rows");
@@ -459,11 +464,17 @@ fn map_pieces<R: Send>(g: &Geometry, f: impl Fn(usize, usize) -> R + Sync) -> Ve
 }
 
 /// Calls `f(r0, r1)` for consecutive blocks of the patch rows (output pixels, numbered over
-/// the whole batch) of images `n0..n1`, each of at most [`Geometry::rows_per_block`] rows.
-fn for_blocks(g: &Geometry, n0: usize, n1: usize, mut f: impl FnMut(usize, usize)) {
+/// the whole batch) of images `n0..n1`, each of at most `elements` patch values.
+fn for_blocks(
+    g: &Geometry,
+    n0: usize,
+    n1: usize,
+    elements: usize,
+    mut f: impl FnMut(usize, usize),
+) {
     let per_image = g.out_h() * g.out_w();
     let (mut r0, end) = (n0 * per_image, n1 * per_image);
-    let step = g.rows_per_block();
+    let step = g.rows_per_block(elements);
     while r0 < end {
         let r1 = (r0 + step).min(end);
         f(r0, r1);
