@@ -51,7 +51,11 @@ Options:
   --evaluate-only          Open the session (the chief restores its checkpoint), train no step,
                            evaluate.
   --ps-tasks N             (--alone) How many ps tasks (cnn and embedding 2, the others 1).
-  --partitions N           (embedding) The table's shards, 2 by default.
+  --partitions N           (embedding) The table's shards, 2 by default (with --partitioner
+                           min_max: at most N).
+  --partitioner P          (embedding) fixed (fixed_size_partitioner(N), the default) or
+                           min_max (min_max_variable_partitioner(N, min_slice_size=16 KiB):
+                           3 shards of the 68 KiB table for N >= 3).
   --partition-strategy S   (embedding) embedding_lookup's "mod" (the default: id i in shard
                            i mod N) or "div" (ids in contiguous ranges, as the shards slice the
                            whole table, so that a checkpoint restores under another --partitions
@@ -213,14 +217,18 @@ def cnn(x):
     return dense(tf.reshape(y, [-1, 2 * 2 * 32]), 2 * 2 * 32, 10, "logits", seed=7)
 
 
-def embedding(x, partitions, strategy):
+def embedding(x, partitions, strategy, kind):
     """Bag of ids: each pixel's position and value picks a row; the rows are summed."""
+    if kind == "min_max":
+        partitioner = tf.compat.v1.min_max_variable_partitioner(partitions, min_slice_size=16 << 10)
+    else:
+        partitioner = tf.compat.v1.fixed_size_partitioner(partitions)
     levels = tf.cast(tf.round(x * (LEVELS - 1)), tf.int64)
     ids = levels + tf.range(64, dtype=tf.int64) * LEVELS
     table = tf.compat.v1.get_variable(
         "embedding", [VOCABULARY, 16],
         initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=8),
-        partitioner=tf.compat.v1.fixed_size_partitioner(partitions),
+        partitioner=partitioner,
     )
     rows = tf.compat.v1.nn.embedding_lookup(table, ids, partition_strategy=strategy)
     return dense(tf.reduce_sum(rows, axis=1), 16, 10, "logits", seed=9)
@@ -246,7 +254,7 @@ def build(args, ps, workers, index):
         elif args.program == "cnn":
             logits = cnn(x)
         elif args.program == "embedding":
-            logits = embedding(x, args.partitions, args.partition_strategy)
+            logits = embedding(x, args.partitions, args.partition_strategy, args.partitioner)
         else:
             logits = mlp(x)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
@@ -455,6 +463,7 @@ def main():
         if name == "embedding":
             program.add_argument("--partitions", type=int, default=2)
             program.add_argument("--partition-strategy", choices=["mod", "div"], default="mod")
+            program.add_argument("--partitioner", choices=["fixed", "min_max"], default="fixed")
     args = parser.parse_args()
     if args.command == "server":
         serve(args)
@@ -463,6 +472,7 @@ def main():
     args.cell = getattr(args, "cell", "lstm")
     args.partitions = getattr(args, "partitions", 2)
     args.partition_strategy = getattr(args, "partition_strategy", "mod")
+    args.partitioner = getattr(args, "partitioner", "fixed")
     if args.program == "rnn":
         try:
             tf.compat.v1.nn.rnn_cell.LSTMCell

@@ -4,7 +4,8 @@
 //! `SyncReplicasOptimizer`, a `dynamic_rnn` (LSTM) with Adam, a CNN with Momentum over two ps
 //! tasks, and an embedding table partitioned over two ps tasks (`fixed_size_partitioner`,
 //! `embedding_lookup`) trained by Adagrad's sparse updates, whose checkpoints each runtime
-//! restores from the other, under another partitioning too. Under
+//! restores from the other, under another partitioning too (`min_max_variable_partitioner`'s
+//! three shards as two). Under
 //! `disable_v2_behavior()` their graphs hold reference variables (`VariableV2`, `Assign`,
 //! `Apply*`) and v1 control flow (the global step's `Switch`/`Merge`, `dynamic_rnn`'s while
 //! loop with its TensorArrays and, in its gradient, stacks); with only
@@ -436,15 +437,18 @@ fn partitioned_embedding_checkpoints_restore_on_the_other_runtime() {
     restored_only(&restored);
     restored.assert_same_model(&trained);
 
-    // TensorFlow trains and saves two shards; tessera restores them as three. Ids are looked
-    // up by "div" here: under "mod", shard k holds ids k, k+N, ..., so which row of the whole
-    // table an id reads changes with N (TensorFlow restoring its own two shards as three gets
-    // 12 % held out).
+    // TensorFlow trains and saves three shards (min_max_variable_partitioner); tessera
+    // restores them as two. Ids are looked up by "div" here: under "mod", shard k holds ids
+    // k, k+N, ..., so which row of the whole table an id reads changes with N (TensorFlow
+    // restoring its own two shards as three gets 12 % held out).
     let saved = dir.path().join("tensorflow");
-    let trained = on_tensorflow(&python, &strs(&embedding_in(&saved, 2, "div")));
-    let three = evaluate_only(embedding_in(&saved, 3, "div"));
-    let restored = on_tessera(&python, &strs(&three), 2);
+    let mut min_max = embedding_in(&saved, 3, "div");
+    min_max.extend(["--partitioner".to_string(), "min_max".to_string()]);
+    let trained = on_tensorflow(&python, &strs(&min_max));
+    assert_eq!(trained.table_parts().len(), 3, "{}", trained.json);
+    let two = evaluate_only(embedding_in(&saved, 2, "div"));
+    let restored = on_tessera(&python, &strs(&two), 2);
     restored_only(&restored);
-    assert_eq!(restored.table_parts().len(), 3, "{}", restored.json);
+    assert_eq!(restored.table_parts().len(), 2, "{}", restored.json);
     restored.assert_same_model(&trained);
 }

@@ -47,7 +47,8 @@ pub use import::validate;
 pub use indexed_slices::{sparse_gradients, GradientTensor, IndexedSlices};
 pub use ops::{is_loop_back_edge, ControlFlowOp};
 pub use partitioned::{
-    fixed_size_partitioner, PartitionStrategy, PartitionedVariable, Partitioner, SaveSlice,
+    fixed_size_partitioner, min_max_variable_partitioner, PartitionStrategy, PartitionedVariable,
+    Partitioner, SaveSlice,
 };
 pub use scope::{
     byte_size_load_fn, replica_device_setter, replica_device_setter_with, DeviceFn,

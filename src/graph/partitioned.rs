@@ -50,6 +50,47 @@ pub fn fixed_size_partitioner(num_shards: usize, axis: usize) -> Partitioner {
     })
 }
 
+/// TensorFlow's `min_max_variable_partitioner(max_partitions, axis, min_slice_size,
+/// bytes_per_string_element)`: as many parts along `axis` as make each at least
+/// `min_slice_size` bytes (rounded up), at most `max_partitions` and the axis' length, at
+/// least one. Strings count `bytes_per_string_element` bytes each.
+pub fn min_max_variable_partitioner(
+    max_partitions: usize,
+    axis: usize,
+    min_slice_size: usize,
+    bytes_per_string_element: usize,
+) -> Partitioner {
+    Arc::new(move |shape: &Shape, dtype: DType| {
+        if max_partitions == 0 || min_slice_size == 0 {
+            return Err(Status::invalid_argument(format!(
+                "min_max_variable_partitioner needs max_partitions and min_slice_size of at \
+                 least 1, got {max_partitions} and {min_slice_size}"
+            )));
+        }
+        let dims = shape.dims();
+        let dim = *dims.get(axis).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "cannot partition a variable of shape {shape} along axis {axis}: it has only {} \
+                 axes",
+                dims.len()
+            ))
+        })?;
+        let element = match dtype {
+            DType::String => bytes_per_string_element,
+            other => other.size().ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "min_max_variable_partitioner: {other} has no fixed size per element"
+                ))
+            })?,
+        };
+        let bytes = shape.num_elements() * element;
+        let wanted = bytes.div_ceil(min_slice_size);
+        let mut parts = vec![1; dims.len()];
+        parts[axis] = dim.min(max_partitions).min(wanted).max(1);
+        Ok(parts)
+    })
+}
+
 /// Where one part sits in the full variable: what TensorFlow's `SaveSliceInfo` records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SaveSlice {
@@ -321,5 +362,32 @@ impl Graph {
             .map(|(p, ids)| gather(self, p, ids))
             .collect::<Result<Vec<_>>>()?;
         self.dynamic_stitch(&places, &gathered, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_max_partitions_as_tensorflow_does() {
+        // TensorFlow 2.21's tf.compat.v1.min_max_variable_partitioner gave these.
+        let cases: [(usize, usize, usize, &[usize], DType, &[usize]); 5] = [
+            (3, 0, 16 << 10, &[1088, 16], DType::Float, &[3, 1]),
+            (8, 0, 256 << 10, &[1088, 16], DType::Float, &[1, 1]),
+            (20, 0, 64, &[10, 4], DType::String, &[10, 1]),
+            (4, 1, 100, &[3, 50], DType::Double, &[1, 4]),
+            (7, 0, 1000, &[1000, 1], DType::Int32, &[4, 1]),
+        ];
+        for (max, axis, min_slice, shape, dtype, want) in cases {
+            let partitioner = min_max_variable_partitioner(max, axis, min_slice, 16);
+            let got = partitioner(&Shape::new(shape.to_vec()), dtype).unwrap();
+            assert_eq!(
+                got, want,
+                "{shape:?} {dtype} max {max} min slice {min_slice}"
+            );
+        }
+        let bad = min_max_variable_partitioner(2, 3, 1024, 16);
+        assert!(bad(&Shape::new(vec![4, 4]), DType::Float).is_err());
     }
 }
