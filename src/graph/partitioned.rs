@@ -36,17 +36,20 @@ pub fn fixed_size_partitioner(num_shards: usize, axis: usize) -> Partitioner {
                 "fixed_size_partitioner needs at least 1 shard, got 0",
             ));
         }
-        let dims = shape.dims();
-        let dim = *dims.get(axis).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "cannot partition a variable of shape {shape} along axis {axis}: it has only {} \
-                 axes",
-                dims.len()
-            ))
-        })?;
-        let mut parts = vec![1; dims.len()];
+        let dim = axis_length(shape, axis)?;
+        let mut parts = vec![1; shape.rank()];
         parts[axis] = num_shards.min(dim).max(1);
         Ok(parts)
+    })
+}
+
+/// The length of `shape` along `axis`, or INVALID_ARGUMENT when it has no such axis.
+fn axis_length(shape: &Shape, axis: usize) -> Result<usize> {
+    shape.dims().get(axis).copied().ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "cannot partition a variable of shape {shape} along axis {axis}: it has only {} axes",
+            shape.rank()
+        ))
     })
 }
 
@@ -67,14 +70,7 @@ pub fn min_max_variable_partitioner(
                  least 1, got {max_partitions} and {min_slice_size}"
             )));
         }
-        let dims = shape.dims();
-        let dim = *dims.get(axis).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "cannot partition a variable of shape {shape} along axis {axis}: it has only {} \
-                 axes",
-                dims.len()
-            ))
-        })?;
+        let dim = axis_length(shape, axis)?;
         let element = match dtype {
             DType::String => bytes_per_string_element,
             other => other.size().ok_or_else(|| {
@@ -85,7 +81,7 @@ pub fn min_max_variable_partitioner(
         };
         let bytes = shape.num_elements() * element;
         let wanted = bytes.div_ceil(min_slice_size);
-        let mut parts = vec![1; dims.len()];
+        let mut parts = vec![1; shape.rank()];
         parts[axis] = dim.min(max_partitions).min(wanted).max(1);
         Ok(parts)
     })

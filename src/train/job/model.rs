@@ -936,9 +936,12 @@ mod tests {
         assert_eq!(auc(&[0.1, 0.2], &[1, 1]), None);
     }
 
-    /// Worker 1's graph of the embedding model (10 × 4 tables, adagrad) over two ps tasks,
-    /// for examples of 3 features and 2 ids in 2 classes.
-    fn embedding_graph(towers: usize) -> TrainGraph {
+    /// Worker 1's graph of the embedding model (10 × 4 tables, adagrad, `towers` towers,
+    /// `sync` or not) over two ps tasks, for examples of 3 features and 2 ids in 2 classes.
+    fn embedding_graph_with(
+        towers: usize,
+        sync: Option<crate::train::job::SyncSpec>,
+    ) -> TrainGraph {
         let spec = TrainSpec {
             model: crate::train::job::ModelKind::Embedding {
                 rows: 10,
@@ -947,6 +950,7 @@ mod tests {
             },
             optimizer: "adagrad".into(),
             towers,
+            sync,
             ..TrainSpec::default()
         };
         let placement = Placement {
@@ -960,6 +964,10 @@ mod tests {
             classes: 2,
         };
         build_for(&spec, &placement, examples).unwrap()
+    }
+
+    fn embedding_graph(towers: usize) -> TrainGraph {
+        embedding_graph_with(towers, None)
     }
 
     #[test]
@@ -1028,30 +1036,11 @@ mod tests {
 
     #[test]
     fn synchronous_replicas_meet_on_a_tables_rows_in_sparse_accumulators() {
-        let spec = TrainSpec {
-            model: crate::train::job::ModelKind::Embedding {
-                rows: 10,
-                dim: 4,
-                hidden: vec![8],
-            },
-            optimizer: "adagrad".into(),
-            sync: Some(crate::train::job::SyncSpec {
-                replicas_to_aggregate: 2,
-                total_num_replicas: 2,
-            }),
-            ..TrainSpec::default()
+        let sync = crate::train::job::SyncSpec {
+            replicas_to_aggregate: 2,
+            total_num_replicas: 2,
         };
-        let placement = Placement {
-            num_ps: 2,
-            worker_index: 0,
-            num_workers: 2,
-        };
-        let examples = Examples {
-            features: 3,
-            ids: 2,
-            classes: 2,
-        };
-        let built = build_for(&spec, &placement, examples).unwrap();
+        let built = embedding_graph_with(1, Some(sync));
         let count = |op: &str| built.graph.node.iter().filter(|n| n.op == op).count();
         // One sparse accumulator per table part (2 tables x 2 parts), a dense one for each of
         // the two dense layers' weight and bias.
