@@ -393,14 +393,14 @@ fn table_model(towers: usize) -> (Graph, Variable, String) {
     let train = if towers == 1 {
         let l = loss(&mut g, std::slice::from_ref(&ids)).unwrap();
         optimizer
-            .minimize_vars(&mut g, &l, &[table.clone()], None)
+            .minimize_vars(&mut g, &l, std::slice::from_ref(&table), None)
             .unwrap()
     } else {
         let options = TowerOptions::new(tower_devices(towers));
         let built = tessera::train::towers::build_towers(
             &mut g,
             std::slice::from_ref(&ids),
-            &[table.clone()],
+            std::slice::from_ref(&table),
             &optimizer,
             None,
             &options,

@@ -368,7 +368,16 @@ mod tests {
     #[test]
     fn min_max_partitions_as_tensorflow_does() {
         // TensorFlow 2.21's tf.compat.v1.min_max_variable_partitioner gave these.
-        let cases: [(usize, usize, usize, &[usize], DType, &[usize]); 5] = [
+        // (max_partitions, axis, min_slice_size, shape, dtype, TensorFlow's parts)
+        type Case = (
+            usize,
+            usize,
+            usize,
+            &'static [usize],
+            DType,
+            &'static [usize],
+        );
+        let cases: [Case; 5] = [
             (3, 0, 16 << 10, &[1088, 16], DType::Float, &[3, 1]),
             (8, 0, 256 << 10, &[1088, 16], DType::Float, &[1, 1]),
             (20, 0, 64, &[10, 4], DType::String, &[10, 1]),

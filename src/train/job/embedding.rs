@@ -247,7 +247,7 @@ mod tests {
             .count();
         assert!(same <= 2, "{same} of 100 ids collide across columns");
         // Ids spread over the rows.
-        let mut hit = vec![false; 100];
+        let mut hit = [false; 100];
         for id in 0..1000 {
             hit[bucket(2, id, 100) as usize] = true;
         }

@@ -235,6 +235,9 @@ pub fn build_for(
     })
 }
 
+/// Variables with the names the histograms and tests know them by, input side first.
+type Named = Vec<(String, Variable)>;
+
 /// The network a [`ModelKind`] builds: its variables, and its logits from their values.
 enum Net {
     /// Dense layers (softmax regression, the MLP): `layer<k>/w`, `layer<k>/b`.
@@ -256,7 +259,7 @@ impl Net {
         seed: u64,
         features: usize,
         classes: usize,
-    ) -> Result<(Vec<(String, Variable)>, Vec<PartitionedVariable>)> {
+    ) -> Result<(Named, Vec<PartitionedVariable>)> {
         let hidden = match self {
             Self::Conv(cnn) => return Ok((cnn.variables(g, rng)?, Vec::new())),
             Self::Embed(net) => {
