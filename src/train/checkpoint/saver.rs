@@ -151,6 +151,64 @@ impl SavedVariable {
             .collect()
     }
 
+    /// What a checkpoint of `variables` (checkpoint name → variable) holds: each whole under
+    /// its name, but the parts of `partitioned` and their optimizer slots, each saved as its
+    /// slice of the whole variable (or slot) under the whole one's name, as TensorFlow saves a
+    /// partitioned variable, so that a restore may split it otherwise.
+    pub fn all(
+        variables: &BTreeMap<String, Variable>,
+        partitioned: &[PartitionedVariable],
+    ) -> Vec<Self> {
+        let sliced: Vec<Self> = partitioned
+            .iter()
+            .flat_map(|var| {
+                let mut parts = Self::parts(var);
+                parts.extend(Self::slots_of_parts(var, variables));
+                parts
+            })
+            .collect();
+        let is_sliced = |node: &str| sliced.iter().any(|s| s.variable.handle.node == node);
+        variables
+            .iter()
+            .filter(|(_, var)| !is_sliced(&var.handle.node))
+            .map(|(name, var)| Self::whole(name.clone(), var.clone()))
+            .chain(sliced.iter().cloned())
+            .collect()
+    }
+
+    /// The optimizer slots of `var`'s parts among `variables` (checkpoint name → variable): a
+    /// part's slot is named `<part>/<slot>` (`embedding/part_0/Adagrad`) and is saved, as
+    /// TensorFlow saves it, as the same slice of the whole slot `<var>/<slot>`
+    /// (`embedding/Adagrad`), so that it too restores under another partitioning. Only
+    /// variables of the part's own shape count as its slots.
+    pub fn slots_of_parts(
+        var: &PartitionedVariable,
+        variables: &BTreeMap<String, Variable>,
+    ) -> Vec<Self> {
+        let mut slots = Vec::new();
+        for (part, slice) in var.parts.iter().zip(&var.slices) {
+            let prefix = format!("{}/", part.handle.node);
+            for (name, candidate) in variables.range(prefix.clone()..) {
+                let Some(slot) = name.strip_prefix(&prefix) else {
+                    break;
+                };
+                if candidate.value.shape != part.value.shape {
+                    continue;
+                }
+                let full_name = format!("{}/{slot}", slice.full_name);
+                slots.push(Self {
+                    name: full_name.clone(),
+                    variable: candidate.clone(),
+                    slice: Some(SaveSlice {
+                        full_name,
+                        ..slice.clone()
+                    }),
+                });
+            }
+        }
+        slots
+    }
+
     /// The `shape_and_slices` spec: `""` for a whole variable.
     fn spec(&self) -> String {
         self.slice.as_ref().map(SaveSlice::spec).unwrap_or_default()

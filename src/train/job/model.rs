@@ -202,7 +202,7 @@ pub fn build_for(
     })?;
     let (global_step, logits, loss, train, trainable, tables) = built;
     let saved = saved_variables(&g)?;
-    let saver = build_saver_ops_for(&mut g, &saved_as(&saved, &tables))?;
+    let saver = build_saver_ops_for(&mut g, &SavedVariable::all(&saved, &tables))?;
     let init_op = g.global_variables_initializer()?;
     let mut ready = ReadyOp::default();
     for name in saved.keys() {
@@ -467,23 +467,6 @@ fn sync_train_op(
         ops: Box::new(ops),
         init_tokens: String::new(),
     })
-}
-
-/// What the checkpoints hold: every variable of `saved` whole under its name, but the parts of
-/// `tables`, each saved as its slice of the whole table under the table's name (as TensorFlow
-/// saves a partitioned variable), so a restore may split the table otherwise.
-fn saved_as(
-    saved: &BTreeMap<String, Variable>,
-    tables: &[PartitionedVariable],
-) -> Vec<SavedVariable> {
-    let parts: Vec<SavedVariable> = tables.iter().flat_map(SavedVariable::parts).collect();
-    let is_part = |name: &str| parts.iter().any(|p| p.variable.handle.node == name);
-    saved
-        .iter()
-        .filter(|(name, _)| !is_part(name))
-        .map(|(name, var)| SavedVariable::whole(name.clone(), var.clone()))
-        .chain(parts.iter().cloned())
-        .collect()
 }
 
 /// Every variable on a ps task (the model, the optimizer's slots, the global step), by name:
