@@ -66,12 +66,11 @@ fn assert_learnt(stdout: &str, margin: f64) {
 #[test]
 fn a_million_row_table_over_two_ps_tasks_trains_below_the_label_means_log_loss() {
     let runs = tempfile::tempdir().unwrap();
+    // No --data: the embedding model's own default, the click log.
     let stdout = local(
         &[
             "--model",
             "embedding",
-            "--data",
-            "clicks",
             "--ps",
             "2",
             "--table_rows",
@@ -186,7 +185,7 @@ fn the_embedding_model_without_ids_or_ids_without_it_is_refused_naming_the_flags
             String::from_utf8_lossy(&output.stderr)
         )
     };
-    let text = refused(&["--model", "embedding"]);
+    let text = refused(&["--model", "embedding", "--data", "digits"]);
     assert!(
         text.contains("has no id columns") && text.contains("--id_columns"),
         "{text}"

@@ -118,9 +118,10 @@ pub(crate) struct TrainingFlags {
     /// clicks (a built-in synthetic click log: 4 id columns and 4 dense features, a 0/1
     /// label), csv:PATH (numeric features and an integer label, the last column unless
     /// --label_column says; a header line is detected; id columns with --id_columns),
-    /// tfrecord:PATH (tf.train.Examples; --feature_keys, --label_key) or idx:IMAGES,LABELS.
-    #[arg(long, default_value = "digits")]
-    data: String,
+    /// tfrecord:PATH (tf.train.Examples; --feature_keys, --label_key) or idx:IMAGES,LABELS
+    /// (default: digits; clicks for the embedding model).
+    #[arg(long)]
+    data: Option<String>,
     /// The CSV column holding the label: a header name or a 0-based index (default: the
     /// last column).
     #[arg(long = "label_column")]
@@ -164,6 +165,10 @@ impl TrainingFlags {
         let model = ModelKind::from_name(&self.model, &self.hidden)?
             .with_filters(&self.filters)?
             .with_table(self.table_rows, self.embedding_dim)?;
+        let default_data = match model {
+            ModelKind::Embedding { .. } => "clicks",
+            _ => "digits",
+        };
         let optimizer = self.optimizer.clone().unwrap_or_else(|| {
             match model {
                 ModelKind::Embedding { .. } => "adagrad",
@@ -186,7 +191,7 @@ impl TrainingFlags {
             logdir: Some(self.logdir.clone().unwrap_or_else(default_logdir)),
             summary_every_steps: self.summary_every,
             trace_step: self.trace_step,
-            data: DataSource::parse(&self.data)?
+            data: DataSource::parse(self.data.as_deref().unwrap_or(default_data))?
                 .with_csv_options(
                     self.label_column.as_deref(),
                     self.csv_header,
@@ -215,7 +220,6 @@ impl TrainingFlags {
             format!("--steps={}", self.steps),
             format!("--save_every={}", self.save_every),
             format!("--summary_every={}", self.summary_every),
-            format!("--data={}", self.data),
             format!("--seed={}", self.seed),
             format!("--held_out={}", self.held_out),
             format!("--wait_for_model={}ms", self.wait_for_model.as_millis()),
@@ -223,6 +227,9 @@ impl TrainingFlags {
         if !self.filters.is_empty() {
             let filters: Vec<String> = self.filters.iter().map(usize::to_string).collect();
             args.push(format!("--filters={}", filters.join(",")));
+        }
+        if let Some(data) = &self.data {
+            args.push(format!("--data={data}"));
         }
         if let Some(optimizer) = &self.optimizer {
             args.push(format!("--optimizer={optimizer}"));
