@@ -975,8 +975,11 @@ fn adagrad_table(parts: usize) -> AdagradTable {
             (name, var)
         })
         .collect();
-    let saver =
-        build_saver_ops_for(&mut g, &SavedVariable::all(&variables, &[table.clone()])).unwrap();
+    let saver = build_saver_ops_for(
+        &mut g,
+        &SavedVariable::all(&variables, std::slice::from_ref(&table)),
+    )
+    .unwrap();
     let init = g.global_variables_initializer().unwrap();
     AdagradTable {
         graph: g,

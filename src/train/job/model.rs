@@ -760,6 +760,16 @@ mod tests {
         assert!(matches!(built.train, TrainOp::Async(_)));
     }
 
+    /// The node `name` of the built graph.
+    fn node_named<'a>(built: &'a TrainGraph, name: &str) -> &'a crate::proto::NodeDef {
+        built
+            .graph
+            .node
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+    }
+
     /// The cnn with its default filters.
     fn cnn() -> crate::train::job::ModelKind {
         crate::train::job::ModelKind::from_name("cnn", &[]).unwrap()
@@ -783,14 +793,7 @@ mod tests {
             names,
             ["conv0/w", "conv0/b", "conv1/w", "conv1/b", "dense/w", "dense/b"]
         );
-        let node = |name: &str| {
-            built
-                .graph
-                .node
-                .iter()
-                .find(|n| n.name == name)
-                .unwrap_or_else(|| panic!("no node {name}"))
-        };
+        let node = |name: &str| node_named(&built, name);
         // Round robin over two ps tasks in creation order: global_step, conv0/w, conv0/b...
         assert_eq!(node("global_step").device, "/job:ps/task:0");
         assert_eq!(node("conv0/w").device, "/job:ps/task:1");
@@ -960,14 +963,7 @@ mod tests {
     fn the_embedding_tables_are_split_over_the_ps_tasks_read_and_updated_row_by_row_there() {
         for towers in [1, 2] {
             let built = embedding_graph(towers);
-            let node = |name: &str| {
-                built
-                    .graph
-                    .node
-                    .iter()
-                    .find(|n| n.name == name)
-                    .unwrap_or_else(|| panic!("no node {name}"))
-            };
+            let node = |name: &str| node_named(&built, name);
             let parts = [
                 "embedding/part_0",
                 "embedding/part_1",
