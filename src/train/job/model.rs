@@ -549,6 +549,11 @@ impl Scores {
             &Tensor::from_vec([labels.len(), classes], rows.clone())?,
             labels,
         )?;
+        if let Some(bad) = labels.iter().find(|&&l| l < 0 || l as usize >= classes) {
+            return Err(Status::internal(format!(
+                "label {bad} has no logit among {classes} classes"
+            )));
+        }
         let mut log_loss = 0.0;
         let mut positive = Vec::with_capacity(labels.len());
         for (row, &label) in rows.chunks_exact(classes).zip(labels) {
