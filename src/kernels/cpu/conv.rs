@@ -412,8 +412,7 @@ fn image_ranges(g: &Geometry) -> Vec<(usize, usize)> {
 }
 
 /// Cuts `out` (`per_image` values per image of `g`'s batch) at [`image_ranges`] and runs
-/// `f(n0, n1, part)` for each range, the last on this thread and the others on threads of
-/// their own, `part` holding images `n0..n1`.
+/// `f(n0, n1, part)` for each range on [`on_threads`], `part` holding images `n0..n1`.
 fn in_pieces<T: Send>(
     g: &Geometry,
     out: &mut [T],
@@ -427,30 +426,29 @@ fn in_pieces<T: Send>(
         parts.push((n0, n1, part));
         rest = tail;
     }
-    let f = &f;
-    std::thread::scope(|scope| {
-        let last = parts.pop();
-        for (n0, n1, part) in parts {
-            scope.spawn(move || f(n0, n1, part));
-        }
-        if let Some((n0, n1, part)) = last {
-            f(n0, n1, part);
-        }
-    });
+    on_threads(parts, |(n0, n1, part)| f(n0, n1, part));
 }
 
-/// Runs `f(n0, n1)` for each of [`image_ranges`], the last on this thread and the others on
-/// threads of their own; returns their results in order.
+/// Runs `f(n0, n1)` for each of [`image_ranges`] on [`on_threads`]; returns their results in
+/// order.
 fn map_pieces<R: Send>(g: &Geometry, f: impl Fn(usize, usize) -> R + Sync) -> Vec<R> {
-    let mut ranges = image_ranges(g);
-    let last = ranges.pop().unwrap_or((0, 0));
+    on_threads(image_ranges(g), |(n0, n1)| f(n0, n1))
+}
+
+/// `f` of each item, the last on this thread and the others on threads of their own (none
+/// for a single item); the results in the items' order. A panic on another thread goes on
+/// here.
+fn on_threads<I: Send, R: Send>(mut items: Vec<I>, f: impl Fn(I) -> R + Sync) -> Vec<R> {
+    let Some(last) = items.pop() else {
+        return Vec::new();
+    };
     let f = &f;
     std::thread::scope(|scope| {
-        let others: Vec<_> = ranges
+        let others: Vec<_> = items
             .into_iter()
-            .map(|(n0, n1)| scope.spawn(move || f(n0, n1)))
+            .map(|item| scope.spawn(move || f(item)))
             .collect();
-        let mine = f(last.0, last.1);
+        let mine = f(last);
         let mut results: Vec<R> = others
             .into_iter()
             .map(|h| {

@@ -10,6 +10,7 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::numeric::Real;
+use crate::graph::partitioned::part_lengths;
 
 /// Multiply-adds below which a convolution runs on the calling thread alone: spawning
 /// threads costs tens of microseconds, the work of a few million multiply-adds.
@@ -77,17 +78,15 @@ pub(super) fn pieces(images: usize, multiply_adds: usize) -> usize {
     cores.min(images).max(1)
 }
 
-/// Images `0..images` cut into `pieces` consecutive ranges as equal as can be.
+/// Images `0..images` cut into `pieces` consecutive ranges as equal as can be (the first ones
+/// one longer, as a partitioned variable's parts are).
 pub(super) fn ranges(images: usize, pieces: usize) -> Vec<(usize, usize)> {
-    let pieces = pieces.clamp(1, images.max(1));
-    let (base, extra) = (images / pieces, images % pieces);
     let mut at = 0;
-    (0..pieces)
-        .map(|i| {
-            let len = base + usize::from(i < extra);
-            let range = (at, at + len);
+    part_lengths(images, pieces.clamp(1, images.max(1)))
+        .into_iter()
+        .map(|len| {
             at += len;
-            range
+            (at - len, at)
         })
         .collect()
 }

@@ -14,11 +14,12 @@
 //! from the job's seed.
 
 use rand::rngs::StdRng;
-use rand::Rng;
 
 use crate::error::{Result, Status};
 use crate::graph::{Graph, Output, Variable};
 use crate::tensor::{DType, Tensor};
+
+use super::layers::glorot;
 
 /// The filter counts of the convolutions when `--filters` is not given: two layers, 16 then 32
 /// filters (8×8 digits: 4×4×16, then 2×2×32 into the dense layer; 28×28 MNIST: 7×7×32).
@@ -141,14 +142,6 @@ pub fn image_side(features: usize) -> Result<usize> {
         )));
     }
     Ok(side)
-}
-
-/// Glorot-uniform values of `shape`: `U(-l, l)`, `l = √(6 / (fan_in + fan_out))`.
-fn glorot(rng: &mut StdRng, shape: &[usize], fan_in: usize, fan_out: usize) -> Result<Tensor> {
-    let limit = (6.0 / (fan_in + fan_out) as f32).sqrt();
-    let n = shape.iter().product();
-    let values = (0..n).map(|_| rng.random_range(-limit..limit)).collect();
-    Tensor::from_vec(shape.to_vec(), values)
 }
 
 #[cfg(test)]

@@ -19,14 +19,15 @@
 //! and the optimizer updates those rows only, on the ps.
 
 use rand::rngs::StdRng;
-use rand::Rng;
 
 use crate::data::synthetic::mix64;
 use crate::error::{Result, Status};
 use crate::graph::{
     fixed_size_partitioner, Graph, Output, PartitionStrategy, PartitionedVariable, Variable,
 };
-use crate::tensor::{DType, Shape, Tensor};
+use crate::tensor::{DType, Shape};
+
+use super::layers::{dense_forward, dense_variables};
 
 /// The ids placeholder.
 pub const IDS: &str = "ids:0";
@@ -162,19 +163,7 @@ impl Embedding {
                 named.push((format!("{}/part_{i}", table.name), part.clone()));
             }
         }
-        for (layer, pair) in self.widths().windows(2).enumerate() {
-            let (fan_in, fan_out) = (pair[0], pair[1]);
-            let limit = (6.0 / (fan_in + fan_out) as f32).sqrt();
-            let values = (0..fan_in * fan_out)
-                .map(|_| rng.random_range(-limit..limit))
-                .collect();
-            let w0 = g.constant(&Tensor::from_vec([fan_in, fan_out], values)?)?;
-            let name = format!("layer{layer}/w");
-            named.push((name.clone(), g.variable(&name, &w0)?));
-            let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
-            let name = format!("layer{layer}/b");
-            named.push((name.clone(), g.variable(&name, &b0)?));
-        }
+        named.extend(dense_variables(g, rng, &self.widths())?);
         Ok(EmbeddingVariables {
             named,
             tables: vec![embedding, wide],
@@ -216,16 +205,10 @@ impl Embedding {
         if self.dense > 0 {
             h = g.concat(&[h, x.clone()], 1)?;
         }
-        for (layer, pair) in values.chunks_exact(2).enumerate() {
-            let z = g.matmul(&h, &pair[0])?;
-            h = g.bias_add(&z, &pair[1])?;
-            if layer + 1 < layers {
-                h = g.relu(&h)?;
-            }
-        }
+        let deep_logits = dense_forward(g, &h, values)?;
         let wide_rows = g.embedding_lookup(wide, ids, PartitionStrategy::Div)?;
         let wide_logits = g.sum(&wide_rows, &[1], false)?;
-        g.add(&h, &wide_logits)
+        g.add(&deep_logits, &wide_logits)
     }
 }
 

@@ -4,7 +4,9 @@
 //! - [`spec`]: the [`TrainSpec`] (model, optimizer, data, schedule, sync, checkpoints) and the
 //!   checks that refuse bad input before training starts.
 //! - [`model`]: the between-graph replicated training graph each worker builds.
+//! - [`layers`]: the dense layers and Glorot-uniform initial values the models share.
 //! - [`cnn`]: the convolutional network of `--model cnn`, on square grayscale images.
+//! - [`embedding`]: the wide-and-deep model of `--model embedding`, on partitioned tables.
 //! - [`role`]: what a ps, a worker and the chief do next to their daemon.
 //! - [`signal`]: how the chief tells every task that training is over, through the runtime.
 //! - [`progress`]: the chief's progress line.
@@ -13,6 +15,7 @@
 pub mod cnn;
 pub mod embedding;
 pub mod launcher;
+pub mod layers;
 pub mod model;
 pub mod progress;
 pub mod role;

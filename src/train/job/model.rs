@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
 use crate::error::{Result, Status};
 use crate::graph::indexed_slices::GradientTensor;
@@ -37,6 +37,7 @@ use crate::train::towers::{
 
 use super::cnn::Cnn;
 use super::embedding::Embedding;
+use super::layers::{dense_forward, dense_variables};
 use super::spec::{ModelKind, TrainSpec};
 
 /// The features placeholder.
@@ -92,15 +93,6 @@ pub struct TrainGraph {
     pub trainable: Vec<(String, String)>,
     /// The saver's ops.
     pub saver: SaverDef,
-}
-
-/// Glorot-uniform weights for a `[fan_in, fan_out]` layer: `U(-l, l)`, `l = √(6 / (in + out))`.
-fn glorot(rng: &mut StdRng, fan_in: usize, fan_out: usize) -> Result<Tensor> {
-    let limit = (6.0 / (fan_in + fan_out) as f32).sqrt();
-    let values = (0..fan_in * fan_out)
-        .map(|_| rng.random_range(-limit..limit))
-        .collect();
-    Tensor::from_vec([fan_in, fan_out], values)
 }
 
 /// What the examples are: float features, ids (the embedding model's), classes.
@@ -271,17 +263,7 @@ impl Net {
         let mut widths = vec![features];
         widths.extend(hidden);
         widths.push(classes);
-        let mut params = Vec::new();
-        for (layer, pair) in widths.windows(2).enumerate() {
-            let (fan_in, fan_out) = (pair[0], pair[1]);
-            let w0 = g.constant(&glorot(rng, fan_in, fan_out)?)?;
-            let name = format!("layer{layer}/w");
-            params.push((name.clone(), g.variable(&name, &w0)?));
-            let b0 = g.constant(&Tensor::zeros(DType::Float, [fan_out])?)?;
-            let name = format!("layer{layer}/b");
-            params.push((name.clone(), g.variable(&name, &b0)?));
-        }
-        Ok((params, Vec::new()))
+        Ok((dense_variables(g, rng, &widths)?, Vec::new()))
     }
 
     /// How many of the variables (the first) are parts of partitioned tables, read row by
@@ -325,21 +307,6 @@ impl Net {
             ))),
         }
     }
-}
-
-/// The layers' dense maps on `x`: `h = x·w + b` per layer, ReLU between layers; returns the
-/// logits. `values` are `w, b` of each layer in turn (reads of the variables).
-fn dense_forward(g: &mut Graph, x: &Output, values: &[Output]) -> Result<Output> {
-    let mut h = x.clone();
-    let layers = values.len() / 2;
-    for (layer, pair) in values.chunks_exact(2).enumerate() {
-        let z = g.matmul(&h, &pair[0])?;
-        h = g.bias_add(&z, &pair[1])?;
-        if layer + 1 < layers {
-            h = g.relu(&h)?;
-        }
-    }
-    Ok(h)
 }
 
 /// The mean sparse softmax cross-entropy of `logits` against the labels `y`.
