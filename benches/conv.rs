@@ -15,8 +15,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tessera::device::DeviceType;
 use tessera::graph::attr::value;
-use tessera::kernels::{create_kernel, DeviceType, OpContext, OpKernel};
+use tessera::kernels::{create_kernel, OpContext, OpKernel};
 use tessera::proto::NodeDef;
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};

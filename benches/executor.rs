@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use ndarray::{Array2, Ix2};
+use tessera::device::DeviceType;
+use tessera::exec::Executor;
 use tessera::graph::attr;
-use tessera::kernels::{self, DeviceType, OpContext, OpKernel};
+use tessera::kernels::{self, OpContext, OpKernel};
 use tessera::proto::{GraphDef, NodeDef};
-use tessera::runtime::{Device, Executor, StepOptions};
+use tessera::runtime::{Device, StepOptions};
 use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::Result;
 

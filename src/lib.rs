@@ -51,6 +51,7 @@ pub mod codec;
 pub mod data;
 pub mod device;
 pub mod error;
+pub mod exec;
 pub mod format;
 pub mod graph;
 pub mod kernels;

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 
 use tessera::client::Session;
 use tessera::cluster::{CheckpointsConfig, TaskConfig};
+use tessera::format::checkpoint::bundle::{data_filename, index_filename, write_bundle};
 use tessera::graph::attr::value;
 use tessera::graph::builder::NodeSpec;
 use tessera::graph::Graph;
 use tessera::server::Server;
 use tessera::tensor::{DType, PartialShape, Tensor};
-use tessera::train::checkpoint::bundle::{data_filename, index_filename, write_bundle};
 use tessera::Code;
 
 /// A scratch directory with `allowed/` (the task's only allowed directory) and `outside/`.

@@ -7,12 +7,12 @@ use std::path::Path;
 use bytes::Bytes;
 use prost::Message;
 use tessera::error::Code;
-use tessera::proto::{BundleEntryProto, BundleHeaderProto};
-use tessera::tensor::Tensor;
-use tessera::train::checkpoint::bundle::{
+use tessera::format::checkpoint::bundle::{
     data_filename, index_filename, merge_bundles, write_bundle, BundleReader,
 };
-use tessera::train::checkpoint::table::{build_table, Table, DEFAULT_BLOCK_SIZE, TABLE_MAGIC};
+use tessera::format::checkpoint::table::{build_table, Table, DEFAULT_BLOCK_SIZE, TABLE_MAGIC};
+use tessera::proto::{BundleEntryProto, BundleHeaderProto};
+use tessera::tensor::Tensor;
 
 /// LevelDB's CRC mask, written out here from the format description (rotate right by 15,
 /// add 0xa282ead8) rather than taken from the code under test.

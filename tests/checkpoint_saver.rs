@@ -12,10 +12,10 @@ use bytes::Bytes;
 use kernels_support::golden;
 use tessera::client::Session;
 use tessera::error::Code;
+use tessera::format::checkpoint::bundle::{data_filename, write_bundle, BundleReader};
 use tessera::graph::builder::{Graph, Variable};
 use tessera::proto::GraphDef;
 use tessera::tensor::{DType, Tensor};
-use tessera::train::checkpoint::bundle::{data_filename, write_bundle, BundleReader};
 use tessera::train::checkpoint::{build_saver_ops, latest_checkpoint, Saver, SaverDef};
 
 /// The model's variables with values chosen by hand (one per dtype), and new values.

@@ -22,15 +22,15 @@ use std::process::{Command, Stdio};
 use bytes::Bytes;
 use tessera::client::Session;
 use tessera::error::Code;
+use tessera::format::checkpoint::bundle::{
+    data_filename, index_filename, merge_bundles, write_specs, BundleReader, SaveSpec,
+};
+use tessera::format::checkpoint::slice::{decode_slice_key, slice_key};
+use tessera::format::checkpoint::table::Table;
 use tessera::graph::attr::value;
 use tessera::graph::builder::{Graph, NodeSpec, Output};
 use tessera::graph::fixed_size_partitioner;
 use tessera::tensor::{DType, Shape, Tensor};
-use tessera::train::checkpoint::bundle::{
-    data_filename, index_filename, merge_bundles, write_specs, BundleReader, SaveSpec,
-};
-use tessera::train::checkpoint::slice::{decode_slice_key, slice_key};
-use tessera::train::checkpoint::table::Table;
 use tessera::train::checkpoint::{build_saver_ops_for, SavedVariable, Saver};
 use tessera::train::checkpoint::{ShapeAndSlice, TensorSlice};
 
@@ -749,8 +749,8 @@ fn each_runtime_merges_the_others_sliced_shards() {
 #[test]
 fn a_hostile_index_claiming_huge_slices_is_data_loss_without_allocating_them() {
     use prost::Message;
+    use tessera::format::checkpoint::table::{build_table, DEFAULT_BLOCK_SIZE};
     use tessera::proto::BundleEntryProto;
-    use tessera::train::checkpoint::table::{build_table, DEFAULT_BLOCK_SIZE};
     let dir = tempfile::tempdir().unwrap();
     let prefix = path(&dir.path().join("evil"));
     write(&prefix, &saver_specs(3));

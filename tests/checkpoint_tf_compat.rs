@@ -13,10 +13,10 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use tessera::tensor::Tensor;
-use tessera::train::checkpoint::bundle::{
+use tessera::format::checkpoint::bundle::{
     data_filename, index_filename, write_bundle, BundleReader,
 };
+use tessera::tensor::Tensor;
 use tessera::train::checkpoint::{latest_checkpoint, read_state};
 
 fn fixtures() -> PathBuf {

@@ -18,10 +18,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tessera::device::DeviceType;
+use tessera::exec::Executor;
 use tessera::graph::attr;
-use tessera::kernels::{DeviceType, OpContext, OpKernel};
+use tessera::kernels::{OpContext, OpKernel};
 use tessera::proto::{GraphDef, NodeDef};
-use tessera::runtime::{CancellationToken, Device, Executor, StepOptions};
+use tessera::runtime::{CancellationToken, Device, StepOptions};
 use tessera::tensor::{DType, PartialShape, Shape, Tensor};
 use tessera::{Code, Result, Status};
 

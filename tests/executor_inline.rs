@@ -10,12 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
+use tessera::device::DeviceType;
+use tessera::exec::Executor;
+use tessera::exec::InlineLimits;
 use tessera::graph::{attr, Graph};
-use tessera::kernels::{create_kernel, DeviceType, OpContext, OpKernel};
+use tessera::kernels::{create_kernel, OpContext, OpKernel};
 use tessera::proto::NodeDef;
-use tessera::runtime::partition::rendezvous_key_of;
+use tessera::runtime::rendezvous::rendezvous_key_of;
 use tessera::runtime::rendezvous::Rendezvous;
-use tessera::runtime::{Device, Executor, InlineLimits, StepOptions};
+use tessera::runtime::{Device, StepOptions};
 use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::{Code, Result};
 

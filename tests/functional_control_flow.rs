@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::cluster::InProcessCluster;
 use tessera::client::Session;
+use tessera::device::DeviceType;
+use tessera::exec::Executor;
 use tessera::graph::attr;
 use tessera::graph::lower::lower_functional_ops;
-use tessera::kernels::{create_kernel, functional, DeviceType, OpContext};
+use tessera::kernels::{create_kernel, functional, OpContext};
 use tessera::proto::{attr_value, GraphDef};
 use tessera::runtime::resource::ResourceMgr;
-use tessera::runtime::{CancellationToken, Device, Executor, StepOptions};
+use tessera::runtime::{CancellationToken, Device, StepOptions};
 use tessera::tensor::{DType, Tensor};
 use tessera::{Code, Result, Status};
 

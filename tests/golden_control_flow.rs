@@ -19,7 +19,8 @@ use prost::Message;
 use serde::Deserialize;
 use serde_json::Value;
 use tessera::client::{Session, SessionOptions};
-use tessera::kernels::{kernel_for, DeviceType};
+use tessera::device::DeviceType;
+use tessera::kernels::kernel_for;
 use tessera::proto::GraphDef;
 use tessera::tensor::{DType, Tensor};
 

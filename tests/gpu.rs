@@ -16,14 +16,16 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use tessera::client::{Session, SessionOptions};
+use tessera::device::DeviceType;
 use tessera::device::{CudaProbe, GpuProbe, GpuScan};
 use tessera::graph::attr::value;
 use tessera::kernels::cpu::collective::Reduction;
 use tessera::kernels::cuda::nccl::reduce_on_gpus;
-use tessera::kernels::{create_kernel, DeviceType, OpContext};
+use tessera::kernels::KernelLookup;
+use tessera::kernels::{create_kernel, OpContext};
 use tessera::proto::{AttrValue, NodeDef};
 use tessera::runtime::resource::ResourceMgr;
-use tessera::runtime::{Device, KernelLookup};
+use tessera::runtime::Device;
 use tessera::tensor::{DType, Tensor};
 use tessera::train::towers::{GradientSum, TowerOptions};
 

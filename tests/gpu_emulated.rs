@@ -20,12 +20,13 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use tessera::device::DeviceType;
 use tessera::graph::attr::value;
 use tessera::kernels::cpu::training::Update;
 use tessera::kernels::cuda::gpu::BLOCK;
 use tessera::kernels::cuda::layout::{Broadcast, Reduction};
 use tessera::kernels::cuda::ops::{apply_codes, binary_code, reduce_code, unary_code};
-use tessera::kernels::{DeviceType, OpContext};
+use tessera::kernels::OpContext;
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};
 

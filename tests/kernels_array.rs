@@ -671,12 +671,12 @@ fn const_outputs_its_decoded_value() {
         .attr("dtype", value::dtype(DType::Int32))
         .attr("value", value::tensor(value.to_proto()));
     let err =
-        tessera::kernels::create_kernel(&mismatched.build(), tessera::kernels::DeviceType::Cpu)
+        tessera::kernels::create_kernel(&mismatched.build(), tessera::device::DeviceType::Cpu)
             .err()
             .unwrap();
     assert_eq!(err.code(), Code::InvalidArgument);
     let missing = node("Const").build();
-    assert!(tessera::kernels::create_kernel(&missing, tessera::kernels::DeviceType::Cpu).is_err());
+    assert!(tessera::kernels::create_kernel(&missing, tessera::device::DeviceType::Cpu).is_err());
 }
 
 #[test]

@@ -7,7 +7,8 @@ mod kernels_support;
 use std::collections::BTreeSet;
 
 use kernels_support::*;
-use tessera::kernels::{create_kernel, functional, kernel_for, DeviceType};
+use tessera::device::DeviceType;
+use tessera::kernels::{create_kernel, functional, kernel_for};
 use tessera::proto::GraphDef;
 use tessera::runtime::resource::ResourceMgr;
 

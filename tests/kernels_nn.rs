@@ -198,7 +198,7 @@ fn bias_add_and_its_gradient() {
     );
     let bad_format = node("BiasAdd").attr("data_format", value::string("NWHC"));
     assert_eq!(
-        tessera::kernels::create_kernel(&bad_format.build(), tessera::kernels::DeviceType::Cpu)
+        tessera::kernels::create_kernel(&bad_format.build(), tessera::device::DeviceType::Cpu)
             .err()
             .unwrap()
             .code(),

@@ -12,10 +12,11 @@ mod kernels_support;
 use std::sync::Arc;
 
 use kernels_support::*;
+use tessera::device::DeviceType;
 use tessera::error::Code;
 use tessera::graph::registry;
 use tessera::graph::{Graph, NodeSpec};
-use tessera::kernels::{create_kernel, DeviceType, OpContext};
+use tessera::kernels::{create_kernel, OpContext};
 use tessera::proto::NodeDef;
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, PartialShape, ResourceHandle, Shape, Tensor, Var};

@@ -23,10 +23,11 @@ use serde_json::Value;
 use support::cluster::Cluster;
 use support::tensorflow::{python_with, Client};
 use tessera::client::Session;
+use tessera::device::DeviceType;
 use tessera::error::Code;
 use tessera::graph::registry;
 use tessera::graph::{Graph, NodeSpec, VariableKind};
-use tessera::kernels::{create_kernel, DeviceType, OpContext};
+use tessera::kernels::{create_kernel, OpContext};
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, PartialShape, ResourceHandle, Shape, Tensor, Var};
 

@@ -6,8 +6,9 @@ mod kernels_support;
 use std::sync::Arc;
 
 use kernels_support::*;
+use tessera::device::DeviceType;
 use tessera::error::Code;
-use tessera::kernels::{create_kernel, DeviceType, OpContext, OpKernel};
+use tessera::kernels::{create_kernel, OpContext, OpKernel};
 use tessera::proto::NodeDef;
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};

@@ -6,9 +6,10 @@
 mod kernels_support;
 
 use kernels_support::*;
+use tessera::device::DeviceType;
 use tessera::error::{Code, Result};
 use tessera::graph::registry;
-use tessera::kernels::{create_kernel, DeviceType, OpContext};
+use tessera::kernels::{create_kernel, OpContext};
 use tessera::proto::NodeDef;
 use tessera::runtime::resource::{step_container, ResourceMgr};
 use tessera::tensor::{DType, PartialShape, Tensor};

@@ -9,8 +9,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use prost::Message;
+use tessera::device::DeviceType;
 use tessera::graph::registry;
-use tessera::kernels::{kernel_for, DeviceType};
+use tessera::kernels::kernel_for;
 use tessera::proto::{GraphDef, NodeDef};
 
 /// The ops this change brings, which the graphs must find declared and runnable.

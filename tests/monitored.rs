@@ -13,12 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tessera::client::{Session, SessionOptions};
+use tessera::device::DeviceType;
 use tessera::format::events::read_events;
 use tessera::graph::builder::{Graph, NodeSpec};
-use tessera::kernels::{DeviceType, OpContext, OpKernel};
+use tessera::kernels::KernelLookup;
+use tessera::kernels::{OpContext, OpKernel};
 use tessera::proto::event::What;
 use tessera::proto::{summary, GraphDef, NodeDef};
-use tessera::runtime::{Device, KernelLookup};
+use tessera::runtime::Device;
 use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::train::monitored::{
     CheckpointSaverHook, Clock, CreateSession, Every, Hook, LoggingTensorHook, ManualClock,

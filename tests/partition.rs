@@ -7,14 +7,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
+use tessera::device::DeviceType;
+use tessera::exec::partition::{by_device, by_task, partition, PartitionOptions};
+use tessera::exec::placement::{place, PlacementOptions};
+use tessera::exec::subgraph::{rewrite_for_client, ClientSignature};
 use tessera::graph::attr::{self, value};
-use tessera::kernels::DeviceType;
 use tessera::proto::{AttrValue, DeviceAttributes, GraphDef, NodeDef, TensorProto};
-use tessera::runtime::partition::{
-    by_device, by_task, partition, rendezvous_key_of, PartitionOptions,
-};
-use tessera::runtime::placement::{place, PlacementOptions};
-use tessera::runtime::subgraph::{rewrite_for_client, ClientSignature};
+use tessera::runtime::rendezvous::rendezvous_key_of;
 use tessera::tensor::DType;
 use tessera::{Code, Result};
 

@@ -6,10 +6,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
+use tessera::device::DeviceType;
+use tessera::exec::placement::{place, registered_kernel, PlacementOptions};
 use tessera::graph::attr;
-use tessera::kernels::DeviceType;
 use tessera::proto::{DeviceAttributes, GraphDef, NodeDef};
-use tessera::runtime::placement::{place, registered_kernel, PlacementOptions};
 use tessera::Code;
 
 const PS0: &str = "/job:ps/replica:0/task:0/device:CPU:0";

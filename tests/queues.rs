@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use tessera::client::{Session, SessionOptions};
+use tessera::device::DeviceType;
 use tessera::graph::Graph;
-use tessera::kernels::{create_kernel, DeviceType};
+use tessera::kernels::create_kernel;
 use tessera::proto::GraphDef;
 use tessera::runtime::accumulator::{ConditionalAccumulator, Reduction};
 use tessera::runtime::queue::FifoQueue;

@@ -12,10 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tessera::client::{Session, SessionOptions};
+use tessera::device::DeviceType;
 use tessera::graph::attr;
-use tessera::kernels::{DeviceType, OpContext, OpKernel};
+use tessera::kernels::KernelLookup;
+use tessera::kernels::{OpContext, OpKernel};
 use tessera::proto::{CallableOptions, GraphDef, NodeDef};
-use tessera::runtime::{Device, KernelLookup};
+use tessera::runtime::Device;
 use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::{Code, Result, Status};
 

@@ -16,12 +16,12 @@ use tessera::peer::{CallOptions, GrpcPeer, Peer};
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use tessera::proto::*;
-use tessera::server::{server_builder, MAX_MESSAGE_BYTES};
 use tessera::tensor::Tensor;
 use tessera::wire::message::{
     content_offset, encode_recv_tensor_response, CONTENT_ALIGN, HEADER_BYTES,
 };
 use tessera::wire::WorkerServer;
+use tessera::wire::{server_builder, MAX_MESSAGE_BYTES};
 use tessera::Code;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;

@@ -22,13 +22,16 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::multi_device::{LocalDevices, MultiDeviceStep};
+use crate::device::DeviceType;
 use crate::device::{CudaProbe, GpuProbe, GpuScan};
 use crate::error::{Result, Status};
-use crate::kernels::DeviceType;
+use crate::exec::executor::StepStatsCollector;
+use crate::exec::placement::{place, registered_kernel, PlacementOptions};
+use crate::exec::Executor;
+use crate::exec::TensorRef;
+use crate::kernels::KernelLookup;
 use crate::proto::{CallableOptions, DeviceAttributes, GraphDef, RunMetadata, RunOptions};
-use crate::runtime::executor::StepStatsCollector;
-use crate::runtime::placement::{place, registered_kernel, PlacementOptions};
-use crate::runtime::{CancellationToken, Device, Executor, KernelLookup, StepOptions, TensorRef};
+use crate::runtime::{CancellationToken, Device, StepOptions};
 use crate::tensor::Tensor;
 
 /// How long [`LocalSession::close`] waits for running steps before it gives up on them.

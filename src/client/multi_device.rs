@@ -18,14 +18,15 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::error::{Result, Status};
+use crate::exec::executor::{Executor, KernelLookup, StepOptions, TensorRef};
+use crate::exec::partition::{self, PartitionOptions};
+use crate::exec::subgraph::{rewrite_for_client, ClientSignature};
 use crate::graph::attr;
 use crate::graph::registry;
 use crate::proto::{GraphDef, NodeDef};
-use crate::runtime::executor::{Executor, KernelLookup, StepOptions, TensorRef};
-use crate::runtime::partition::{self, rendezvous_key_of, PartitionOptions};
 use crate::runtime::pool::ThreadPool;
+use crate::runtime::rendezvous::rendezvous_key_of;
 use crate::runtime::rendezvous::{ParsedKey, Rendezvous};
-use crate::runtime::subgraph::{rewrite_for_client, ClientSignature};
 use crate::runtime::Device;
 use crate::tensor::{DType, Tensor};
 

@@ -32,18 +32,16 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{error_chain, Result, Status};
+use crate::exec::TensorRef;
 use crate::proto::master_service_client::MasterServiceClient;
 use crate::proto::{
     CallableOptions, CloseSessionRequest, ConfigProto, CreateSessionRequest, DeviceAttributes,
     ExtendSessionRequest, GraphDef, ListDevicesRequest, MakeCallableRequest,
     ReleaseCallableRequest, RunCallableRequest, RunMetadata, RunOptions, RunStepRequest,
 };
-use crate::runtime::TensorRef;
 use crate::security::{AuthChannel, ClusterToken, Security, TlsConfig};
 use crate::tensor::Tensor;
-
-/// The largest message either way: protobuf's 2 GiB ceiling, as fetched variables can be large.
-const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
+use crate::wire::MAX_MESSAGE_BYTES;
 
 /// The longest CloseSession waits (TensorFlow's master gives DeleteWorkerSession 10 s).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -145,7 +143,7 @@ impl RemoteSession {
             .endpoint(&address)
             .map_err(|e| bad_target(target, e.message()))?;
         let endpoint =
-            crate::server::tune_endpoint(endpoint).connect_timeout(options.connect_timeout);
+            crate::wire::tune_endpoint(endpoint).connect_timeout(options.connect_timeout);
         let connect_timeout = options.connect_timeout;
         let channel = runtime.block_on(async {
             match tokio::time::timeout(connect_timeout, endpoint.connect()).await {

@@ -24,6 +24,25 @@ use crate::proto::{DeviceAttributes, DeviceLocality};
 pub use cuda::CudaProbe;
 pub use memory::{Charge, MemoryBudget};
 
+/// The kinds of device a task has and a kernel can exist for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    /// Host CPU.
+    Cpu,
+    /// NVIDIA GPU through cudarc.
+    Gpu,
+}
+
+impl DeviceType {
+    /// Returns TensorFlow's device type string ("CPU", "GPU").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceType::Cpu => "CPU",
+            DeviceType::Gpu => "GPU",
+        }
+    }
+}
+
 /// The memory limit every CPU device reports: TensorFlow's CPU devices report 256 MiB
 /// (`ThreadPoolDevice` is created with `Bytes(256 << 20)`), not the host's memory, and
 /// placement code and tools compare against that figure. tessera's CPU allocations are not

@@ -1,9 +1,10 @@
 //! File formats TensorFlow's tools read and write, below the kernels and the trainer that use
-//! them: TFRecord framing ([`tfrecord`]), which TensorBoard's event files and TensorFlow users'
+//! them: TensorFlow's V2 checkpoints ([`checkpoint`]); TFRecord framing ([`tfrecord`]), which TensorBoard's event files and TensorFlow users'
 //! training data share; TensorBoard's event files and summaries ([`events`]); the masked
 //! CRC32C that TFRecords and the checkpoint bundle's table use; and [`files`], the paths a
 //! task's kernels may touch.
 
+pub mod checkpoint;
 pub mod events;
 pub mod files;
 pub mod tfrecord;

@@ -12,12 +12,13 @@ pub mod functional;
 use std::sync::Arc;
 
 use crate::device::memory::{Charge, MemoryBudget};
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::format::files::{Files, AMBIENT};
 use crate::proto::NodeDef;
-use crate::runtime::executor::{RemoteRecv, StepOptions};
 use crate::runtime::rendezvous::Rendezvous;
 use crate::runtime::resource::ResourceMgr;
+use crate::runtime::step::{RemoteRecv, StepOptions};
 use crate::tensor::Tensor;
 
 /// What a kernel sees of its step: inputs, outputs, the device's resources.
@@ -280,24 +281,9 @@ pub trait OpKernel: Send + Sync {
 /// Builds the kernel for a node (parsing its attrs once).
 pub type KernelFactory = fn(&NodeDef) -> Result<Arc<dyn OpKernel>>;
 
-/// Device types a kernel can exist for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeviceType {
-    /// Host CPU.
-    Cpu,
-    /// NVIDIA GPU through cudarc.
-    Gpu,
-}
-
-impl DeviceType {
-    /// Returns TensorFlow's device type string ("CPU", "GPU").
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeviceType::Cpu => "CPU",
-            DeviceType::Gpu => "GPU",
-        }
-    }
-}
+/// Creates the kernel for a node on a device type. Production passes
+/// [`crate::kernels::create_kernel`]; tests inject fakes.
+pub type KernelLookup = dyn Fn(&NodeDef, DeviceType) -> Result<Arc<dyn OpKernel>> + Send + Sync;
 
 /// Returns the kernel factory for `op` on `device_type`, if tessera has one. The functional
 /// ops (`If`, `While`, `PartitionedCall` and their forms) run on the CPU; the executor creates

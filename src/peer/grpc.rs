@@ -43,10 +43,7 @@ use crate::proto::{
     GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
     RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
-
-/// The largest message either side accepts: protobuf's own 2 GiB ceiling, since one tensor of
-/// a RecvTensor or RunGraph may be that large (gRPC's 4 MiB default breaks real models).
-const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
+use crate::wire::MAX_MESSAGE_BYTES;
 
 /// A remote task's WorkerService, reached over a lazily connected tonic channel (TLS and the
 /// cluster token when the task's [`Security`] has them).
@@ -93,7 +90,7 @@ impl GrpcPeer {
                 e.message()
             ))
         })?;
-        let channel = crate::server::tune_endpoint(endpoint)
+        let channel = crate::wire::tune_endpoint(endpoint)
             .connect_timeout(connect_timeout)
             .connect_lazy();
         let channel = security.attach(channel);

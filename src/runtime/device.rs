@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::cluster::DeviceName;
 use crate::device::memory::MemoryBudget;
+use crate::device::DeviceType;
 use crate::error::Result;
 use crate::format::files::Files;
-use crate::kernels::DeviceType;
 use crate::runtime::resource::ResourceMgr;
 
 /// A device that runs kernels: `/job:localhost/replica:0/task:0/device:CPU:0`.

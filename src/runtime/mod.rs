@@ -1,23 +1,24 @@
-//! Running graphs: placement and partitioning of client graphs, the dataflow executor, the devices
-//! it runs on, the threads that run its nodes, step cancellation, the per-device resource store
-//! (variables) and the per-step rendezvous where sends meet receives and all-reduces meet.
+//! What kernels run against: the devices as the executor sees them ([`Device`]), the
+//! per-device resource store (variables, queues, accumulators), the per-step state (the
+//! rendezvous where sends meet receives and all-reduces meet, cancellation, deadlines and
+//! waits, the step's trace) and the threads that run nodes.
+//!
+//! This layer sits below the kernels and knows neither the executor ([`crate::exec`]) nor any
+//! transport: a `_Recv` whose producer is on another task pulls through the
+//! [`step::RemoteRecv`] hook, which the peers implement and the daemon injects.
 
 pub mod accumulator;
 pub mod cancel;
 pub mod collective;
-pub mod control_loops;
 pub mod device;
-mod edges;
-pub mod executor;
-pub mod partition;
-pub mod placement;
 pub mod pool;
 pub mod queue;
 pub mod rendezvous;
 pub mod resource;
-pub mod subgraph;
+pub mod stats;
+pub mod step;
 pub mod wait;
 
 pub use cancel::CancellationToken;
 pub use device::Device;
-pub use executor::{Executor, InlineLimits, KernelLookup, StepOptions, TensorRef};
+pub use step::{RemoteRecv, StepOptions};

@@ -36,9 +36,11 @@ pub mod client;
 pub mod message;
 pub mod pool;
 pub mod server;
+pub mod transport;
 
 pub use client::recv_tensor;
 pub use server::WorkerServer;
+pub use transport::{server_builder, tune_endpoint, tune_server, MAX_MESSAGE_BYTES};
 
 /// The HTTP/2 path of TensorFlow's RecvTensor RPC.
 pub const RECV_TENSOR_PATH: &str = "/tensorflow.WorkerService/RecvTensor";

@@ -21,7 +21,7 @@ use super::message::{encode_recv_tensor_response, read_message, MessageBody};
 use super::RECV_TENSOR_PATH;
 use crate::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use crate::proto::RecvTensorRequest;
-use crate::server::MAX_MESSAGE_BYTES;
+use crate::wire::MAX_MESSAGE_BYTES;
 
 /// The largest RecvTensor request read (a step id and a rendezvous key).
 const MAX_REQUEST_BYTES: usize = 1 << 20;

@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
+use crate::exec::executor::{Executor, TensorRef};
+use crate::exec::partition::{self, PartitionOptions};
 use crate::graph::registry;
 use crate::kernels::{create_kernel, kernel_for};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::device::Device;
-use crate::runtime::executor::{Executor, TensorRef};
-use crate::runtime::partition::{self, PartitionOptions};
 use crate::tensor::DType;
 
 /// One registered partition, ready to run step after step.

@@ -64,7 +64,7 @@ pub fn isolated_devices(shared: &[Arc<Device>]) -> Vec<Arc<Device>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::DeviceType;
+    use crate::device::DeviceType;
 
     #[test]
     fn isolated_devices_keep_names_but_not_stores() {

@@ -20,9 +20,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cluster::{TaskId, Timeouts};
 use crate::device::memory::MemoryBudget;
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
+use crate::exec::executor::{RemoteRecv, StepOptions, StepStatsCollector};
 use crate::format::files::Files;
-use crate::kernels::DeviceType;
 use crate::peer::local::HandlerFuture;
 use crate::peer::{PeerCache, WorkerHandler};
 use crate::proto::{
@@ -34,7 +35,6 @@ use crate::proto::{
 };
 use crate::runtime::cancel::CancellationToken;
 use crate::runtime::device::Device;
-use crate::runtime::executor::{RemoteRecv, StepOptions, StepStatsCollector};
 use crate::runtime::rendezvous::{check_incarnation, ParsedKey, RendezvousMgr};
 use crate::runtime::resource::ResourceMgr;
 use crate::tensor::Tensor;

@@ -19,9 +19,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::cluster::{DeviceName, TaskId};
 use crate::error::{Result, Status};
+use crate::exec::executor::{Executor, RemoteRecv, StepOptions};
 use crate::peer::{CallOptions, PeerCache};
 use crate::proto::{RecvTensorRequest, RecvTensorResponse};
-use crate::runtime::executor::{Executor, RemoteRecv, StepOptions};
 use crate::runtime::rendezvous::{ParsedKey, Received};
 use crate::tensor::Tensor;
 use crate::wire::channel::ChannelLimit;

@@ -3,8 +3,9 @@
 
 #![allow(dead_code)]
 
+use tessera::device::DeviceType;
 use tessera::error::{Code, Result};
-use tessera::kernels::{create_kernel, DeviceType, OpContext};
+use tessera::kernels::{create_kernel, OpContext};
 use tessera::proto::{AttrValue, NodeDef};
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Shape, Tensor};

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use tessera::device::DeviceType;
 use tessera::graph::attr::value;
-use tessera::kernels::{kernel_for, DeviceType, OpContext};
+use tessera::kernels::{kernel_for, OpContext};
 use tessera::proto::{AttrValue, NodeDef};
 use tessera::runtime::resource::{ResourceMgr, Var};
 use tessera::tensor::{DType, PartialShape, ResourceHandle, Tensor};

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tessera::exec::Executor;
 use tessera::graph::attr::value;
 use tessera::graph::registry;
 use tessera::kernels::create_kernel;
 use tessera::proto::{AttrValue, GraphDef, NodeDef};
-use tessera::runtime::{Device, Executor, StepOptions};
+use tessera::runtime::{Device, StepOptions};
 use tessera::tensor::{DType, Tensor};
 use tessera::Result;
 

@@ -9,7 +9,7 @@ use tessera::error::error_chain;
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::{DeviceAttributes, GetStatusRequest};
 use tessera::security::{ClusterToken, Security, TlsConfig};
-use tessera::server::MAX_MESSAGE_BYTES;
+use tessera::wire::MAX_MESSAGE_BYTES;
 
 /// How `tessera status` reaches a task that serves TLS or checks the cluster token.
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
-use tessera::kernels::DeviceType;
+use tessera::device::DeviceType;
 use tessera::train::job::launcher::LocalJob;
 use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
 use tracing::info;
@@ -519,7 +519,7 @@ mod tests {
         let spec = child.training.to_spec(2).unwrap();
         assert_eq!(spec.steps, 7);
         assert_eq!((spec.towers, spec.batch_size), (2, 32));
-        assert_eq!(spec.tower_device, tessera::kernels::DeviceType::Gpu);
+        assert_eq!(spec.tower_device, tessera::device::DeviceType::Gpu);
         assert!(spec.all_reduce);
         assert_eq!(spec.wait_for_model, Duration::from_secs(3));
         assert_eq!(spec.logdir, Some(PathBuf::from("/tmp/runs/a")));

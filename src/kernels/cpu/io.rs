@@ -4,7 +4,7 @@
 //! string helpers TensorFlow's saver graph builds its file names with: ShardedFilename,
 //! StringJoin and StaticRegexFullMatch.
 //!
-//! The bundle format itself lives in [`crate::train::checkpoint::bundle`]; these kernels only
+//! The bundle format itself lives in [`crate::format::checkpoint::bundle`]; these kernels only
 //! check their inputs and call it. Paths are the host's: in a cluster every task writing or
 //! reading a checkpoint must see the same filesystem, as with TensorFlow. Every file goes
 //! through the task's [`Files`](crate::format::files::Files), so `[checkpoints] allowed_dirs`
@@ -16,12 +16,12 @@ use bytes::Bytes;
 
 use super::{input, stateless};
 use crate::error::{Result, Status};
+use crate::format::checkpoint::bundle::{self, SaveSpec};
+use crate::format::checkpoint::slice::ShapeAndSlice;
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{DType, Tensor};
-use crate::train::checkpoint::bundle::{self, SaveSpec};
-use crate::train::checkpoint::slice::ShapeAndSlice;
 
 /// Returns the factory for a checkpoint or string op.
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {

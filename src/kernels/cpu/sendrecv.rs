@@ -21,7 +21,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
-use crate::runtime::partition::rendezvous_key_of;
+use crate::runtime::rendezvous::rendezvous_key_of;
 use crate::runtime::rendezvous::ParsedKey;
 use crate::tensor::{DType, Tensor};
 
@@ -178,8 +178,8 @@ fn no_rendezvous(ctx: &OpContext<'_>) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::executor::StepOptions;
-    use crate::runtime::partition::PairAttrs;
+    use crate::exec::executor::StepOptions;
+    use crate::exec::partition::PairAttrs;
     use crate::runtime::rendezvous::Rendezvous;
     use crate::runtime::resource::ResourceMgr;
 

@@ -5,12 +5,13 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::graph::function::{self as func, Body, BodySource};
 use crate::graph::registry;
-use crate::kernels::{DeviceType, OpContext, OpKernel};
+use crate::kernels::KernelLookup;
+use crate::kernels::{OpContext, OpKernel};
 use crate::proto::{FunctionDefLibrary, NodeDef};
-use crate::runtime::executor::KernelLookup;
 use crate::tensor::{DType, Tensor};
 
 /// What instantiating a function needs: the library, the device type and the kernel lookup,

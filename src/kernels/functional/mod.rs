@@ -30,11 +30,12 @@ use std::time::{Duration, Instant};
 
 use function::{Function, Library};
 
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::graph::attr;
-use crate::kernels::{DeviceType, OpContext, OpKernel};
+use crate::kernels::KernelLookup;
+use crate::kernels::{OpContext, OpKernel};
 use crate::proto::{FunctionDefLibrary, NodeDef};
-use crate::runtime::executor::KernelLookup;
 use crate::tensor::{DType, Tensor};
 
 /// How long before the step's deadline a `While` gives up: its own error, which names the

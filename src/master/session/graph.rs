@@ -19,15 +19,16 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::cluster::TaskId;
 use crate::error::{Result, Status};
+use crate::exec::control_loops::add_control_loops;
+use crate::exec::partition::{by_task, partition, PartitionOptions};
+use crate::exec::placement::{place, registered_kernel, PlacementOptions};
+use crate::exec::subgraph::{rewrite_for_client, ClientSignature};
+use crate::exec::TensorRef;
 use crate::graph::attr;
 use crate::graph::builder::Graph;
 use crate::graph::registry;
 use crate::proto::{DeviceAttributes, GraphDef, NodeDef};
-use crate::runtime::control_loops::add_control_loops;
-use crate::runtime::partition::{by_task, partition, rendezvous_key_of, PartitionOptions};
-use crate::runtime::placement::{place, registered_kernel, PlacementOptions};
-use crate::runtime::subgraph::{rewrite_for_client, ClientSignature};
-use crate::runtime::TensorRef;
+use crate::runtime::rendezvous::rendezvous_key_of;
 use crate::tensor::DType;
 
 /// A step's signature: what a cached plan is keyed by. Feeds are sorted and every name is

@@ -17,6 +17,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::{Result, Status};
+use crate::graph::attr;
+use crate::proto::NodeDef;
 
 /// A rendezvous key split into its parts. Cheap to clone (the text is shared).
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -284,6 +286,23 @@ fn parse_decimal<T: FromStr>(text: &str) -> Option<T> {
         return None;
     }
     text.parse().ok()
+}
+
+/// Builds the rendezvous key under which a `_Send` node deposits, or a `_Recv` node collects,
+/// its tensor outside any while-loop frame (`<send_device>;<incarnation as 16 hex>;
+/// <recv_device>;<tensor_name>;0:0`): what the master puts in RunGraph's `send` and
+/// `recv_key` for client-terminated nodes. INVALID_ARGUMENT naming the node when its attrs
+/// are missing or do not form a key.
+pub fn rendezvous_key_of(node: &NodeDef) -> Result<ParsedKey> {
+    let context = |e: Status| e.context(format!("rendezvous key of node `{}`", node.name));
+    ParsedKey::new(
+        &attr::string_or(node, "send_device", "")?,
+        attr::int(node, "send_device_incarnation")? as u64,
+        &attr::string_or(node, "recv_device", "")?,
+        &attr::string_or(node, "tensor_name", "")?,
+        (0, 0),
+    )
+    .map_err(context)
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-pub use key::{check_incarnation, ParsedKey};
+pub use key::{check_incarnation, rendezvous_key_of, ParsedKey};
 pub use mgr::RendezvousMgr;
 
 use crate::error::{Code, Result, Status};

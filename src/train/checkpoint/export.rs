@@ -7,9 +7,9 @@ use std::path::Path;
 
 use safetensors::tensor::{Dtype, TensorView};
 
-use super::bundle::{index_filename, write_atomic, BundleReader};
 use super::state::latest_checkpoint;
 use crate::error::{Result, Status};
+use crate::format::checkpoint::bundle::{index_filename, write_atomic, BundleReader};
 use crate::tensor::{DType, Tensor};
 
 /// What an export wrote and skipped.

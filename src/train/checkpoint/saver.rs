@@ -27,10 +27,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::bundle::{delete_bundle, index_filename, BundleReader};
 use super::state::{latest_checkpoint, read_state, write_state};
 use crate::client::Session;
 use crate::error::{Result, Status};
+use crate::format::checkpoint::bundle::{delete_bundle, index_filename, BundleReader};
 use crate::graph::attr::value;
 use crate::graph::builder::{Graph, NodeSpec, Output, Variable};
 use crate::graph::{PartitionedVariable, SaveSlice};

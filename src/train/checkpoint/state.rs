@@ -16,8 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::bundle::{index_filename, write_atomic};
 use crate::error::{Result, Status};
+use crate::format::checkpoint::bundle::{index_filename, write_atomic};
 use crate::proto::CheckpointState;
 
 /// The state file's name inside a checkpoint directory.

@@ -592,7 +592,7 @@ pub fn auc(scores: &[f64], labels: &[i64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::DeviceType;
+    use crate::device::DeviceType;
     use std::collections::BTreeSet;
 
     #[test]

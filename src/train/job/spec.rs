@@ -11,8 +11,8 @@ use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
 use crate::data::idx::{read_idx_dims, read_mnist};
 use crate::data::tfrecord::{read_tfrecord, TfRecordOptions};
 use crate::data::{blobs, clicks, BlobOptions, ClickOptions, Dataset};
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
-use crate::kernels::DeviceType;
 use crate::train::checkpoint::saver::{ensure_dir_writable, ensure_writable};
 use crate::train::optimizer::Optimizer;
 

@@ -27,9 +27,9 @@ use crate::error::{Code, Result, Status};
 use crate::peer::{deadline_exceeded, lost_connection, Rpc};
 use crate::proto::{RecvTensorRequest, RecvTensorResponse};
 use crate::security::{ClusterToken, Security};
-use crate::server::MAX_MESSAGE_BYTES;
 use crate::wire::message::CONTENT_ALIGN;
 use crate::wire::pool;
+use crate::wire::MAX_MESSAGE_BYTES;
 
 /// How often a call blocked on its socket looks at its step (aborted?) and its deadline.
 pub const POLL: Duration = Duration::from_millis(20);

@@ -88,18 +88,18 @@ impl StepStatsCollector {
     }
 
     /// Nanoseconds from the collector's origin to `at`.
-    pub(super) fn nanos_at(&self, at: Instant) -> u64 {
+    pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.origin).as_nanos() as u64
     }
 
     /// Nanoseconds from the collector's origin to now.
-    pub(super) fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.nanos_at(Instant::now())
     }
 
     /// Saves one node's run on `device`, from its times (nanoseconds since the origin) and
     /// outputs, recording the calling thread as the one that ran it.
-    pub(super) fn save(
+    pub(crate) fn save(
         &self,
         device: &str,
         node: &NodeDef,
@@ -130,12 +130,12 @@ impl StepStatsCollector {
 /// When a node was scheduled, taken up, ran its kernel and was done: nanoseconds since the
 /// collector's origin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct NodeTimes {
-    pub(super) scheduled: u64,
-    pub(super) all_start: u64,
-    pub(super) op_start: u64,
-    pub(super) op_end: u64,
-    pub(super) all_end: u64,
+pub(crate) struct NodeTimes {
+    pub(crate) scheduled: u64,
+    pub(crate) all_start: u64,
+    pub(crate) op_start: u64,
+    pub(crate) op_end: u64,
+    pub(crate) all_end: u64,
 }
 
 /// TensorFlow's entry for one node: the times on the wall clock (start) and relative to the

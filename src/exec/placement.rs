@@ -29,11 +29,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::cluster::DeviceName;
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
+use crate::exec::edges::GraphEdges;
 use crate::graph::attr;
-use crate::kernels::{self, DeviceType};
+use crate::kernels;
 use crate::proto::{DeviceAttributes, GraphDef, NodeDef};
-use crate::runtime::edges::GraphEdges;
 use crate::tensor::DType;
 
 /// What placement needs besides the graph and the devices.

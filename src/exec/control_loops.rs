@@ -24,10 +24,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Result, Status};
+use crate::exec::edges::tensor_input;
+use crate::exec::partition::new_node;
 use crate::graph::{attr, ControlFlowOp};
 use crate::proto::{GraphDef, NodeDef};
-use crate::runtime::edges::tensor_input;
-use crate::runtime::partition::new_node;
 use crate::tensor::{DType, Shape, Tensor};
 
 /// The name prefix of control-loop nodes.

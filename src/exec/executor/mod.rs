@@ -49,7 +49,6 @@
 mod frame_plan;
 mod frames;
 mod plain;
-mod stats;
 mod step;
 
 use std::collections::{HashMap, HashSet};
@@ -61,15 +60,15 @@ use tokio::sync::oneshot;
 
 use crate::error::{Result, Status};
 use crate::graph::{attr, is_loop_back_edge, registry, ControlFlowOp};
-use crate::kernels::{inline_kind, DeviceType, Inline, OpKernel};
+use crate::kernels::{inline_kind, Inline, OpKernel};
 use crate::proto::{GraphDef, NodeDef};
-use crate::runtime::cancel::CancellationToken;
 use crate::runtime::device::Device;
 use crate::runtime::pool::ThreadPool;
-use crate::runtime::rendezvous::{ParsedKey, Received, Rendezvous};
 use crate::tensor::{DType, PartialShape, Tensor};
 
-pub use stats::StepStatsCollector;
+pub use crate::kernels::KernelLookup;
+pub use crate::runtime::stats::StepStatsCollector;
+pub use crate::runtime::step::{RemoteRecv, StepOptions};
 
 /// How much of a step [`Executor::spawn`]'s caller may run itself (see [`Inline`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,49 +88,6 @@ impl Default for InlineLimits {
             step: Duration::from_micros(50),
         }
     }
-}
-
-/// Creates the kernel for a node on a device type. Production passes
-/// [`crate::kernels::create_kernel`]; tests inject fakes.
-pub type KernelLookup = dyn Fn(&NodeDef, DeviceType) -> Result<Arc<dyn OpKernel>> + Send + Sync;
-
-/// What one step brings besides its feeds.
-///
-/// Kernels reach the step through their `OpContext`: `_Send`/`_Recv` use the step's rendezvous,
-/// and a `_Recv` whose producer is on another task pulls through `remote_recv`.
-#[derive(Clone, Debug, Default)]
-pub struct StepOptions {
-    /// The step's id (TensorFlow draws a random one per step).
-    pub step_id: i64,
-    /// Cancels the step: no node starts once it is set.
-    pub cancellation: Option<CancellationToken>,
-    /// The step fails with DEADLINE_EXCEEDED when it has not finished by then.
-    pub deadline: Option<Instant>,
-    /// The step's rendezvous on this task, where `_Send` leaves and `_Recv` takes tensors.
-    pub rendezvous: Option<Arc<Rendezvous>>,
-    /// Pulls a tensor another task produced (RecvTensor), for `_Recv` of a cross-task edge.
-    pub remote_recv: Option<Arc<dyn RemoteRecv>>,
-    /// Where the step's executors record each node's times and outputs (a trace, TensorFlow's
-    /// `RunOptions.trace_level`); `None`, the default, records nothing.
-    pub stats: Option<Arc<StepStatsCollector>>,
-}
-
-/// Fetches the tensor another task's `_Send` left under a rendezvous key, for the `_Recv`
-/// kernel of a cross-task edge. The worker implements it with RecvTensor through its peers.
-///
-/// Called on an executor thread, which it may block until `deadline` but not past it; it
-/// should give up early (with the step's status) once the step is aborted or cancelled.
-pub trait RemoteRecv: Send + Sync + std::fmt::Debug {
-    /// Receives the tensor under `key` for `step` from the task of its source device. `room`
-    /// is what the receiving device's memory budget has left: an answer announcing more is
-    /// refused before it is read.
-    fn recv(
-        &self,
-        step: &StepOptions,
-        key: &ParsedKey,
-        deadline: Instant,
-        room: u64,
-    ) -> Result<Received>;
 }
 
 /// A tensor name split into node and output slot: `node:i`, `node` (= `node:0`), `^node`.

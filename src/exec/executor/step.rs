@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::frames::ControlStep;
-use super::stats::NodeTimes;
 use super::{name_node, Plan, StepOptions};
 use crate::device::memory::Charge;
 use crate::error::{Result, Status};
 use crate::kernels::OpContext;
+use crate::runtime::stats::NodeTimes;
 use crate::tensor::Tensor;
 
 /// The state both engines share for one step.

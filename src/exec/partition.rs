@@ -24,10 +24,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
+use crate::exec::edges::{tensor_input, GraphEdges};
 use crate::graph::attr;
 use crate::proto::{AttrValue, GraphDef, NodeDef};
-use crate::runtime::edges::{tensor_input, GraphEdges};
-use crate::runtime::rendezvous::ParsedKey;
 use crate::tensor::{DType, Shape, Tensor};
 
 /// What partitioning needs besides the placed graph.
@@ -63,23 +62,6 @@ fn placed_device(node: &NodeDef) -> Result<DeviceName> {
         )));
     }
     Ok(spec)
-}
-
-/// Builds the rendezvous key under which a `_Send` node deposits, or a `_Recv` node collects,
-/// its tensor outside any while-loop frame (`<send_device>;<incarnation as 16 hex>;
-/// <recv_device>;<tensor_name>;0:0`): what the master puts in RunGraph's `send` and
-/// `recv_key` for client-terminated nodes. INVALID_ARGUMENT naming the node when its attrs
-/// are missing or do not form a key.
-pub fn rendezvous_key_of(node: &NodeDef) -> Result<ParsedKey> {
-    let context = |e: Status| e.context(format!("rendezvous key of node `{}`", node.name));
-    ParsedKey::new(
-        &attr::string_or(node, "send_device", "")?,
-        attr::int(node, "send_device_incarnation")? as u64,
-        &attr::string_or(node, "recv_device", "")?,
-        &attr::string_or(node, "tensor_name", "")?,
-        (0, 0),
-    )
-    .map_err(context)
 }
 
 /// The attrs shared by both ends of a pair.
@@ -289,7 +271,7 @@ impl Partitioner<'_, '_> {
         mark_ends(&mut send, &src_node.name, &dst_node.name);
         mark_ends(&mut recv, &src_node.name, &dst_node.name);
         // Inside a while loop across devices, the receive runs once per iteration of its frame.
-        if let Some(gate) = crate::runtime::control_loops::gate_of(dst_node) {
+        if let Some(gate) = crate::exec::control_loops::gate_of(dst_node) {
             recv.input.push(format!("^{gate}"));
         }
         let replacement = extra_dst
@@ -312,6 +294,7 @@ fn float_type() -> AttrValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::rendezvous::rendezvous_key_of;
 
     #[test]
     fn rendezvous_key_of_a_pair_node_matches_tensorflow_layout() {
