@@ -2,8 +2,9 @@
 //!
 //! Layers keep their own `thiserror` enums (config, peer, session, executor, device); each has
 //! a `code()` with an exhaustive match onto [`Code`] and converts into [`Status`]. This file is
-//! the one place where [`Status`] meets `tonic::Status`, both ways, and where the code travels in
-//! a response body (`status_code` / `status_error_message`).
+//! the one place where [`Status`] meets `tonic::Status`, both ways, where the code travels in
+//! a response body (`status_code` / `status_error_message`), and where an actor that did not
+//! answer its mailbox becomes a status ([`mailbox_failure`]).
 
 use std::fmt;
 
@@ -133,6 +134,22 @@ impl From<tonic::Status> for Status {
 impl From<prost::DecodeError> for Status {
     fn from(e: prost::DecodeError) -> Self {
         Self::invalid_argument(format!("malformed protobuf: {e}"))
+    }
+}
+
+/// The status of a message whose actor did not answer: it stopped first (the task is shutting
+/// down, or the session was closed while the call was on its way), which a caller may retry
+/// elsewhere or later (UNAVAILABLE); or a mailbox deadline passed (DEADLINE_EXCEEDED).
+/// `actor` names who was asked ("this task's master", "session 3f2a").
+pub fn mailbox_failure(error: actix::MailboxError, actor: &str) -> Status {
+    match error {
+        actix::MailboxError::Closed => Status::unavailable(format!(
+            "{actor} stopped before it answered: the task is shutting down or the session was \
+             closed; retry, or create a new session"
+        )),
+        actix::MailboxError::Timeout => {
+            Status::deadline_exceeded(format!("{actor} did not answer in time"))
+        }
     }
 }
 

@@ -43,6 +43,7 @@ use tracing::{info, warn};
 use crate::cluster::{Limits, TaskConfig, TaskId};
 use crate::device;
 use crate::device::memory::MemoryBudget;
+use crate::error::mailbox_failure;
 use crate::error::{Result, Status};
 use crate::format::files::{Files, ALLOWED_DIRS_KEY};
 use crate::master::grpc::MasterGrpc;
@@ -52,7 +53,7 @@ use crate::ops::metrics::{
     SHARD_VARIABLES,
 };
 use crate::ops::rpc_layer::RpcLayer;
-use crate::peer::{LocalPeer, PeerCache};
+use crate::peer::{LocalPeer, PeerCache, RemoteFetcher};
 use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::proto::{DeviceAttributes, ListDevicesRequest};
@@ -63,7 +64,7 @@ use crate::tower::Tower;
 use crate::wire::channel::{self, ChannelConfig};
 use crate::wire::{tune_server, WorkerServer, MAX_MESSAGE_BYTES};
 use crate::worker::grpc::WorkerGrpc;
-use crate::worker::{Worker, WorkerOptions, WorkerState};
+use crate::worker::{Worker, WorkerHandler, WorkerOptions, WorkerState};
 
 /// How long `start` waits for the actor system to come up before giving up.
 const ACTORS_START_DEADLINE: Duration = Duration::from_secs(30);
@@ -86,10 +87,14 @@ pub struct Server {
     stopped: Arc<Stopped>,
 }
 
-/// The mailboxes the gRPC front forwards to.
+/// What the gRPC front forwards to.
 struct Mailboxes {
     master: MasterGrpc,
-    worker: Addr<Worker>,
+    /// The worker's service, which the WorkerService front and the tensor channel answer with.
+    worker: Arc<dyn WorkerHandler>,
+    /// Keeps the worker actor (its towers, shard store and collection timer) running as long
+    /// as the front serves.
+    _worker_actor: Addr<Worker>,
     /// The master's ListDevices, which [`Server::probe`] asks.
     probe: Recipient<ListDevices>,
 }
@@ -382,7 +387,7 @@ fn start_actors(
                 let resources = match shard.send(GetResources).await {
                     Ok(resources) => resources,
                     Err(e) => {
-                        let _ = tx.send(Err(Status::internal(format!("shard did not start: {e}"))));
+                        let _ = tx.send(Err(mailbox_failure(e, "the variable shard")));
                         return arbiters;
                     }
                 };
@@ -396,7 +401,6 @@ fn start_actors(
                         max_sessions: limits.max_sessions,
                         files,
                         cpu_memory_limit: Some(cpu_memory_limit),
-                        max_message_bytes: limits.max_message_bytes,
                         ..WorkerOptions::from_timeouts(&timeouts)
                     },
                 );
@@ -413,14 +417,20 @@ fn start_actors(
                         return arbiters;
                     }
                 };
-                state.set_peers(Arc::clone(&peers));
+                state.set_remote(Arc::new(RemoteFetcher::new(
+                    task.clone(),
+                    Arc::clone(&peers),
+                    limits.max_message_bytes,
+                )));
                 collect_memory(&task, state.memory_budgets());
+                let service: Arc<dyn WorkerHandler> = Arc::new(state.clone());
                 let worker = Worker::new(state, towers, resources).start();
                 let master = Master::new(master_state, peers).start();
                 let mailboxes = Mailboxes {
                     probe: master.clone().recipient(),
                     master: MasterGrpc::new(&master).with_task(task.device_prefix()),
-                    worker,
+                    worker: service,
+                    _worker_actor: worker,
                 };
                 let _ = tx.send(Ok((actix::System::current(), mailboxes)));
                 arbiters

@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use support::worker_service::worker_service;
 use tessera::cluster::{ClusterSpec, TaskId, Timeouts};
-use tessera::peer::local::HandlerFuture;
 use tessera::peer::{
-    CallOptions, GrpcPeer, LocalPeer, Peer, PeerCache, Rpc, SimulatedCluster, SimulatedPeer,
-    WorkerHandler,
+    CallOptions, GrpcPeer, LocalPeer, Peer, PeerCache, SimulatedCluster, SimulatedPeer,
 };
 use tessera::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use tessera::proto::*;
+use tessera::worker::{HandlerFuture, Rpc, WorkerHandler};
 use tessera::Code;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use prost::Message;
 use std::sync::Arc;
 
-use tessera::cluster::{ClusterSpec, TaskId};
+use tessera::cluster::{ClusterSpec, Limits, TaskId};
 use tessera::graph::attr;
-use tessera::peer::{SimulatedCluster, SimulatedPeer};
+use tessera::peer::{RemoteFetcher, SimulatedCluster, SimulatedPeer};
 use tessera::proto::{
     AttrValue, CleanupAllRequest, CleanupGraphRequest, CreateWorkerSessionRequest,
     DeleteWorkerSessionRequest, DeregisterGraphRequest, DeviceAttributes, GetStatusRequest,
@@ -688,9 +688,12 @@ fn worker_and_simulated_ps() -> (WorkerState, Arc<SimulatedPeer>) {
     let spec = ClusterSpec::from_dense([("ps", vec!["ps0:2222"]), ("worker", vec!["w0:2222"])]);
     let cluster = SimulatedCluster::new(&spec);
     let worker = worker();
-    worker.set_peers(Arc::new(
-        cluster.peer_cache(&TaskId::new("worker", 0)).unwrap(),
-    ));
+    let peers = Arc::new(cluster.peer_cache(&TaskId::new("worker", 0)).unwrap());
+    worker.set_remote(Arc::new(RemoteFetcher::new(
+        TaskId::new("worker", 0),
+        peers,
+        Limits::default().max_message_bytes,
+    )));
     (worker, cluster.peer(&TaskId::new("ps", 0)).unwrap())
 }
 

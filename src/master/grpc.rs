@@ -1,17 +1,34 @@
 //! The MasterService gRPC front: each handler converts the request and forwards it to the
 //! `Master`'s mailbox in one line; nothing here blocks or holds state.
 
-use actix::{Addr, Recipient};
+use actix::{Addr, Message, Recipient};
 use tonic::{Request, Response};
 
 use super::{
     CloseSession, CreateSession, ExtendSession, ListDevices, MakeCallable, Master, PartialRunSetup,
     ReleaseCallable, Reset, RunCallable, RunStep,
 };
+use crate::error::{mailbox_failure, Status};
 use crate::ops::metrics;
 use crate::proto::master_service_server::MasterService;
 use crate::proto::*;
-use crate::worker::grpc::forward;
+
+/// Sends `msg` to `mailbox` and turns the reply into a gRPC response. A closed mailbox means
+/// the actors are stopping: UNAVAILABLE, which clients treat as "retry elsewhere or later".
+pub(crate) async fn forward<M, R>(
+    mailbox: &Recipient<M>,
+    msg: M,
+) -> Result<Response<R>, tonic::Status>
+where
+    M: Message<Result = Result<R, Status>> + Send + 'static,
+    R: Send + 'static,
+{
+    let reply = mailbox
+        .send(msg)
+        .await
+        .map_err(|e| mailbox_failure(e, "this task's master"))?;
+    reply.map(Response::new).map_err(tonic::Status::from)
+}
 
 /// The MasterService server: the mailboxes its handlers forward to.
 #[derive(Clone)]

@@ -40,6 +40,7 @@ use self::discovery::{discover, session_devices, target_tasks, FoundTask};
 use self::session::graph::DeviceSet;
 use self::session::step::SessionContext;
 use self::session::{partial_runs_unsupported, MasterSession};
+use crate::error::mailbox_failure;
 use crate::error::{Result, Status};
 use crate::peer::{CallOptions, PeerCache};
 use crate::proto::*;
@@ -133,11 +134,6 @@ impl Actor for Master {
     }
 }
 
-/// A stopped session actor: it was closed while the call was on its way.
-fn session_gone(_: actix::MailboxError) -> Status {
-    Status::aborted("the session was closed while the call was in flight; create a new session")
-}
-
 /// Forwards `msg` to the session named `handle`.
 fn forward<M, R>(master: &Master, handle: &str, msg: M) -> ResponseFuture<Result<R, Status>>
 where
@@ -146,7 +142,14 @@ where
     MasterSession: Handler<M>,
 {
     match master.session(handle) {
-        Ok(addr) => Box::pin(async move { addr.send(msg).await.map_err(session_gone)? }),
+        Ok(addr) => {
+            let session = format!("session {handle}");
+            Box::pin(async move {
+                addr.send(msg)
+                    .await
+                    .map_err(|e| mailbox_failure(e, &session))?
+            })
+        }
         Err(e) => Box::pin(std::future::ready(Err(e))),
     }
 }

@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::security::{AuthChannel, Security};
 use crate::wire::channel::TensorChannel;
 
-use super::{deadline_exceeded, lost_connection, unreachable, CallOptions, Peer, PeerFuture, Rpc};
+use super::{deadline_exceeded, lost_connection, unreachable, CallOptions, Peer, PeerFuture};
 use crate::cluster::TaskId;
 use crate::error::{Result, Status};
 use crate::proto::worker_service_client::WorkerServiceClient;
@@ -44,6 +44,7 @@ use crate::proto::{
     RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
 use crate::wire::MAX_MESSAGE_BYTES;
+use crate::worker::Rpc;
 
 /// A remote task's WorkerService, reached over a lazily connected tonic channel (TLS and the
 /// cluster token when the task's [`Security`] has them).

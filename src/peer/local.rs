@@ -1,23 +1,15 @@
 //! `LocalPeer`: the own task, reached without gRPC.
 //!
 //! A master talks to its own task's worker through the same [`Peer`] trait as to any other
-//! task, but the request goes straight to the worker's logic: no encoding, no socket, tensors
-//! stay `bytes::Bytes` shared with the caller. The worker exposes that logic as a
-//! [`WorkerHandler`]; the peer adds what every peer owes its caller, the deadline.
-//!
-//! `WorkerHandler` methods have default bodies answering UNIMPLEMENTED, so a worker implements
-//! the RPCs it supports and grows into the rest. [`WorkerMailbox`] is the handler of a running
-//! daemon: it forwards to the [`Worker`](crate::worker::Worker) actor's mailboxes, which is how
-//! actors reach each other (the request moves into the message; nothing is encoded).
+//! task, but the request goes straight to the worker's service, the [`WorkerHandler`] that its
+//! gRPC front answers with too: no encoding, no socket, tensors stay `bytes::Bytes` shared with
+//! the caller. The peer adds what every peer owes its caller, the deadline.
 
 use std::sync::Arc;
 
-use actix::{Message, Recipient};
-use futures::future::BoxFuture;
-
-use super::{deadline_exceeded, CallOptions, Peer, PeerFuture, Rpc};
+use super::{deadline_exceeded, CallOptions, Peer, PeerFuture};
 use crate::cluster::TaskId;
-use crate::error::{Result, Status};
+use crate::error::Result;
 use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
     CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
@@ -25,120 +17,7 @@ use crate::proto::{
     GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
     RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
-use crate::worker::GetStatus;
-
-/// The future a [`WorkerHandler`] method returns.
-pub type HandlerFuture<'a, T> = BoxFuture<'a, Result<T>>;
-
-/// A task's WorkerService logic, answered in process: what the worker implements so that its
-/// own master (through [`LocalPeer`]) and its gRPC front reach the same code.
-///
-/// Deadlines are the caller's: [`LocalPeer`] stops waiting when its call's deadline passes, so a
-/// handler needs none of its own (it may still stop work early when its future is dropped).
-pub trait WorkerHandler: Send + Sync {
-    /// `GetStatus`.
-    fn get_status(&self, _request: GetStatusRequest) -> HandlerFuture<'_, GetStatusResponse> {
-        unimplemented_rpc(Rpc::GetStatus)
-    }
-
-    /// `CreateWorkerSession`.
-    fn create_worker_session(
-        &self,
-        _request: CreateWorkerSessionRequest,
-    ) -> HandlerFuture<'_, CreateWorkerSessionResponse> {
-        unimplemented_rpc(Rpc::CreateWorkerSession)
-    }
-
-    /// `DeleteWorkerSession`.
-    fn delete_worker_session(
-        &self,
-        _request: DeleteWorkerSessionRequest,
-    ) -> HandlerFuture<'_, DeleteWorkerSessionResponse> {
-        unimplemented_rpc(Rpc::DeleteWorkerSession)
-    }
-
-    /// `RegisterGraph`.
-    fn register_graph(
-        &self,
-        _request: RegisterGraphRequest,
-    ) -> HandlerFuture<'_, RegisterGraphResponse> {
-        unimplemented_rpc(Rpc::RegisterGraph)
-    }
-
-    /// `DeregisterGraph`.
-    fn deregister_graph(
-        &self,
-        _request: DeregisterGraphRequest,
-    ) -> HandlerFuture<'_, DeregisterGraphResponse> {
-        unimplemented_rpc(Rpc::DeregisterGraph)
-    }
-
-    /// `RunGraph`.
-    fn run_graph(&self, _request: RunGraphRequest) -> HandlerFuture<'_, RunGraphResponse> {
-        unimplemented_rpc(Rpc::RunGraph)
-    }
-
-    /// `CleanupGraph`.
-    fn cleanup_graph(
-        &self,
-        _request: CleanupGraphRequest,
-    ) -> HandlerFuture<'_, CleanupGraphResponse> {
-        unimplemented_rpc(Rpc::CleanupGraph)
-    }
-
-    /// `CleanupAll`.
-    fn cleanup_all(&self, _request: CleanupAllRequest) -> HandlerFuture<'_, CleanupAllResponse> {
-        unimplemented_rpc(Rpc::CleanupAll)
-    }
-
-    /// `RecvTensor`.
-    fn recv_tensor(&self, _request: RecvTensorRequest) -> HandlerFuture<'_, RecvTensorResponse> {
-        unimplemented_rpc(Rpc::RecvTensor)
-    }
-}
-
-/// UNIMPLEMENTED for an RPC this worker does not answer yet.
-fn unimplemented_rpc<T: Send + 'static>(rpc: Rpc) -> HandlerFuture<'static, T> {
-    Box::pin(std::future::ready(Err(Status::unimplemented(format!(
-        "{rpc} is not implemented by this task's worker"
-    )))))
-}
-
-/// The [`WorkerHandler`] of a running daemon: the [`Worker`](crate::worker::Worker) actor's
-/// mailboxes, one per message it handles (GetStatus today; the rest answer UNIMPLEMENTED until
-/// the worker handles them and gains a recipient here).
-#[derive(Clone)]
-pub struct WorkerMailbox {
-    get_status: Recipient<GetStatus>,
-}
-
-impl WorkerMailbox {
-    /// A handler forwarding GetStatus to `get_status`.
-    pub fn new(get_status: Recipient<GetStatus>) -> Self {
-        Self { get_status }
-    }
-}
-
-/// Sends `msg` to `mailbox`. A closed mailbox means the actors are stopping: UNAVAILABLE, the
-/// same code a remote task that is going away gives.
-async fn send<M, R>(mailbox: &Recipient<M>, msg: M) -> Result<R>
-where
-    M: Message<Result = Result<R>> + Send + 'static,
-    R: Send + 'static,
-{
-    match mailbox.send(msg).await {
-        Ok(reply) => reply,
-        Err(e) => Err(Status::unavailable(format!(
-            "this task's worker is shutting down ({e})"
-        ))),
-    }
-}
-
-impl WorkerHandler for WorkerMailbox {
-    fn get_status(&self, request: GetStatusRequest) -> HandlerFuture<'_, GetStatusResponse> {
-        Box::pin(send(&self.get_status, GetStatus(request)))
-    }
-}
+use crate::worker::{HandlerFuture, Rpc, WorkerHandler};
 
 /// The own task as a [`Peer`]: calls go to its [`WorkerHandler`] directly.
 #[derive(Clone)]
@@ -194,6 +73,24 @@ impl Peer for LocalPeer {
         &self.task
     }
 
+    fn run_graph(
+        &self,
+        request: RunGraphRequest,
+        options: CallOptions,
+    ) -> PeerFuture<'_, RunGraphResponse> {
+        let reply = self.handler.run_graph(request, Some(options.remaining()));
+        Box::pin(self.within(Rpc::RunGraph, options, reply))
+    }
+
+    fn recv_tensor(
+        &self,
+        request: RecvTensorRequest,
+        options: CallOptions,
+    ) -> PeerFuture<'_, RecvTensorResponse> {
+        let reply = self.handler.recv_tensor(request, Some(options.remaining()));
+        Box::pin(self.within(Rpc::RecvTensor, options, reply))
+    }
+
     forward! {
         get_status, GetStatus, GetStatusRequest, GetStatusResponse;
         create_worker_session, CreateWorkerSession, CreateWorkerSessionRequest,
@@ -202,10 +99,8 @@ impl Peer for LocalPeer {
             DeleteWorkerSessionResponse;
         register_graph, RegisterGraph, RegisterGraphRequest, RegisterGraphResponse;
         deregister_graph, DeregisterGraph, DeregisterGraphRequest, DeregisterGraphResponse;
-        run_graph, RunGraph, RunGraphRequest, RunGraphResponse;
         cleanup_graph, CleanupGraph, CleanupGraphRequest, CleanupGraphResponse;
         cleanup_all, CleanupAll, CleanupAllRequest, CleanupAllResponse;
-        recv_tensor, RecvTensor, RecvTensorRequest, RecvTensorResponse;
     }
 }
 
@@ -221,7 +116,11 @@ mod tests {
     struct EchoWorker;
 
     impl WorkerHandler for EchoWorker {
-        fn run_graph(&self, request: RunGraphRequest) -> HandlerFuture<'_, RunGraphResponse> {
+        fn run_graph(
+            &self,
+            request: RunGraphRequest,
+            _timeout: Option<Duration>,
+        ) -> HandlerFuture<'_, RunGraphResponse> {
             Box::pin(async move {
                 Ok(RunGraphResponse {
                     recv: request
@@ -280,14 +179,10 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(10));
     }
 
-    #[actix::test]
-    async fn the_worker_actor_answers_through_its_mailbox() {
-        use actix::Actor;
-
+    #[tokio::test]
+    async fn the_own_worker_answers_through_its_service() {
         use crate::device::{build_devices, GpuProbe, GpuScan};
-        use crate::runtime::resource::ResourceMgr;
-        use crate::tower::Tower;
-        use crate::worker::{Worker, WorkerState};
+        use crate::worker::WorkerState;
 
         struct NoGpu;
         impl GpuProbe for NoGpu {
@@ -304,18 +199,8 @@ mod tests {
             ..Default::default()
         };
         let devices = build_devices(&task, &config, &NoGpu).unwrap();
-        let towers = devices
-            .iter()
-            .map(|d| Tower::new(d.clone()).start().recipient())
-            .collect();
-        let worker = Worker::new(
-            WorkerState::new(task.clone(), devices),
-            towers,
-            Arc::new(ResourceMgr::new()),
-        )
-        .start();
-        let handler = Arc::new(WorkerMailbox::new(worker.recipient()));
-        let peer: Arc<dyn Peer> = Arc::new(LocalPeer::new(task, handler));
+        let state = WorkerState::new(task.clone(), devices);
+        let peer: Arc<dyn Peer> = Arc::new(LocalPeer::new(task, Arc::new(state.downgrade())));
         let status = peer
             .get_status(
                 GetStatusRequest {},
@@ -335,6 +220,16 @@ mod tests {
                 "/job:worker/replica:0/task:1/device:CPU:1"
             ]
         );
+        drop(state);
+        // The peer holds the worker weakly: once the worker is gone, calls say so.
+        let err = peer
+            .get_status(
+                GetStatusRequest {},
+                CallOptions::timeout(Duration::from_secs(5)),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{err}");
     }
 
     #[tokio::test]

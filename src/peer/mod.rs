@@ -54,18 +54,18 @@
 //! ```
 
 pub mod cache;
+pub mod fetch;
 pub mod grpc;
 pub mod local;
 pub mod simulated;
 
-use std::fmt;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::cluster::TaskId;
-use crate::error::{Result, Status};
+use crate::error::Result;
 use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
     CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
@@ -74,60 +74,18 @@ use crate::proto::{
     RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
 use crate::wire::channel::TensorChannel;
+pub(crate) use crate::wire::transport::{
+    deadline_exceeded, format_duration, lost_connection, unreachable,
+};
 
 pub use cache::{Connector, PeerCache};
+pub use fetch::RemoteFetcher;
 pub use grpc::GrpcPeer;
-pub use local::{LocalPeer, WorkerHandler, WorkerMailbox};
+pub use local::LocalPeer;
 pub use simulated::{SimulatedCluster, SimulatedPeer, SimulatedRpc};
 
 /// The future a [`Peer`] call returns: the response, or why there is none.
 pub type PeerFuture<'a, T> = BoxFuture<'a, Result<T>>;
-
-/// The WorkerService RPCs a [`Peer`] carries, for messages, logs and recorded calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Rpc {
-    /// `GetStatus`: the task's devices and their incarnations.
-    GetStatus,
-    /// `CreateWorkerSession`: a master session's state on the task.
-    CreateWorkerSession,
-    /// `DeleteWorkerSession`: drops that state.
-    DeleteWorkerSession,
-    /// `RegisterGraph`: installs the task's partition of a graph.
-    RegisterGraph,
-    /// `DeregisterGraph`: drops a registered partition.
-    DeregisterGraph,
-    /// `RunGraph`: runs a registered partition for one step.
-    RunGraph,
-    /// `CleanupGraph`: drops a step's rendezvous.
-    CleanupGraph,
-    /// `CleanupAll`: clears resource containers.
-    CleanupAll,
-    /// `RecvTensor`: pulls one tensor a step produced on the task.
-    RecvTensor,
-}
-
-impl Rpc {
-    /// Returns the RPC's name as in `/tensorflow.WorkerService/<name>`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Rpc::GetStatus => "GetStatus",
-            Rpc::CreateWorkerSession => "CreateWorkerSession",
-            Rpc::DeleteWorkerSession => "DeleteWorkerSession",
-            Rpc::RegisterGraph => "RegisterGraph",
-            Rpc::DeregisterGraph => "DeregisterGraph",
-            Rpc::RunGraph => "RunGraph",
-            Rpc::CleanupGraph => "CleanupGraph",
-            Rpc::CleanupAll => "CleanupAll",
-            Rpc::RecvTensor => "RecvTensor",
-        }
-    }
-}
-
-impl fmt::Display for Rpc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// How long one call may take: a deadline on tokio's clock (so tests can pause it) and the
 /// budget it was given, which error messages quote.
@@ -254,47 +212,10 @@ pub trait Peer: Send + Sync {
     }
 }
 
-/// DEADLINE_EXCEEDED for a call to `task` (living at `place`) that did not answer in time.
-pub(crate) fn deadline_exceeded(task: &TaskId, place: &str, rpc: Rpc, budget: Duration) -> Status {
-    Status::deadline_exceeded(format!(
-        "{} {place} did not answer {rpc} within {}; check that the task is running and not \
-         overloaded, or raise the deadline (timeouts.rpc)",
-        task.device_prefix(),
-        format_duration(budget),
-    ))
-}
-
-/// UNAVAILABLE for a task that could not be reached at `address`.
-pub(crate) fn unreachable(task: &TaskId, address: &str, cause: &str) -> Status {
-    Status::unavailable(format!(
-        "{} at {address} unreachable: {cause}",
-        task.device_prefix()
-    ))
-}
-
-/// UNAVAILABLE for a call to `task` at `address` whose connection broke while it was in flight.
-pub(crate) fn lost_connection(task: &TaskId, address: &str, rpc: Rpc, cause: &str) -> Status {
-    Status::unavailable(format!(
-        "{} at {address} lost the connection during {rpc}: {cause}; the task may have crashed \
-         or restarted",
-        task.device_prefix()
-    ))
-}
-
-/// Formats a duration the way people write it: "10 s", "200 ms", "1.5 s".
-pub(crate) fn format_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{} s", d.as_secs())
-    } else if d.as_secs() == 0 && d.subsec_nanos() % 1_000_000 == 0 {
-        format!("{} ms", d.as_millis())
-    } else {
-        format!("{:?}", d)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::Rpc;
 
     #[test]
     fn durations_read_as_people_write_them() {

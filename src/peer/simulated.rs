@@ -24,9 +24,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::{
-    deadline_exceeded, unreachable, CallOptions, Connector, Peer, PeerCache, PeerFuture, Rpc,
-};
+use super::{deadline_exceeded, unreachable, CallOptions, Connector, Peer, PeerCache, PeerFuture};
 use crate::cluster::{ClusterSpec, TaskId};
 use crate::error::{Result, Status};
 use crate::proto::{
@@ -37,6 +35,7 @@ use crate::proto::{
     RegisterGraphRequest, RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
 };
 use crate::runtime::rendezvous::{check_incarnation, ParsedKey};
+use crate::worker::Rpc;
 
 /// A WorkerService request a [`SimulatedPeer`] can be scripted for, tied to its RPC and
 /// response type (so `peer.reply::<RunGraphRequest>(Ok(RunGraphResponse { .. }))` type-checks).

@@ -1,6 +1,13 @@
 //! The transport settings every gRPC channel and server of a task shares: message size,
 //! HTTP/2 windows and frames, no Nagle. The daemon's server, its peers, remote sessions and
-//! `tessera status` all build their endpoints here, so both ends of a connection agree.
+//! `tessera status` all build their endpoints here, so both ends of a connection agree. And the
+//! words of a call that failed in transit: too slow, unreachable, or cut off.
+
+use std::time::Duration;
+
+use crate::cluster::TaskId;
+use crate::error::Status;
+use crate::worker::Rpc;
 
 /// Largest gRPC message, both ways: TensorFlow uses INT32_MAX (protobuf's 2 GiB ceiling), as
 /// variables and gradients of big models travel in one message.
@@ -40,4 +47,42 @@ pub fn tune_server(builder: tonic::transport::Server) -> tonic::transport::Serve
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
+}
+
+/// DEADLINE_EXCEEDED for a call to `task` (living at `place`) that did not answer in time.
+pub(crate) fn deadline_exceeded(task: &TaskId, place: &str, rpc: Rpc, budget: Duration) -> Status {
+    Status::deadline_exceeded(format!(
+        "{} {place} did not answer {rpc} within {}; check that the task is running and not \
+         overloaded, or raise the deadline (timeouts.rpc)",
+        task.device_prefix(),
+        format_duration(budget),
+    ))
+}
+
+/// UNAVAILABLE for a task that could not be reached at `address`.
+pub(crate) fn unreachable(task: &TaskId, address: &str, cause: &str) -> Status {
+    Status::unavailable(format!(
+        "{} at {address} unreachable: {cause}",
+        task.device_prefix()
+    ))
+}
+
+/// UNAVAILABLE for a call to `task` at `address` whose connection broke while it was in flight.
+pub(crate) fn lost_connection(task: &TaskId, address: &str, rpc: Rpc, cause: &str) -> Status {
+    Status::unavailable(format!(
+        "{} at {address} lost the connection during {rpc}: {cause}; the task may have crashed \
+         or restarted",
+        task.device_prefix()
+    ))
+}
+
+/// Formats a duration the way people write it: "10 s", "200 ms", "1.5 s".
+pub(crate) fn format_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else if d.as_secs() == 0 && d.subsec_nanos() % 1_000_000 == 0 {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:?}", d)
+    }
 }

@@ -1,5 +1,5 @@
 //! The WorkerService gRPC front: each handler converts the request and forwards it to the
-//! `Worker`'s mailbox in one line; nothing here blocks or holds state.
+//! worker's service ([`WorkerHandler`]) in one line; nothing here blocks or holds state.
 //!
 //! RPCs that tessera does not serve (logging, tracing, collectives) answer UNIMPLEMENTED naming
 //! the RPC, so a TensorFlow peer gets a clear error instead of a hang.
@@ -10,34 +10,15 @@
 
 use std::time::Duration;
 
-use actix::{Addr, Handler, Message, Recipient};
+use std::sync::Arc;
+
 use tonic::{Request, Response};
 
-use super::{
-    CleanupAll, CleanupGraph, CreateWorkerSession, DeleteWorkerSession, DeregisterGraph, GetStatus,
-    RecvTensor, RegisterGraph, RunGraph, Worker,
-};
+use super::service::{HandlerFuture, WorkerHandler};
 use crate::cluster::Limits;
-use crate::error::Status;
 use crate::ops::metrics;
 use crate::proto::worker_service_server::WorkerService;
 use crate::proto::*;
-
-/// Sends `msg` to `mailbox` and turns the reply into a gRPC response. A closed mailbox means
-/// the actors are stopping: UNAVAILABLE, which clients treat as "retry elsewhere or later".
-pub(crate) async fn forward<M, R>(
-    mailbox: &Recipient<M>,
-    msg: M,
-) -> Result<Response<R>, tonic::Status>
-where
-    M: Message<Result = Result<R, Status>> + Send + 'static,
-    R: Send + 'static,
-{
-    match mailbox.send(msg).await {
-        Ok(reply) => reply.map(Response::new).map_err(tonic::Status::from),
-        Err(_) => Err(tonic::Status::unavailable("task is shutting down")),
-    }
-}
 
 /// The UNIMPLEMENTED answer for an RPC tessera does not serve yet.
 pub(crate) fn not_yet(rpc: &str) -> tonic::Status {
@@ -60,10 +41,10 @@ fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
     })
 }
 
-/// The WorkerService server: the worker's mailbox its handlers forward to.
+/// The WorkerService server: the worker's service its handlers forward to.
 #[derive(Clone)]
 pub struct WorkerGrpc {
-    worker: Addr<Worker>,
+    worker: Arc<dyn WorkerHandler>,
     /// The `task` label of the byte counters.
     task: String,
     /// Graphs a peer registers are held to `max_graph_nodes` and `max_graph_bytes`.
@@ -72,7 +53,7 @@ pub struct WorkerGrpc {
 
 impl WorkerGrpc {
     /// A front forwarding every RPC to `worker`, with default limits.
-    pub fn new(worker: Addr<Worker>) -> Self {
+    pub fn new(worker: Arc<dyn WorkerHandler>) -> Self {
         Self {
             worker,
             task: String::new(),
@@ -86,18 +67,11 @@ impl WorkerGrpc {
         self.limits = limits;
         self
     }
+}
 
-    async fn call<M, R>(&self, msg: M) -> Result<Response<R>, tonic::Status>
-    where
-        M: Message<Result = Result<R, Status>> + Send + 'static,
-        R: Send + 'static,
-        Worker: Handler<M>,
-    {
-        match self.worker.send(msg).await {
-            Ok(reply) => reply.map(Response::new).map_err(tonic::Status::from),
-            Err(_) => Err(tonic::Status::unavailable("task is shutting down")),
-        }
-    }
+/// Turns the service's answer into a gRPC response.
+async fn answer<R>(reply: HandlerFuture<'_, R>) -> Result<Response<R>, tonic::Status> {
+    reply.await.map(Response::new).map_err(tonic::Status::from)
 }
 
 #[tonic::async_trait]
@@ -106,21 +80,21 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<GetStatusRequest>,
     ) -> Result<Response<GetStatusResponse>, tonic::Status> {
-        self.call(GetStatus(request.into_inner())).await
+        answer(self.worker.get_status(request.into_inner())).await
     }
 
     async fn create_worker_session(
         &self,
         request: Request<CreateWorkerSessionRequest>,
     ) -> Result<Response<CreateWorkerSessionResponse>, tonic::Status> {
-        self.call(CreateWorkerSession(request.into_inner())).await
+        answer(self.worker.create_worker_session(request.into_inner())).await
     }
 
     async fn delete_worker_session(
         &self,
         request: Request<DeleteWorkerSessionRequest>,
     ) -> Result<Response<DeleteWorkerSessionResponse>, tonic::Status> {
-        self.call(DeleteWorkerSession(request.into_inner())).await
+        answer(self.worker.delete_worker_session(request.into_inner())).await
     }
 
     async fn register_graph(
@@ -131,14 +105,14 @@ impl WorkerService for WorkerGrpc {
         if let Some(graph) = &request.graph_def {
             self.limits.check_graph("RegisterGraph: the graph", graph)?;
         }
-        self.call(RegisterGraph(request)).await
+        answer(self.worker.register_graph(request)).await
     }
 
     async fn deregister_graph(
         &self,
         request: Request<DeregisterGraphRequest>,
     ) -> Result<Response<DeregisterGraphResponse>, tonic::Status> {
-        self.call(DeregisterGraph(request.into_inner())).await
+        answer(self.worker.deregister_graph(request.into_inner())).await
     }
 
     async fn run_graph(
@@ -156,7 +130,7 @@ impl WorkerService for WorkerGrpc {
             "RunGraph",
             prost::Message::encoded_len(&request),
         );
-        let response = self.call(RunGraph { request, timeout }).await?;
+        let response = answer(self.worker.run_graph(request, timeout)).await?;
         metrics::sent(
             &self.task,
             "RunGraph",
@@ -169,14 +143,14 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<CleanupGraphRequest>,
     ) -> Result<Response<CleanupGraphResponse>, tonic::Status> {
-        self.call(CleanupGraph(request.into_inner())).await
+        answer(self.worker.cleanup_graph(request.into_inner())).await
     }
 
     async fn cleanup_all(
         &self,
         request: Request<CleanupAllRequest>,
     ) -> Result<Response<CleanupAllResponse>, tonic::Status> {
-        self.call(CleanupAll(request.into_inner())).await
+        answer(self.worker.cleanup_all(request.into_inner())).await
     }
 
     async fn recv_tensor(
@@ -185,7 +159,7 @@ impl WorkerService for WorkerGrpc {
     ) -> Result<Response<RecvTensorResponse>, tonic::Status> {
         let timeout = grpc_timeout(&request);
         let request = request.into_inner();
-        let response = self.call(RecvTensor { request, timeout }).await?;
+        let response = answer(self.worker.recv_tensor(request, timeout)).await?;
         metrics::sent(
             &self.task,
             "RecvTensor",

@@ -7,7 +7,9 @@
 //! - the worker sessions, each with its registered graphs ([`super::session`]);
 //! - the task's [`RendezvousMgr`]: one rendezvous per live step, found or created by RunGraph
 //!   and by RecvTensor (which may come first), removed by CleanupGraph or by TTL collection;
-//! - the [`RemoteFetcher`] that `_Recv` kernels use to pull tensors from other tasks.
+//! - the remote-receive hook (`RemoteRecv`) that `_Recv` kernels use to pull tensors from
+//!   other tasks: the peers implement it and the daemon hands it over
+//!   ([`WorkerState::set_remote`]), so the worker knows no transport.
 //!
 //! Every wait has a deadline from [`WorkerOptions`]: a step that does not finish within
 //! `step_timeout` fails with DEADLINE_EXCEEDED, a RecvTensor whose value does not come within
@@ -15,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cluster::{TaskId, Timeouts};
@@ -24,8 +26,6 @@ use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::exec::executor::{RemoteRecv, StepOptions, StepStatsCollector};
 use crate::format::files::Files;
-use crate::peer::local::HandlerFuture;
-use crate::peer::{PeerCache, WorkerHandler};
 use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
     CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
@@ -40,8 +40,9 @@ use crate::runtime::resource::ResourceMgr;
 use crate::tensor::Tensor;
 
 use super::graphs::RegisteredGraph;
+use super::service::{HandlerFuture, WorkerHandler};
 use super::session::{isolated_devices, WorkerSession, LEGACY_SESSION};
-use super::step::{run_executors, RemoteFetcher};
+use super::step::run_executors;
 use crate::ops::metrics;
 
 /// The worker's deadlines and collection periods.
@@ -65,8 +66,6 @@ pub struct WorkerOptions {
     /// Bytes each CPU device's steps and variables may take (`devices.cpu_memory_limit`);
     /// `None`, no limit.
     pub cpu_memory_limit: Option<u64>,
-    /// The most bytes a peer's RecvTensor answer may announce (`limits.max_message_bytes`).
-    pub max_message_bytes: usize,
 }
 
 impl Default for WorkerOptions {
@@ -87,7 +86,6 @@ impl WorkerOptions {
             max_sessions: crate::cluster::Limits::default().max_sessions,
             files: Files::ambient(),
             cpu_memory_limit: None,
-            max_message_bytes: crate::cluster::Limits::default().max_message_bytes,
         }
     }
 }
@@ -117,7 +115,7 @@ struct Inner {
     rendezvous: RendezvousMgr,
     sessions: Mutex<HashMap<String, WorkerSession>>,
     next_graph: AtomicU64,
-    remote: Arc<RemoteFetcher>,
+    remote: OnceLock<Arc<dyn RemoteRecv>>,
 }
 
 impl WorkerState {
@@ -179,7 +177,7 @@ impl WorkerState {
         );
         Self {
             inner: Arc::new(Inner {
-                remote: Arc::new(RemoteFetcher::new(task.clone(), options.max_message_bytes)),
+                remote: OnceLock::new(),
                 task,
                 devices,
                 shared,
@@ -192,10 +190,10 @@ impl WorkerState {
         }
     }
 
-    /// Gives the worker its cluster's peers, through which `_Recv` kernels pull tensors from
-    /// other tasks. Only the first call counts.
-    pub fn set_peers(&self, peers: Arc<PeerCache>) {
-        if !self.inner.remote.set_peers(peers) {
+    /// Gives the worker the way its `_Recv` kernels pull tensors from other tasks (the
+    /// cluster's peers). Only the first call counts.
+    pub fn set_remote(&self, remote: Arc<dyn RemoteRecv>) {
+        if self.inner.remote.set(remote).is_err() {
             tracing::warn!(task = %self.inner.task, "worker peers were already set; kept the first");
         }
     }
@@ -479,7 +477,7 @@ impl WorkerState {
             cancellation: Some(CancellationToken::new()),
             deadline: Some(deadline),
             rendezvous: Some(Arc::clone(&rendezvous)),
-            remote_recv: Some(Arc::clone(&self.inner.remote) as Arc<dyn RemoteRecv>),
+            remote_recv: self.inner.remote.get().cloned(),
             stats: stats.clone(),
         };
         run_executors(graph.executors(), options).await?;
@@ -720,10 +718,24 @@ impl WorkerHandler for WeakWorkerState {
         delete_worker_session, DeleteWorkerSessionRequest, DeleteWorkerSessionResponse;
         register_graph, RegisterGraphRequest, RegisterGraphResponse;
         deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
-        run_graph, RunGraphRequest, RunGraphResponse;
         cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
         cleanup_all, CleanupAllRequest, CleanupAllResponse;
-        recv_tensor, RecvTensorRequest, RecvTensorResponse;
+    }
+
+    fn run_graph(
+        &self,
+        request: RunGraphRequest,
+        timeout: Option<Duration>,
+    ) -> HandlerFuture<'_, RunGraphResponse> {
+        Box::pin(async move { self.upgrade()?.run_graph_within(request, timeout).await })
+    }
+
+    fn recv_tensor(
+        &self,
+        request: RecvTensorRequest,
+        timeout: Option<Duration>,
+    ) -> HandlerFuture<'_, RecvTensorResponse> {
+        Box::pin(async move { self.upgrade()?.recv_tensor(request, timeout).await })
     }
 }
 
@@ -768,8 +780,12 @@ impl WorkerHandler for WorkerState {
         )))
     }
 
-    fn run_graph(&self, request: RunGraphRequest) -> HandlerFuture<'_, RunGraphResponse> {
-        Box::pin(WorkerState::run_graph(self, request))
+    fn run_graph(
+        &self,
+        request: RunGraphRequest,
+        timeout: Option<Duration>,
+    ) -> HandlerFuture<'_, RunGraphResponse> {
+        Box::pin(self.run_graph_within(request, timeout))
     }
 
     fn cleanup_graph(
@@ -785,8 +801,12 @@ impl WorkerHandler for WorkerState {
         Box::pin(std::future::ready(WorkerState::cleanup_all(self, &request)))
     }
 
-    fn recv_tensor(&self, request: RecvTensorRequest) -> HandlerFuture<'_, RecvTensorResponse> {
-        Box::pin(WorkerState::recv_tensor(self, request, None))
+    fn recv_tensor(
+        &self,
+        request: RecvTensorRequest,
+        timeout: Option<Duration>,
+    ) -> HandlerFuture<'_, RecvTensorResponse> {
+        Box::pin(WorkerState::recv_tensor(self, request, timeout))
     }
 }
 

@@ -105,7 +105,8 @@ impl OpKernel for RecvKernel {
                 let remote = ctx.remote_recv().ok_or_else(|| {
                     Status::failed_precondition(format!(
                         "node `{}` (op {}) receives `{}` from another task, but its step has no \
-                         way to reach other tasks; run it through a worker's RunGraph",
+                         way to reach other tasks; run it through the RunGraph of a worker that \
+                         was given its cluster's peers",
                         ctx.node().name,
                         ctx.node().op,
                         key

@@ -24,12 +24,13 @@ use tracing::warn;
 use super::{hello, AnswerHead, RequestHead, ResponseHead, ANSWER_HEAD_BYTES, RESPONSE_HEAD_BYTES};
 use crate::cluster::TaskId;
 use crate::error::{Code, Result, Status};
-use crate::peer::{deadline_exceeded, lost_connection, Rpc};
 use crate::proto::{RecvTensorRequest, RecvTensorResponse};
 use crate::security::{ClusterToken, Security};
 use crate::wire::message::CONTENT_ALIGN;
 use crate::wire::pool;
+use crate::wire::transport::{deadline_exceeded, lost_connection};
 use crate::wire::MAX_MESSAGE_BYTES;
+use crate::worker::Rpc;
 
 /// How often a call blocked on its socket looks at its step (aborted?) and its deadline.
 pub const POLL: Duration = Duration::from_millis(20);
