@@ -117,7 +117,9 @@ fn code_only(text: &str) -> String {
         } else if let Some(hashes) = raw_string_start(rest) {
             let close = format!("\"{}", "#".repeat(hashes));
             let open = 2 + hashes + (rest.starts_with('b') as usize);
-            rest[open..].find(&close).map_or(rest.len(), |k| open + k + close.len())
+            rest[open..]
+                .find(&close)
+                .map_or(rest.len(), |k| open + k + close.len())
         } else if rest.starts_with('"') || rest.starts_with("b\"") {
             let mut j = if rest.starts_with('"') { 1 } else { 2 };
             while j < rest.len() {
@@ -358,7 +360,11 @@ fn no_two_modules_import_each_other_even_around_a_cycle() {
     let mut done = BTreeSet::new();
     for node in graph.keys() {
         let cycle = visit(node, &graph, &mut done, &mut Vec::new());
-        assert!(cycle.is_none(), "modules import each other: {}", cycle.unwrap().join(" -> "));
+        assert!(
+            cycle.is_none(),
+            "modules import each other: {}",
+            cycle.unwrap().join(" -> ")
+        );
     }
 }
 
