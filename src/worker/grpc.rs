@@ -212,8 +212,8 @@ impl WorkerService for WorkerGrpc {
 
     async fn get_step_sequence(
         &self,
-        _request: Request<GetStepSequenceRequest>,
+        request: Request<GetStepSequenceRequest>,
     ) -> Result<Response<GetStepSequenceResponse>, tonic::Status> {
-        Err(not_yet("GetStepSequence"))
+        answer(self.worker.get_step_sequence(request.into_inner())).await
     }
 }

@@ -11,8 +11,9 @@ use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
     CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
     DeleteWorkerSessionResponse, DeregisterGraphRequest, DeregisterGraphResponse, GetStatusRequest,
-    GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
-    RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
+    GetStatusResponse, GetStepSequenceRequest, GetStepSequenceResponse, RecvTensorRequest,
+    RecvTensorResponse, RegisterGraphRequest, RegisterGraphResponse, RunGraphRequest,
+    RunGraphResponse,
 };
 
 /// The WorkerService RPCs, for messages, logs and recorded calls.
@@ -36,6 +37,8 @@ pub enum Rpc {
     CleanupAll,
     /// `RecvTensor`: pulls one tensor a step produced on the task.
     RecvTensor,
+    /// `GetStepSequence`: the next step ids of collective graphs, from their group leader.
+    GetStepSequence,
 }
 
 impl Rpc {
@@ -51,6 +54,7 @@ impl Rpc {
             Rpc::CleanupGraph => "CleanupGraph",
             Rpc::CleanupAll => "CleanupAll",
             Rpc::RecvTensor => "RecvTensor",
+            Rpc::GetStepSequence => "GetStepSequence",
         }
     }
 }
@@ -142,6 +146,14 @@ pub trait WorkerHandler: Send + Sync {
         _timeout: Option<Duration>,
     ) -> HandlerFuture<'_, RecvTensorResponse> {
         unimplemented_rpc(Rpc::RecvTensor)
+    }
+
+    /// `GetStepSequence`.
+    fn get_step_sequence(
+        &self,
+        _request: GetStepSequenceRequest,
+    ) -> HandlerFuture<'_, GetStepSequenceResponse> {
+        unimplemented_rpc(Rpc::GetStepSequence)
     }
 }
 

@@ -30,8 +30,9 @@ use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
     CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
     DeleteWorkerSessionResponse, DeregisterGraphRequest, DeregisterGraphResponse, DeviceAttributes,
-    GetStatusRequest, GetStatusResponse, NamedTensorProto, RecvTensorRequest, RecvTensorResponse,
-    RegisterGraphRequest, RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
+    GetStatusRequest, GetStatusResponse, GetStepSequenceRequest, GetStepSequenceResponse,
+    NamedTensorProto, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
+    RegisterGraphResponse, RunGraphRequest, RunGraphResponse, StepSequence,
 };
 use crate::runtime::cancel::CancellationToken;
 use crate::runtime::device::Device;
@@ -115,6 +116,8 @@ struct Inner {
     rendezvous: RendezvousMgr,
     sessions: Mutex<HashMap<String, WorkerSession>>,
     next_graph: AtomicU64,
+    /// The next step id of each collective graph key this task leads (GetStepSequence).
+    step_sequences: Mutex<HashMap<i64, i64>>,
     remote: OnceLock<Arc<dyn RemoteRecv>>,
 }
 
@@ -186,6 +189,7 @@ impl WorkerState {
                 options,
                 sessions: Mutex::new(sessions),
                 next_graph: AtomicU64::new(1),
+                step_sequences: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -569,6 +573,34 @@ impl WorkerState {
         Ok(CleanupAllResponse {})
     }
 
+    /// GetStepSequence: the next step id of each collective graph key asked for. This task
+    /// answers as the group leader, as a TensorFlow task with no other `collective_group_leader`
+    /// configured does: a key it has not seen gets a random first id (the top 7 bits clear,
+    /// which TensorFlow keeps for future use), and asking again answers the same id.
+    pub fn get_step_sequence(
+        &self,
+        request: &GetStepSequenceRequest,
+    ) -> Result<GetStepSequenceResponse> {
+        /// TensorFlow's `kStepIdMask`: the low 57 bits.
+        const STEP_ID_MASK: i64 = (1 << 57) - 1;
+        let mut sequences = self
+            .inner
+            .step_sequences
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let step_sequence = request
+            .graph_key
+            .iter()
+            .map(|&graph_key| StepSequence {
+                graph_key,
+                next_step_id: *sequences
+                    .entry(graph_key)
+                    .or_insert_with(|| rand::random::<i64>() & STEP_ID_MASK),
+            })
+            .collect();
+        Ok(GetStepSequenceResponse { step_sequence })
+    }
+
     /// Collects steps unused for longer than the step TTL and sessions whose master sent
     /// nothing for longer than the session TTL, as of `now`; returns what it removed.
     pub fn collect_stale(&self, now: Instant) -> Collected {
@@ -671,8 +703,9 @@ fn unknown_graph(handle: &str) -> Status {
     ))
 }
 
-/// A [`WorkerState`] that does not keep it alive: the own task's peer inside the worker's own
-/// [`PeerCache`], which would otherwise own the state it belongs to. Once the worker is gone,
+/// A [`WorkerState`] that does not keep it alive: the own task's peer inside the cluster's
+/// peer cache, which the worker holds (through its remote receive) and which would otherwise
+/// own the state it belongs to. Once the worker is gone,
 /// calls answer UNAVAILABLE.
 #[derive(Clone)]
 pub struct WeakWorkerState {
@@ -720,6 +753,7 @@ impl WorkerHandler for WeakWorkerState {
         deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
         cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
         cleanup_all, CleanupAllRequest, CleanupAllResponse;
+        get_step_sequence, GetStepSequenceRequest, GetStepSequenceResponse;
     }
 
     fn run_graph(
@@ -799,6 +833,15 @@ impl WorkerHandler for WorkerState {
 
     fn cleanup_all(&self, request: CleanupAllRequest) -> HandlerFuture<'_, CleanupAllResponse> {
         Box::pin(std::future::ready(WorkerState::cleanup_all(self, &request)))
+    }
+
+    fn get_step_sequence(
+        &self,
+        request: GetStepSequenceRequest,
+    ) -> HandlerFuture<'_, GetStepSequenceResponse> {
+        Box::pin(std::future::ready(WorkerState::get_step_sequence(
+            self, &request,
+        )))
     }
 
     fn recv_tensor(
@@ -892,5 +935,37 @@ mod tests {
         assert_eq!(worker.graph_count(LEGACY_SESSION), Some(0));
         let again = worker.create_worker_session(&create("c", 8)).unwrap_err();
         assert_eq!(again.code(), crate::Code::AlreadyExists);
+    }
+
+    #[test]
+    fn step_sequences_start_at_random_ids_and_answer_the_same_again() {
+        let task = TaskId::new("worker", 0);
+        let state = WorkerState::new(
+            task,
+            vec![device("/job:worker/replica:0/task:0/device:CPU:0", 1)],
+        );
+        let ask = |keys: &[i64]| {
+            state
+                .get_step_sequence(&GetStepSequenceRequest {
+                    graph_key: keys.to_vec(),
+                })
+                .unwrap()
+                .step_sequence
+        };
+        let first = ask(&[7, 9]);
+        let keys: Vec<i64> = first.iter().map(|s| s.graph_key).collect();
+        assert_eq!(keys, [7, 9]);
+        for sequence in &first {
+            assert!(
+                (0..1 << 57).contains(&sequence.next_step_id),
+                "{sequence:?} uses TensorFlow's reserved top bits"
+            );
+        }
+        assert_ne!(first[0].next_step_id, first[1].next_step_id);
+        // Asked again, in another order and with a new key: the same ids for the known keys.
+        let again = ask(&[9, 7, 11]);
+        assert_eq!(again[0], first[1]);
+        assert_eq!(again[1], first[0]);
+        assert_eq!(again[2].graph_key, 11);
     }
 }
