@@ -1,22 +1,58 @@
 //! tessera: a distributed training runtime with TensorFlow's distributed architecture.
 //!
 //! ```text
-//!              gRPC (tonic)                       mailboxes (actix)
-//! client ───► MasterService ──► Master ──► MasterSession   (one per client session:
-//!                                               │           place, partition, register, run steps)
-//!                                               ▼  Peer: local mailbox | remote gRPC | simulated
-//! peers  ───► WorkerService ──► Worker ──► Tower            (one per local device, CPU:i / GPU:i;
-//!                                   │          │             runs its device's subgraph for a step)
-//!                                   ▼          ▼
-//!                              Rendezvous   VariableShard    (the variables and optimizer slots
-//!                           (per step_id)                     this task hosts; applies updates)
+//!              gRPC (tonic)                        mailboxes (actix)
+//! client ───► MasterService ──► Master ──► MasterSession  (one per client session:
+//!                                               │          place, partition, register, run steps)
+//!                                               ▼  Peer: LocalPeer | GrpcPeer | SimulatedPeer
+//! peers  ───► WorkerService ─┐                  │
+//! (gRPC or tensor channel)   ├──► WorkerHandler (the worker's one service trait, implemented
+//!             LocalPeer ─────┘     by WorkerState: sessions, registered graphs, rendezvous)
+//!                                       │ runs each device's partition on the executor pool;
+//!                                       │ a cross-task `_Recv` pulls through RemoteRecv, which
+//!                                       ▼ the peers implement (peer::RemoteFetcher)
+//!                               Worker actor: owns Tower ×N (one per device, CPU:i / GPU:i;
+//!                               describes it) and the VariableShard's store (the task's
+//!                               variables), and collects stale steps and sessions
 //! ```
 //!
 //! Every task runs one daemon serving TensorFlow's MasterService and WorkerService on one port.
-//! Inside a daemon, actors talk through mailboxes; between daemons, over gRPC with TensorFlow's
-//! own messages ([`proto`]), so stock TensorFlow clients and tasks can talk to tessera tasks.
-//! Between two tessera tasks in plain text, RecvTensor takes the tensor channel on the same
-//! port instead ([`wire::channel`]): plain TCP with the copies of raw TCP.
+//! Inside a daemon, actors talk through mailboxes and the worker's service is called directly;
+//! between daemons, over gRPC with TensorFlow's own messages ([`proto`]), so stock TensorFlow
+//! clients and tasks can talk to tessera tasks. Between two tessera tasks in plain text,
+//! RecvTensor takes the tensor channel on the same port instead ([`wire::channel`]): plain TCP
+//! with the copies of raw TCP.
+//!
+//! ## Layers
+//!
+//! The top-level modules form layers, lowest first; a module imports only from its own row and
+//! the rows below, and `tests/layers.rs` fails on an import that points up or closes a cycle:
+//!
+//! | row | modules | what goes there |
+//! |-----|---------|-----------------|
+//! | 1 | [`codec`], [`proto`], [`error`] | TensorFlow's messages, their codec, [`Status`] |
+//! | 2 | [`tensor`] | tensors, dtypes, shapes, variables' storage |
+//! | 3 | [`format`] | files: V2 checkpoints, TFRecord, event files, allowed paths |
+//! | 4 | [`data`] | data sets |
+//! | 5 | [`security`] | TLS and the cluster token |
+//! | 6 | [`cluster`] | cluster specs, device names, the task's configuration |
+//! | 7 | [`ops`] | metrics, the RPC layer, systemd |
+//! | 8 | [`graph`] | the op registry, the builder, gradients, lowering |
+//! | 9 | [`device`] | device types, discovery, memory budgets |
+//! | 10 | [`runtime`] | what kernels run against: devices, resources, rendezvous, per-step state |
+//! | 11 | [`kernels`] | CPU and CUDA kernels, functional ops |
+//! | 12 | [`exec`] | placement, partitioning, the executor |
+//! | 13 | [`tower`], [`shard`], [`worker`] | the daemon's actors and the worker's service |
+//! | 14 | [`wire`] | the transport: settings, RecvTensor framing, the tensor channel |
+//! | 15 | [`peer`] | how a task reaches another |
+//! | 16 | [`master`] | the master and its sessions |
+//! | 17 | [`client`], [`train`] | sessions for programs; optimizers, checkpoints, training jobs |
+//! | 18 | [`server`] | the daemon, wired together (then the `tessera` command) |
+//!
+//! When a lower layer needs something only a higher one can do, it defines a trait that the
+//! higher one implements and the daemon injects: [`runtime::RemoteRecv`] (implemented by
+//! [`peer::RemoteFetcher`]) lets a `_Recv` kernel pull from another task without the worker,
+//! the rendezvous or the kernels knowing any transport.
 //!
 //! ## Variables: one storage for both kinds
 //!
@@ -40,10 +76,10 @@
 //!
 //! ## Control flow
 //!
-//! The executor ([`runtime::executor`]) runs TensorFlow 1's control flow: dead tensors,
+//! The executor ([`exec::executor`]) runs TensorFlow 1's control flow: dead tensors,
 //! `Switch`/`Merge`, while-loop frames and iterations. Graphs without it run on a lock-free
 //! engine that never pays for it. A loop whose body spans devices gets a control loop on
-//! every device it touches ([`runtime::control_loops`]), as TensorFlow's partitioner builds.
+//! every device it touches ([`exec::control_loops`]), as TensorFlow's partitioner builds.
 
 pub mod client;
 pub mod cluster;

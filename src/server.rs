@@ -1,10 +1,12 @@
 //! `Server`: one task's daemon, wired together. Nothing here holds logic.
 //!
 //! ```text
-//!  thread tessera-grpc (tokio)          thread tessera-actors (actix System)
-//!  tonic: MasterService ── Recipient ──► Master ── Recipient ──► Worker ──► Tower ×N
-//!         WorkerService ── Recipient ──────────────────────────► Worker      (own arbiters)
-//!         grpc.health.v1                                         VariableShard
+//!  thread tessera-grpc (tokio)             thread tessera-actors (actix System)
+//!  tonic: MasterService ── Recipient ────► Master ──► MasterSession ×N
+//!                                             │ Peer (own task: LocalPeer)
+//!         WorkerService ─┐                    ▼
+//!  tensor channel ───────┴──────────────► WorkerState (the worker's service, called directly)
+//!         grpc.health.v1                  Worker ──► Tower ×N (own arbiters), VariableShard
 //! ```
 //!
 //! With `[tls]` in the task's config the port serves TLS only (mutual TLS unless
@@ -16,8 +18,12 @@
 //! each connection's first bytes and keeps tensor-channel connections for itself (unless the
 //! port serves TLS), handing all others to tonic.
 //!
-//! The gRPC runtime and the actor system run on separate threads, so a handler only awaits a
-//! mailbox and never blocks tonic's runtime; each tower has its own arbiter thread.
+//! The gRPC runtime and the actor system run on separate threads: a MasterService handler only
+//! awaits a mailbox; a WorkerService handler calls the worker's service, whose waiting calls
+//! (RunGraph, RecvTensor) run their kernels on the executor pool and never block tonic's
+//! runtime. Each tower has its own arbiter thread. The daemon injects what lower layers cannot
+//! reach themselves: the cluster's peers into the master, and the peers' `RemoteFetcher` into
+//! the worker, as its remote receive.
 //!
 //! Lifecycle: [`Server::start`] binds the port (before returning, so the caller can announce
 //! it; [`Server::start_with_listener`] takes a socket already bound), builds the devices,
@@ -372,12 +378,12 @@ fn start_actors(
             let arbiters = system.block_on(async move {
                 let mut arbiters = Vec::new();
                 let mut towers = Vec::new();
+                let mut tower_handles = Vec::new();
                 for device in &devices {
                     let arbiter = Arbiter::new();
-                    let device = device.clone();
-                    let tower =
-                        Tower::start_in_arbiter(&arbiter.handle(), move |_| Tower::new(device));
-                    towers.push(tower.recipient());
+                    let (tower, handle) = Tower::start_on(&arbiter.handle(), device.clone());
+                    towers.push(tower);
+                    tower_handles.push(handle);
                     arbiters.push(arbiter);
                 }
                 // The shard's store lives on the task's CPU:0, like TensorFlow's ps variables.
@@ -393,7 +399,7 @@ fn start_actors(
                 };
                 resources.set_max_var_bytes(limits.max_shard_bytes);
                 collect_shard(&task, &resources);
-                let state = WorkerState::with_options(
+                let state = WorkerState::with_towers(
                     task.clone(),
                     devices,
                     Some(Arc::clone(&resources)),
@@ -403,6 +409,7 @@ fn start_actors(
                         cpu_memory_limit: Some(cpu_memory_limit),
                         ..WorkerOptions::from_timeouts(&timeouts)
                     },
+                    tower_handles,
                 );
                 // The worker pulls tensors from other tasks through the cluster's peers, and
                 // the master drives them through the same ones; the own task is the worker's

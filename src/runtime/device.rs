@@ -12,6 +12,7 @@ use crate::device::memory::MemoryBudget;
 use crate::device::DeviceType;
 use crate::error::Result;
 use crate::format::files::Files;
+use crate::runtime::pool::ThreadPool;
 use crate::runtime::resource::ResourceMgr;
 
 /// A device that runs kernels: `/job:localhost/replica:0/task:0/device:CPU:0`.
@@ -23,6 +24,9 @@ pub struct Device {
     memory: Option<Arc<MemoryBudget>>,
     /// The paths its checkpoint and summary kernels may touch.
     files: Files,
+    /// The threads its executors run nodes on: its tower's pool in a daemon, the process's
+    /// shared pool when it has none.
+    pool: Option<ThreadPool>,
 }
 
 impl Device {
@@ -43,11 +47,12 @@ impl Device {
             resources,
             memory: None,
             files: Files::ambient(),
+            pool: None,
         }
     }
 
-    /// A device with the same name, type, memory budget and files but a resource store of its
-    /// own (a worker session with isolated state).
+    /// A device with the same name, type, memory budget, files and threads but a resource
+    /// store of its own (a worker session with isolated state).
     pub fn isolated(&self) -> Self {
         let resources = ResourceMgr::new();
         if let Some(budget) = &self.memory {
@@ -59,10 +64,22 @@ impl Device {
             resources: Arc::new(resources),
             memory: self.memory.clone(),
             files: self.files.clone(),
+            pool: self.pool.clone(),
         }
     }
 
-    /// The same device with its kernels' files confined by `files`.
+    /// The same device running its executors' nodes on `pool` (its tower's).
+    pub fn with_pool(mut self, pool: ThreadPool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The threads the device's executors run nodes on.
+    pub fn pool(&self) -> &ThreadPool {
+        self.pool.as_ref().unwrap_or_else(|| ThreadPool::global())
+    }
+
+    /// The same device, its checkpoint and summary kernels confined to `files`.
     pub fn with_files(mut self, files: Files) -> Self {
         self.files = files;
         self

@@ -1,19 +1,38 @@
 //! The logic of a [`Tower`](super::Tower), without actix.
 //!
-//! Owns the device's attributes; the per-step executor state joins it with `RunGraph`.
+//! A tower owns one device's execution: the device's attributes and the pool of threads its
+//! executors run nodes on (named after the device, `tessera-CPU:0-N`). [`TowerState::start`]
+//! starts the device's part of a step: the nodes that cannot wait and proved cheap run on the
+//! calling thread (the tower's), every other node on the pool, and the step goes on there
+//! while the tower takes its next message; so concurrent steps run concurrently, and a kernel
+//! that blocks (`_Recv`, a queue's dequeue, an accumulator's take) blocks one pool thread, never
+//! the tower or another step.
 
+use std::sync::Arc;
+
+use crate::error::{Result, Status};
+use crate::exec::executor::RunningStep;
+use crate::exec::Executor;
 use crate::proto::DeviceAttributes;
+use crate::runtime::pool::ThreadPool;
+use crate::runtime::StepOptions;
 
-/// One device's state: its attributes (name, type, incarnation, memory limit).
-#[derive(Clone, Debug)]
+/// One device's state: its attributes (name, type, incarnation, memory limit) and its threads.
+#[derive(Clone)]
 pub struct TowerState {
     device: DeviceAttributes,
+    pool: ThreadPool,
 }
 
 impl TowerState {
-    /// The state of a tower for `device`.
+    /// The state of a tower for `device`, with a pool of its own.
     pub fn new(device: DeviceAttributes) -> Self {
-        Self { device }
+        let short = device
+            .name
+            .rsplit_once("/device:")
+            .map_or(device.name.as_str(), |(_, short)| short);
+        let pool = ThreadPool::new(format!("tessera-{short}"));
+        Self { device, pool }
     }
 
     /// Returns the device's full name (`/job:J/replica:0/task:T/device:CPU:0`).
@@ -25,11 +44,43 @@ impl TowerState {
     pub fn describe(&self) -> DeviceAttributes {
         self.device.clone()
     }
+
+    /// Returns the threads the device's executors run nodes on; the worker builds the device
+    /// with them (`runtime::Device::with_pool`).
+    pub fn pool(&self) -> &ThreadPool {
+        &self.pool
+    }
+
+    /// Starts `executor`'s part of the step described by `options` and returns it running.
+    /// FAILED_PRECONDITION when the executor runs on another device.
+    pub fn start(&self, executor: &Arc<Executor>, options: &StepOptions) -> Result<RunningStep> {
+        let device = executor.device().name();
+        if device != self.device.name {
+            return Err(Status::failed_precondition(format!(
+                "the tower of {} was handed a partition for {device}",
+                self.device.name
+            )));
+        }
+        executor.spawn(Vec::new(), options)
+    }
+}
+
+impl std::fmt::Debug for TowerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TowerState")
+            .field("device", &self.device.name)
+            .field("threads", &self.pool.threads())
+            .finish()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::DeviceType;
+    use crate::graph::Graph;
+    use crate::runtime::Device;
+    use crate::tensor::Tensor;
 
     #[test]
     fn describes_the_device_it_was_given() {
@@ -41,5 +92,67 @@ mod tests {
         let tower = TowerState::new(device.clone());
         assert_eq!(tower.name(), "/job:ps/replica:0/task:0/device:CPU:0");
         assert_eq!(tower.describe(), device);
+    }
+
+    fn executor_on(device: Arc<Device>) -> Arc<Executor> {
+        let mut g = Graph::new();
+        let a = g
+            .constant(&Tensor::from_vec([2], vec![1.0f32, 2.0]).unwrap())
+            .unwrap();
+        let b = g.add(&a, &a).unwrap();
+        let mut graph = g.to_graph_def();
+        for node in &mut graph.node {
+            node.device = device.name().to_string();
+        }
+        let kernels = crate::kernels::create_kernel;
+        Arc::new(Executor::new(&graph, &[], &[&b.name()], &[], device, &kernels).unwrap())
+    }
+
+    #[tokio::test]
+    async fn runs_its_devices_nodes_on_its_own_threads() {
+        let name = "/job:worker/replica:0/task:0/device:CPU:1";
+        let tower = TowerState::new(DeviceAttributes {
+            name: name.into(),
+            ..Default::default()
+        });
+        let device = Arc::new(Device::new(name, DeviceType::Cpu).with_pool(tower.pool().clone()));
+        let executor = executor_on(device);
+        let stats = Arc::new(crate::runtime::stats::StepStatsCollector::new());
+        let options = StepOptions {
+            stats: Some(Arc::clone(&stats)),
+            ..Default::default()
+        };
+        let out = tower
+            .start(&executor, &options)
+            .unwrap()
+            .finish()
+            .await
+            .unwrap();
+        assert_eq!(out[0].values::<f32>().unwrap().as_ref(), [2.0, 4.0]);
+        // A first step runs no node inline (none has proved cheap yet): all on the pool.
+        let traced = stats.finish();
+        let threads: Vec<&String> = traced.dev_stats[0].thread_names.values().collect();
+        assert!(!threads.is_empty());
+        assert!(
+            threads.iter().all(|t| t.starts_with("tessera-CPU:1-")),
+            "{threads:?}"
+        );
+    }
+
+    #[test]
+    fn refuses_another_devices_partition() {
+        let tower = TowerState::new(DeviceAttributes {
+            name: "/job:worker/replica:0/task:0/device:CPU:0".into(),
+            ..Default::default()
+        });
+        let other = Arc::new(Device::new(
+            "/job:worker/replica:0/task:0/device:CPU:1",
+            DeviceType::Cpu,
+        ));
+        let err = tower
+            .start(&executor_on(other), &StepOptions::default())
+            .err()
+            .unwrap();
+        assert_eq!(err.code(), crate::Code::FailedPrecondition);
     }
 }

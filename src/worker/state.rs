@@ -45,6 +45,7 @@ use super::service::{HandlerFuture, WorkerHandler};
 use super::session::{isolated_devices, WorkerSession, LEGACY_SESSION};
 use super::step::run_executors;
 use crate::ops::metrics;
+use crate::tower::TowerHandle;
 
 /// The worker's deadlines and collection periods.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,6 +120,8 @@ struct Inner {
     /// The next step id of each collective graph key this task leads (GetStepSequence).
     step_sequences: Mutex<HashMap<i64, i64>>,
     remote: OnceLock<Arc<dyn RemoteRecv>>,
+    /// The towers of the devices that have one, by device name.
+    towers: HashMap<String, TowerHandle>,
 }
 
 impl WorkerState {
@@ -136,6 +139,20 @@ impl WorkerState {
         cpu0_resources: Option<Arc<ResourceMgr>>,
         options: WorkerOptions,
     ) -> Self {
+        Self::with_towers(task, devices, cpu0_resources, options, Vec::new())
+    }
+
+    /// The state of `task`'s worker as a daemon runs it: each device in `towers` runs its part
+    /// of every step on its tower, its nodes on the tower's pool. Devices without a tower (a
+    /// worker driven without actors, in tests) start their part on the caller's thread and run
+    /// it on the process's shared pool.
+    pub fn with_towers(
+        task: TaskId,
+        devices: Vec<DeviceAttributes>,
+        cpu0_resources: Option<Arc<ResourceMgr>>,
+        options: WorkerOptions,
+        towers: Vec<TowerHandle>,
+    ) -> Self {
         let cpu0 = format!("{}/device:CPU:0", task.device_prefix());
         let shared = devices
             .iter()
@@ -149,8 +166,11 @@ impl WorkerState {
                     Some(store) if d.name == cpu0 => Arc::clone(store),
                     _ => Arc::new(ResourceMgr::new()),
                 };
-                let device = Device::with_resources(&d.name, device_type, resources)
+                let mut device = Device::with_resources(&d.name, device_type, resources)
                     .with_files(options.files.clone());
+                if let Some(tower) = towers.iter().find(|t| t.device == d.name) {
+                    device = device.with_pool(tower.pool.clone());
+                }
                 // A GPU's limit comes from gpu_memory_fraction; a CPU's from the options (the
                 // 256 MiB its attributes report is only what TensorFlow reports).
                 let budget = match device_type {
@@ -181,6 +201,7 @@ impl WorkerState {
         Self {
             inner: Arc::new(Inner {
                 remote: OnceLock::new(),
+                towers: towers.into_iter().map(|t| (t.device.clone(), t)).collect(),
                 task,
                 devices,
                 shared,
@@ -484,7 +505,7 @@ impl WorkerState {
             remote_recv: self.inner.remote.get().cloned(),
             stats: stats.clone(),
         };
-        run_executors(graph.executors(), options).await?;
+        run_executors(graph.executors(), options, &self.inner.towers).await?;
         let mut recv = Vec::with_capacity(recv_keys.len());
         let deadline = tokio::time::Instant::from_std(deadline);
         for key in recv_keys {

@@ -34,7 +34,6 @@ use super::frame_plan::{frame_id, ControlPlan, FrameInfo, ROOT};
 use super::step::StepCommon;
 use super::{name_node, Kind, Plan, Source};
 use crate::error::Status;
-use crate::runtime::pool::ThreadPool;
 use crate::tensor::Tensor;
 
 /// One iteration of a frame instance.
@@ -182,6 +181,7 @@ impl ControlStep {
     /// Runs `first`, then one node it made ready after another on this thread, handing the
     /// others to the pool.
     pub(super) fn process(self: &Arc<Self>, first: Tagged) {
+        let pool = self.common.plan.device.pool();
         let mut next = Some(first);
         while let Some(tagged) = next.take() {
             let ready = self.run(tagged);
@@ -189,7 +189,7 @@ impl ControlStep {
             next = ready.next();
             for other in ready {
                 let step = self.clone();
-                ThreadPool::global().spawn(move || step.process(other));
+                pool.spawn(move || step.process(other));
             }
             // This node is done; the step ends when nothing is ready or running.
             if self.common.node_done() {
@@ -701,9 +701,10 @@ pub(super) fn start(step: &Arc<ControlStep>, run_first_here: bool) {
     let roots = step.roots();
     let mut roots = roots.into_iter();
     let first = if run_first_here { roots.next() } else { None };
+    let pool = step.common.plan.device.pool();
     for root in roots {
         let step = step.clone();
-        ThreadPool::global().spawn(move || step.process(root));
+        pool.spawn(move || step.process(root));
     }
     if let Some(first) = first {
         step.process(first);

@@ -63,7 +63,6 @@ use crate::graph::{attr, is_loop_back_edge, registry, ControlFlowOp};
 use crate::kernels::{inline_kind, Inline, OpKernel};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::device::Device;
-use crate::runtime::pool::ThreadPool;
 use crate::tensor::{DType, PartialShape, Tensor};
 
 pub use crate::kernels::KernelLookup;
@@ -547,7 +546,9 @@ impl Executor {
                 for &root in &plan.roots {
                     if Some(&root) != inline {
                         let state = state.clone();
-                        ThreadPool::global().spawn(move || plain::process(&state, root));
+                        plan.device
+                            .pool()
+                            .spawn(move || plain::process(&state, root));
                     }
                 }
                 if let Some(&root) = inline {
@@ -589,7 +590,10 @@ impl Executor {
                         state.run_node(n, |s| ready.push(s));
                     } else {
                         let state = state.clone();
-                        ThreadPool::global().spawn(move || plain::process(&state, n));
+                        self.plan
+                            .device
+                            .pool()
+                            .spawn(move || plain::process(&state, n));
                     }
                 }
             }

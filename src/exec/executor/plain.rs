@@ -15,7 +15,6 @@ use super::{Kind, Source};
 use crate::device::memory::Charge;
 use crate::error::{Result, Status};
 use crate::kernels::Inline;
-use crate::runtime::pool::ThreadPool;
 use crate::tensor::Tensor;
 
 /// A node's outputs within a step.
@@ -298,8 +297,9 @@ pub(super) fn process(state: &Arc<StepState>, first: usize) {
             if next.is_none() {
                 next = Some(s);
             } else {
+                let pool = state.common.plan.device.pool();
                 let state = state.clone();
-                ThreadPool::global().spawn(move || process(&state, s));
+                pool.spawn(move || process(&state, s));
             }
         });
     }
