@@ -36,6 +36,7 @@
 //! counting [`RpcLayer`]; `[limits]` go to tonic (message size), the master, the worker's front
 //! and the variable shard's store.
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
@@ -55,15 +56,13 @@ use crate::format::files::{Files, ALLOWED_DIRS_KEY};
 use crate::master::grpc::MasterGrpc;
 use crate::master::{ListDevices, Master, MasterState};
 use crate::ops::metrics::{
-    self, DEVICE_MEMORY_BYTES, DEVICE_MEMORY_LIMIT_BYTES, DEVICE_MEMORY_PEAK_BYTES, SHARD_BYTES,
-    SHARD_VARIABLES,
+    self, DEVICE_MEMORY_BYTES, DEVICE_MEMORY_LIMIT_BYTES, DEVICE_MEMORY_PEAK_BYTES,
 };
 use crate::ops::rpc_layer::RpcLayer;
 use crate::peer::{LocalPeer, PeerCache, RemoteFetcher};
 use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::proto::{DeviceAttributes, ListDevicesRequest};
-use crate::runtime::resource::ResourceMgr;
 use crate::security::Security;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
@@ -386,23 +385,28 @@ fn start_actors(
                     tower_handles.push(handle);
                     arbiters.push(arbiter);
                 }
-                // The shard's store lives on the task's CPU:0, like TensorFlow's ps variables.
-                let shard = VariableShard::new(format!("{}/device:CPU:0", task.device_prefix()))
-                    .start()
-                    .recipient::<GetResources>();
-                let resources = match shard.send(GetResources).await {
-                    Ok(resources) => resources,
-                    Err(e) => {
-                        let _ = tx.send(Err(mailbox_failure(e, "the variable shard")));
-                        return arbiters;
-                    }
-                };
-                resources.set_max_var_bytes(limits.max_shard_bytes);
-                collect_shard(&task, &resources);
+                // One variable shard per device; the ps variables live on the task's CPU:0, as
+                // TensorFlow places them.
+                let mut shards = HashMap::new();
+                for device in &devices {
+                    let shard = VariableShard::new(device.name.clone())
+                        .reporting_for(task.device_prefix())
+                        .start();
+                    let resources = match shard.send(GetResources).await {
+                        Ok(resources) => resources,
+                        Err(e) => {
+                            let what = format!("the variable shard of {}", device.name);
+                            let _ = tx.send(Err(mailbox_failure(e, &what)));
+                            return arbiters;
+                        }
+                    };
+                    resources.set_max_var_bytes(limits.max_shard_bytes);
+                    shards.insert(device.name.clone(), resources);
+                }
                 let state = WorkerState::with_towers(
                     task.clone(),
                     devices,
-                    Some(Arc::clone(&resources)),
+                    shards.clone(),
                     WorkerOptions {
                         max_sessions: limits.max_sessions,
                         files,
@@ -431,7 +435,7 @@ fn start_actors(
                 )));
                 collect_memory(&task, state.memory_budgets());
                 let service: Arc<dyn WorkerHandler> = Arc::new(state.clone());
-                let worker = Worker::new(state, towers, resources).start();
+                let worker = Worker::new(state, towers, shards.into_values().collect()).start();
                 let master = Master::new(master_state, peers).start();
                 let mailboxes = Mailboxes {
                     probe: master.clone().recipient(),
@@ -475,24 +479,6 @@ fn exposure_warning(config: &TaskConfig, listening: SocketAddr) -> Option<String
              allowed_dirs, [tls] or [auth] token_file in the cluster file"
         )
     })
-}
-
-/// Sets the shard's gauges (variables held, bytes of their values) at every scrape, for as
-/// long as the store lives.
-fn collect_shard(task: &TaskId, resources: &Arc<ResourceMgr>) {
-    let store = Arc::downgrade(resources);
-    let task = task.device_prefix();
-    let device = format!("{task}/device:CPU:0");
-    metrics::register_collector(Box::new(move || {
-        let Some(store) = store.upgrade() else {
-            return false;
-        };
-        let (count, bytes) = store.variable_usage();
-        let labels = [("task", task.clone()), ("device", device.clone())];
-        ::metrics::gauge!(SHARD_VARIABLES, &labels).set(count as f64);
-        ::metrics::gauge!(SHARD_BYTES, &labels).set(bytes as f64);
-        true
-    }));
 }
 
 /// Sets each device's memory gauges (held, peak, limit) at every scrape, for as long as its

@@ -11,7 +11,7 @@
 mod dtype;
 mod proto;
 mod shape;
-mod var;
+pub mod var;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -149,6 +149,15 @@ impl Element for bool {
     fn read_unaligned(bytes: &[u8]) -> Vec<Self> {
         bytes.iter().map(|&b| b != 0).collect()
     }
+}
+
+/// FAILED_PRECONDITION for a read of the reference variable `name` before its initializer ran,
+/// in TensorFlow's words.
+fn uninitialized_ref(name: &str) -> Status {
+    Status::failed_precondition(format!(
+        "Attempting to use uninitialized value {name}: run its initializer (e.g. \
+         tf.compat.v1.global_variables_initializer()) before reading it"
+    ))
 }
 
 impl Tensor {
@@ -316,14 +325,38 @@ impl Tensor {
     /// TensorFlow says it.
     pub fn deref(&self) -> Result<Tensor> {
         match &self.data {
-            Data::Ref(var, name) => var.snapshot().ok_or_else(|| {
-                Status::failed_precondition(format!(
-                    "Attempting to use uninitialized value {name}: run its initializer (e.g. \
-                     tf.compat.v1.global_variables_initializer()) before reading it"
-                ))
-            }),
+            Data::Ref(var, name) => var.snapshot().ok_or_else(|| uninitialized_ref(name)),
             _ => Ok(self.clone()),
         }
+    }
+
+    /// Replaces the references among `tensors` that `wanted` names (by index) with their
+    /// values, all read at one instant ([`var::snapshot_all`]): an op reading several variables
+    /// (a `SaveV2` of a variable and its optimizer slots) sees no update of them half-applied.
+    /// FAILED_PRECONDITION naming the first variable that is uninitialized.
+    pub fn deref_together(tensors: &mut [Tensor], wanted: impl Fn(usize) -> bool) -> Result<()> {
+        let refs: Vec<usize> = (0..tensors.len())
+            .filter(|&i| tensors[i].is_ref() && wanted(i))
+            .collect();
+        if let [only] = refs[..] {
+            tensors[only] = tensors[only].deref()?;
+            return Ok(());
+        }
+        let vars: Vec<&Var> = refs
+            .iter()
+            .filter_map(|&i| tensors[i].referenced().map(|(var, _)| var.as_ref()))
+            .collect();
+        let values = var::snapshot_all(&vars);
+        for (&i, value) in refs.iter().zip(values) {
+            tensors[i] = match value {
+                Some(value) => value,
+                None => {
+                    let name = tensors[i].referenced().map_or("", |(_, name)| name);
+                    return Err(uninitialized_ref(name));
+                }
+            };
+        }
+        Ok(())
     }
 
     /// Runs `f` on the elements as a mutable slice, in this tensor's own buffer when nothing

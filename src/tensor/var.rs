@@ -22,6 +22,11 @@
 //!   result: concurrent updates may overwrite one another, as TensorFlow's Hogwild updates may
 //!   (tessera loses whole updates where TensorFlow loses elements; both are what lock-free
 //!   asynchronous SGD accepts).
+//! - **One update, seen whole.** An update of several variables (a variable and its optimizer
+//!   slots) holds all their write locks while it stores, taken in address order, and
+//!   [`snapshot_all`] holds all their read locks while it reads, in the same order: a
+//!   checkpoint that reads a variable with its slots that way never holds them from different
+//!   applies of one update.
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -68,4 +73,32 @@ impl Var {
     pub fn is_initialized(&self) -> bool {
         self.read().is_some()
     }
+}
+
+/// `vars` in the order their locks are taken: by address, each variable once.
+pub fn lock_order<'a>(vars: &[&'a Var]) -> Vec<&'a Var> {
+    let mut order: Vec<&Var> = vars.to_vec();
+    order.sort_by_key(|&v| std::ptr::from_ref::<Var>(v) as usize);
+    order.dedup_by_key(|v| std::ptr::from_ref::<Var>(*v) as usize);
+    order
+}
+
+/// Snapshots of `vars` taken at one instant (see the module doc): their read locks are held
+/// together, so an update of several of them is seen before or after, never half-applied.
+/// A variable may be passed more than once.
+pub fn snapshot_all(vars: &[&Var]) -> Vec<Option<Tensor>> {
+    let order = lock_order(vars);
+    let guards: Vec<(usize, RwLockReadGuard<'_, Option<Tensor>>)> = order
+        .iter()
+        .map(|v| (std::ptr::from_ref::<Var>(*v) as usize, v.read()))
+        .collect();
+    vars.iter()
+        .map(|v| {
+            let at = std::ptr::from_ref::<Var>(*v) as usize;
+            let k = guards
+                .binary_search_by_key(&at, |(a, _)| *a)
+                .expect("every variable is locked");
+            guards[k].1.clone()
+        })
+        .collect()
 }

@@ -38,21 +38,22 @@ pub struct Worker {
     state: WorkerState,
     /// One per local device, in the order of the device list.
     towers: Vec<Recipient<DescribeDevice>>,
-    /// The variable store of the task's shard, shared with the towers' kernels.
-    resources: Arc<ResourceMgr>,
+    /// The variable stores of the devices' shards, shared with the towers' kernels.
+    shards: Vec<Arc<ResourceMgr>>,
 }
 
 impl Worker {
-    /// A worker over `state`'s devices, driving `towers` (one per device, same order).
+    /// A worker over `state`'s devices, owning their `towers` (one per device, same order)
+    /// and their shards' stores.
     pub fn new(
         state: WorkerState,
         towers: Vec<Recipient<DescribeDevice>>,
-        resources: Arc<ResourceMgr>,
+        shards: Vec<Arc<ResourceMgr>>,
     ) -> Self {
         Self {
             state,
             towers,
-            resources,
+            shards,
         }
     }
 
@@ -69,7 +70,7 @@ impl Actor for Worker {
         tracing::debug!(
             task = %self.state.task(),
             towers = self.towers.len(),
-            variables = self.resources.len(),
+            variables = self.shards.iter().map(|s| s.len()).sum::<usize>(),
             "worker started"
         );
         let options = self.state.options();

@@ -139,21 +139,26 @@ impl WorkerState {
         cpu0_resources: Option<Arc<ResourceMgr>>,
         options: WorkerOptions,
     ) -> Self {
-        Self::with_towers(task, devices, cpu0_resources, options, Vec::new())
+        let cpu0 = format!("{}/device:CPU:0", task.device_prefix());
+        let shards = cpu0_resources
+            .map(|store| (cpu0, store))
+            .into_iter()
+            .collect();
+        Self::with_towers(task, devices, shards, options, Vec::new())
     }
 
-    /// The state of `task`'s worker as a daemon runs it: each device in `towers` runs its part
-    /// of every step on its tower, its nodes on the tower's pool. Devices without a tower (a
-    /// worker driven without actors, in tests) start their part on the caller's thread and run
-    /// it on the process's shared pool.
+    /// The state of `task`'s worker as a daemon runs it: each device in `shards` keeps its
+    /// variables in its shard's store (the others get a store of their own), and each device in
+    /// `towers` runs its part of every step on its tower, its nodes on the tower's pool.
+    /// Devices without a tower (a worker driven without actors, in tests) start their part on
+    /// the caller's thread and run it on the process's shared pool.
     pub fn with_towers(
         task: TaskId,
         devices: Vec<DeviceAttributes>,
-        cpu0_resources: Option<Arc<ResourceMgr>>,
+        shards: HashMap<String, Arc<ResourceMgr>>,
         options: WorkerOptions,
         towers: Vec<TowerHandle>,
     ) -> Self {
-        let cpu0 = format!("{}/device:CPU:0", task.device_prefix());
         let shared = devices
             .iter()
             .map(|d| {
@@ -162,14 +167,14 @@ impl WorkerState {
                 } else {
                     DeviceType::Cpu
                 };
-                let resources = match &cpu0_resources {
-                    Some(store) if d.name == cpu0 => Arc::clone(store),
-                    _ => Arc::new(ResourceMgr::new()),
-                };
+                let resources = shards
+                    .get(&d.name)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(ResourceMgr::new()));
                 let mut device = Device::with_resources(&d.name, device_type, resources)
                     .with_files(options.files.clone());
-                if let Some(tower) = towers.iter().find(|t| t.device == d.name) {
-                    device = device.with_pool(tower.pool.clone());
+                if let Some(tower) = towers.iter().find(|t| t.device() == d.name) {
+                    device = device.with_pool(tower.pool().clone());
                 }
                 // A GPU's limit comes from gpu_memory_fraction; a CPU's from the options (the
                 // 256 MiB its attributes report is only what TensorFlow reports).
@@ -201,7 +206,10 @@ impl WorkerState {
         Self {
             inner: Arc::new(Inner {
                 remote: OnceLock::new(),
-                towers: towers.into_iter().map(|t| (t.device.clone(), t)).collect(),
+                towers: towers
+                    .into_iter()
+                    .map(|t| (t.device().to_string(), t))
+                    .collect(),
                 task,
                 devices,
                 shared,

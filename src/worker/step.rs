@@ -2,7 +2,7 @@
 //!
 //! [`run_executors`] hands every device's executor of a graph to the device's tower, which
 //! starts it ([`Executor::spawn`]: nodes that may wait or take long go to the device's pool;
-//! only cheap ones run on the tower's thread, within a bounded budget), and waits for them
+//! only cheap ones run on the calling thread, within a bounded budget), and waits for them
 //! without blocking: the first error aborts the step's rendezvous with that status, so the other devices' pending
 //! `_Recv`s (and other tasks' RecvTensors for this step) fail at once with the root cause
 //! instead of timing out.
@@ -34,10 +34,10 @@ pub async fn run_executors(
     let mut running = FuturesUnordered::<BoxFuture<'_, Result<Vec<_>>>>::new();
     for executor in executors {
         match towers.get(executor.device().name()) {
-            Some(tower) => {
-                let started = tower.start(Arc::clone(executor), options.clone());
-                running.push(Box::pin(async move { started.await?.finish().await }));
-            }
+            Some(tower) => match tower.start(executor, &options) {
+                Ok(step) => running.push(Box::pin(step.finish())),
+                Err(e) => running.push(Box::pin(std::future::ready(Err(e)))),
+            },
             None => match executor.spawn(Vec::new(), &options) {
                 Ok(step) => running.push(Box::pin(step.finish())),
                 Err(e) => running.push(Box::pin(std::future::ready(Err(e)))),

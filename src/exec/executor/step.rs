@@ -265,16 +265,10 @@ impl StepCommon {
     ) -> Option<(Vec<Option<Tensor>>, Option<Charge>)> {
         let node = &self.plan.nodes[n];
         if self.plan.has_refs {
-            for (i, input) in inputs.iter_mut().enumerate() {
-                if input.is_ref() && !node.ref_inputs.get(i).copied().unwrap_or(false) {
-                    match input.deref() {
-                        Ok(value) => *input = value,
-                        Err(e) => {
-                            self.fail(name_node(e, &node.def));
-                            return None;
-                        }
-                    }
-                }
+            let wanted = |i: usize| !node.ref_inputs.get(i).copied().unwrap_or(false);
+            if let Err(e) = Tensor::deref_together(&mut inputs, wanted) {
+                self.fail(name_node(e, &node.def));
+                return None;
             }
         }
         let input_bytes = inputs.iter().map(|t| t.byte_size() as u64).sum();

@@ -17,9 +17,11 @@
 //!   read-modify-write (taken in address order, so two updates sharing variables never wait on
 //!   each other in a cycle), and writes into the value's buffer in place when no snapshot
 //!   shares it ([`Tensor::update_in_place`]).
-//! - `use_locking = false` is TensorFlow's lock-free update: it snapshots each value under a
-//!   brief read lock, computes on its own copy and stores the result, so readers never wait for
-//!   an update, and concurrent updates may overwrite one another (Hogwild).
+//! - `use_locking = false` is TensorFlow's lock-free update: it snapshots the values together
+//!   (their read locks held for the reads alone), computes on its own copies and stores the
+//!   results together (their write locks held for the stores alone), so readers never wait for
+//!   the computation, a reader of several of the variables sees the whole update or none of
+//!   it, and concurrent updates may overwrite one another (Hogwild), each whole.
 //!
 //! `Assign` replaces the whole value, so it takes the write lock briefly either way.
 //!
@@ -34,6 +36,7 @@ use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::runtime::resource::step_container;
+use crate::tensor::var::{lock_order, snapshot_all};
 use crate::tensor::{DType, Element, PartialShape, Shape, Tensor, Var};
 
 /// Returns the factory for a reference-variable op.
@@ -89,14 +92,25 @@ pub(super) fn read_modify_write<R>(
         }
         f(&mut values)
     } else {
-        let mut snapshots = vars
-            .iter()
+        // Read together and stored together: the update computes from one consistent state
+        // of its variables and leaves one.
+        let mut snapshots = snapshot_all(vars)
+            .into_iter()
             .enumerate()
-            .map(|(i, var)| var.snapshot().ok_or_else(|| uninitialized(i)))
+            .map(|(i, value)| value.ok_or_else(|| uninitialized(i)))
             .collect::<Result<Vec<Tensor>>>()?;
         let result = f(&mut snapshots.iter_mut().collect::<Vec<_>>())?;
+        // The values are stored together, so a reader of several of them (a checkpoint of a
+        // variable and its slots) sees all of this update or none of it.
+        let order = lock_order(vars);
+        let mut guards: Vec<RwLockWriteGuard<'_, Option<Tensor>>> =
+            order.iter().map(|v| v.write()).collect();
         for (var, value) in vars.iter().zip(snapshots) {
-            *var.write() = Some(value);
+            let k = order
+                .iter()
+                .position(|v| std::ptr::eq(*v, *var))
+                .expect("every variable is locked");
+            *guards[k] = Some(value);
         }
         Ok(result)
     }
