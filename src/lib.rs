@@ -8,12 +8,16 @@
 //! peers  ───► WorkerService ─┐                  │
 //! (gRPC or tensor channel)   ├──► WorkerHandler (the worker's one service trait, implemented
 //!             LocalPeer ─────┘     by WorkerState: sessions, registered graphs, rendezvous)
-//!                                       │ runs each device's partition on the executor pool;
+//!                                       │ hands each device's partition of a step to its tower;
 //!                                       │ a cross-task `_Recv` pulls through RemoteRecv, which
 //!                                       ▼ the peers implement (peer::RemoteFetcher)
-//!                               Worker actor: owns Tower ×N (one per device, CPU:i / GPU:i;
-//!                               describes it) and the VariableShard's store (the task's
-//!                               variables), and collects stale steps and sessions
+//!                               Tower ×N      one per device (CPU:i / GPU:i): starts the
+//!                                             device's part of each step, its nodes on the
+//!                                             device's own threads (tessera-CPU:i-N)
+//!                               VariableShard one per device: the device's variables and
+//!                               ×N            slots, consistent snapshots and restores
+//!                               Worker        owns the towers and shards; collects stale
+//!                                             steps and sessions
 //! ```
 //!
 //! Every task runs one daemon serving TensorFlow's MasterService and WorkerService on one port.
@@ -68,8 +72,12 @@
 //!   (copy-on-write, [`tensor::Tensor::update_in_place`]): steady-state training updates with
 //!   no temporary and no copy.
 //! - **`use_locking` is honoured**: true holds the variable's write lock across the whole
-//!   read-modify-write (updates apply one after the other); false computes from a snapshot and
-//!   stores the result without the lock, as TensorFlow's Hogwild updates race.
+//!   read-modify-write (updates apply one after the other); false computes from a snapshot
+//!   without the lock, as TensorFlow's Hogwild updates race.
+//! - **One update is seen whole.** An update of a variable and its optimizer slots reads them
+//!   together and stores them together, and a kernel reading several references (a
+//!   `SaveV2`) reads them at one instant: no checkpoint holds a variable and its slots from
+//!   different updates ([`tensor::var`]).
 //! - **Reference edges read late.** The executor reads a reference when the consuming kernel
 //!   runs (an `Identity` of a reference, a variable's `read`, passes the reference on), which
 //!   is what TensorFlow's aliasing of the variable's buffer gives its readers.

@@ -6,7 +6,10 @@
 //!                                             │ Peer (own task: LocalPeer)
 //!         WorkerService ─┐                    ▼
 //!  tensor channel ───────┴──────────────► WorkerState (the worker's service, called directly)
-//!         grpc.health.v1                  Worker ──► Tower ×N (own arbiters), VariableShard
+//!         grpc.health.v1                     │ each device's part of a step
+//!                                            ▼
+//!                                         Tower ×N (own arbiters, own pools), VariableShard ×N
+//!                                         Worker (owns them; collects stale steps, sessions)
 //! ```
 //!
 //! With `[tls]` in the task's config the port serves TLS only (mutual TLS unless

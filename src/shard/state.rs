@@ -8,12 +8,12 @@
 //! half-applied, see [`crate::tensor::var`]), restores values (stored together, so a step
 //! never sees half a restore), and reports the shard's gauges.
 
-use std::sync::{Arc, RwLockWriteGuard};
+use std::sync::Arc;
 
 use crate::error::{Result, Status};
 use crate::ops::metrics::{self, SHARD_BYTES, SHARD_VARIABLES};
 use crate::runtime::resource::{ResourceMgr, Var};
-use crate::tensor::var::{lock_order, snapshot_all};
+use crate::tensor::var::{snapshot_all, store_all};
 use crate::tensor::{PartialShape, Tensor};
 
 /// The store of one device's variables and the device that hosts it.
@@ -98,16 +98,7 @@ impl ShardState {
             }
         }
         let refs: Vec<&Var> = vars.iter().map(Arc::as_ref).collect();
-        let order = lock_order(&refs);
-        let mut guards: Vec<RwLockWriteGuard<'_, Option<Tensor>>> =
-            order.iter().map(|v| v.write()).collect();
-        for (var, (_, value)) in refs.iter().zip(values) {
-            let k = order
-                .iter()
-                .position(|v| std::ptr::eq(*v, *var))
-                .expect("every variable is locked");
-            *guards[k] = Some(value);
-        }
+        store_all(&refs, values.into_iter().map(|(_, value)| value).collect());
         Ok(())
     }
 

@@ -13,7 +13,7 @@
 //!   the variable changes afterwards: a checkpoint or a `_Send` never sees half an update.
 //! - **In place when nobody looks.** An update takes the value out under the write lock and
 //!   writes into its buffer directly when the variable holds the only reference to it
-//!   ([`Tensor::make_mut`]); only while a snapshot is still held elsewhere (a pending send, a
+//!   ([`Tensor::update_in_place`]); only while a snapshot is still held elsewhere (a pending send, a
 //!   reader mid-step) does it write a fresh buffer. Steady-state training (every reader done by
 //!   the time the next update comes) therefore updates in place with no temporary.
 //! - **Locking as asked.** `use_locking = true` holds the write lock across the whole
@@ -76,11 +76,27 @@ impl Var {
 }
 
 /// `vars` in the order their locks are taken: by address, each variable once.
-pub fn lock_order<'a>(vars: &[&'a Var]) -> Vec<&'a Var> {
+fn lock_order<'a>(vars: &[&'a Var]) -> Vec<&'a Var> {
     let mut order: Vec<&Var> = vars.to_vec();
     order.sort_by_key(|&v| std::ptr::from_ref::<Var>(v) as usize);
     order.dedup_by_key(|v| std::ptr::from_ref::<Var>(*v) as usize);
     order
+}
+
+/// Stores `values` into `vars` at one instant (see the module doc): their write locks are held
+/// together while they are stored, so a reader of several of them sees all of the new values or
+/// none. A variable passed twice gets the later value.
+pub fn store_all(vars: &[&Var], values: Vec<Tensor>) {
+    let order = lock_order(vars);
+    let mut guards: Vec<RwLockWriteGuard<'_, Option<Tensor>>> =
+        order.iter().map(|v| v.write()).collect();
+    for (var, value) in vars.iter().zip(values) {
+        let k = order
+            .iter()
+            .position(|v| std::ptr::eq(*v, *var))
+            .expect("every variable is locked");
+        *guards[k] = Some(value);
+    }
 }
 
 /// Snapshots of `vars` taken at one instant (see the module doc): their read locks are held

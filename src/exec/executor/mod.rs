@@ -10,8 +10,8 @@
 //! a node starts when its last data or control predecessor is done.
 //!
 //! Scheduling: the thread that finishes a node runs the first successor it made ready itself
-//! and hands the others to the [`ThreadPool`], so a chain costs no thread hops and a fan-out
-//! runs in parallel. Kernels may block (a `_Recv` waiting for its rendezvous, with a
+//! and hands the others to its device's pool ([`crate::runtime::Device::pool`]), so a chain
+//! costs no thread hops and a fan-out runs in parallel. Kernels may block (a `_Recv` waiting for its rendezvous, with a
 //! deadline); the pool grows rather than starve. Two ways in:
 //!
 //! - [`Executor::run`] blocks its caller until the step ends. The caller runs the first root

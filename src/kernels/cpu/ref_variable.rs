@@ -36,7 +36,7 @@ use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::runtime::resource::step_container;
-use crate::tensor::var::{lock_order, snapshot_all};
+use crate::tensor::var::{snapshot_all, store_all};
 use crate::tensor::{DType, Element, PartialShape, Shape, Tensor, Var};
 
 /// Returns the factory for a reference-variable op.
@@ -102,16 +102,7 @@ pub(super) fn read_modify_write<R>(
         let result = f(&mut snapshots.iter_mut().collect::<Vec<_>>())?;
         // The values are stored together, so a reader of several of them (a checkpoint of a
         // variable and its slots) sees all of this update or none of it.
-        let order = lock_order(vars);
-        let mut guards: Vec<RwLockWriteGuard<'_, Option<Tensor>>> =
-            order.iter().map(|v| v.write()).collect();
-        for (var, value) in vars.iter().zip(snapshots) {
-            let k = order
-                .iter()
-                .position(|v| std::ptr::eq(*v, *var))
-                .expect("every variable is locked");
-            *guards[k] = Some(value);
-        }
+        store_all(vars, snapshots);
         Ok(result)
     }
 }
