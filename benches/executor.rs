@@ -5,6 +5,10 @@
 //!   the executor's scheduling overhead.
 //! - `matmul`: one MatMul node of n×n f32 (n = 128, 256, 512) through the executor vs
 //!   `ndarray::Array2::dot` on the same operands, in GFLOP/s (2n³ flops per product).
+//! - `apply` (in the printed table): one optimizer update of a 16 MiB variable (4M f32) through
+//!   the executor, `ApplyGradientDescent` and `ApplyAdagrad` on reference variables with
+//!   `use_locking` false (TensorFlow's default) and true, vs a plain loop doing the same
+//!   arithmetic in place on `Vec`s: the memory-bandwidth floor of the update.
 //!
 //! Kernels: the real CPU kernels (`kernels::kernel_for`) where they exist; otherwise the
 //! minimal kernels below (AddV2 and MatMul through ndarray), and the run says so.
@@ -339,6 +343,158 @@ fn summary() {
     }
 }
 
+/// Elements of the variable the `apply` rows update: 16 MiB of f32.
+const APPLY_ELEMENTS: usize = 4 << 20;
+
+/// A graph of reference variables `w` and `accum` (4M f32 each), their initializer `init`,
+/// and `update`: `op` (ApplyGradientDescent or ApplyAdagrad) with the gradient fed as `g`.
+fn apply_graph(op: &str, use_locking: bool) -> GraphDef {
+    let float = attr::value::dtype(DType::Float);
+    let node = |name: &str, kind: &str, inputs: &[&str], attrs: Vec<(&str, _)>| {
+        let mut n = NodeDef {
+            name: name.into(),
+            op: kind.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        for (k, v) in attrs {
+            n.attr.insert(k.to_string(), v);
+        }
+        n
+    };
+    let shape = attr::value::shape(&PartialShape::from(tessera::tensor::Shape::from(vec![
+        APPLY_ELEMENTS,
+    ])));
+    let fill = |name: &str, x: f32| {
+        let t = Tensor::from_vec([APPLY_ELEMENTS], vec![x; APPLY_ELEMENTS]).unwrap();
+        node(
+            name,
+            "Const",
+            &[],
+            vec![
+                ("dtype", float.clone()),
+                ("value", attr::value::tensor(t.to_proto())),
+            ],
+        )
+    };
+    let mut nodes = vec![
+        node(
+            "w",
+            "VariableV2",
+            &[],
+            vec![("dtype", float.clone()), ("shape", shape.clone())],
+        ),
+        node(
+            "accum",
+            "VariableV2",
+            &[],
+            vec![("dtype", float.clone()), ("shape", shape)],
+        ),
+        fill("one", 1.0),
+        fill("tenth", 0.1),
+        node(
+            "init_w",
+            "Assign",
+            &["w", "one"],
+            vec![("T", float.clone())],
+        ),
+        node(
+            "init_accum",
+            "Assign",
+            &["accum", "tenth"],
+            vec![("T", float.clone())],
+        ),
+        node("init", "NoOp", &["^init_w", "^init_accum"], vec![]),
+        node("g", "Placeholder", &[], vec![("dtype", float.clone())]),
+        node(
+            "lr",
+            "Const",
+            &[],
+            vec![
+                ("dtype", float.clone()),
+                (
+                    "value",
+                    attr::value::tensor(Tensor::scalar(0.01f32).to_proto()),
+                ),
+            ],
+        ),
+    ];
+    let inputs: &[&str] = if op == "ApplyAdagrad" {
+        &["w", "accum", "lr", "g"]
+    } else {
+        &["w", "lr", "g"]
+    };
+    nodes.push(node(
+        "update",
+        op,
+        inputs,
+        vec![
+            ("T", float),
+            ("use_locking", attr::value::bool(use_locking)),
+        ],
+    ));
+    GraphDef {
+        node: nodes,
+        ..Default::default()
+    }
+}
+
+/// The `apply` rows of the table: each update through the executor beside the plain loop.
+fn apply_summary(batch: Duration) {
+    let grad = vec![0.5f32; APPLY_ELEMENTS];
+    let mut w = vec![1.0f32; APPLY_ELEMENTS];
+    let mut accum = vec![0.1f32; APPLY_ELEMENTS];
+    let lr = black_box(0.01f32);
+    for op in ["ApplyGradientDescent", "ApplyAdagrad"] {
+        let mut loop_update = || {
+            if op == "ApplyAdagrad" {
+                for ((w, a), g) in w.iter_mut().zip(accum.iter_mut()).zip(&grad) {
+                    *a += g * g;
+                    *w -= lr * g / a.sqrt();
+                }
+            } else {
+                for (w, g) in w.iter_mut().zip(&grad) {
+                    *w -= lr * g;
+                }
+            }
+            black_box(&w);
+        };
+        for use_locking in [false, true] {
+            let graph = apply_graph(op, use_locking);
+            let device = Arc::new(Device::local_cpu());
+            let init = Executor::new(&graph, &[], &[], &["init"], device.clone(), &lookup)
+                .expect("apply init");
+            init.run(Vec::new(), &StepOptions::default()).expect("init");
+            let update = Executor::new(&graph, &["g"], &[], &["update"], device, &lookup)
+                .expect("apply update");
+            let feed = vec![Tensor::from_vec([APPLY_ELEMENTS], grad.clone()).unwrap()];
+            let (exec, plain) = time_pair(
+                || {
+                    update
+                        .run(feed.clone(), &StepOptions::default())
+                        .expect("update");
+                },
+                &mut loop_update,
+                batch,
+            );
+            let gib = |d: Duration| {
+                // Bytes each update must move: read grad, read and write each variable.
+                let arrays = if op == "ApplyAdagrad" { 5.0 } else { 3.0 };
+                arrays * (APPLY_ELEMENTS * 4) as f64 / d.as_secs_f64() / (1u64 << 30) as f64
+            };
+            println!(
+                "{op} on 16 MiB, use_locking={use_locking}: executor {:.2} ms ({:.1} GiB/s), \
+                 plain loop {:.2} ms ({:.1} GiB/s), {:.2}x the loop's time",
+                exec.as_secs_f64() * 1e3,
+                gib(exec),
+                plain.as_secs_f64() * 1e3,
+                gib(plain),
+                exec.as_secs_f64() / plain.as_secs_f64()
+            );
+        }
+    }
+}
+
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     bench_chain(&mut criterion);
@@ -347,5 +503,6 @@ fn main() {
     // `cargo test --benches` runs each bench once without `--bench`; the table is for real runs.
     if std::env::args().any(|a| a == "--bench") {
         summary();
+        apply_summary(Duration::from_millis(300));
     }
 }

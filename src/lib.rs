@@ -73,7 +73,9 @@
 //!   no temporary and no copy.
 //! - **`use_locking` is honoured**: true holds the variable's write lock across the whole
 //!   read-modify-write (updates apply one after the other); false computes from a snapshot
-//!   without the lock, as TensorFlow's Hogwild updates race.
+//!   without the lock, as TensorFlow's Hogwild updates race, when a reader still holds the
+//!   value, and updates in place under the lock otherwise (copying a large variable to
+//!   update it costs more than any wait).
 //! - **One update is seen whole.** An update of a variable and its optimizer slots reads them
 //!   together and stores them together, and a kernel reading several references (a
 //!   `SaveV2`) reads them at one instant: no checkpoint holds a variable and its slots from

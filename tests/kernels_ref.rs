@@ -1633,14 +1633,23 @@ fn lock_free_updates_run_concurrently_and_readers_see_whole_values() {
 }
 
 #[test]
-fn a_locked_update_writes_in_place_when_no_snapshot_shares_the_value() {
+fn every_update_writes_in_place_when_no_snapshot_shares_the_value() {
+    for use_locking in [true, false] {
+        update_in_place_unless_shared(use_locking);
+    }
+}
+
+/// An ApplyGradientDescent with `use_locking` updates the variable's own buffer while nobody
+/// else holds it (without the lock too: copying first would cost more than the update), and a
+/// new one once a reader holds a snapshot.
+fn update_in_place_unless_shared(use_locking: bool) {
     let rm = ResourceMgr::new();
     let w = reference(&rm, variable_v2("w", DType::Float, &[4]));
     assign(&rm, &w, f32s(&[4], &[1.0; 4])).unwrap();
     let (var, _) = w.referenced().unwrap();
     let address = || var.read().as_ref().unwrap().bytes().unwrap().as_ptr() as usize;
     let sgd = node("ApplyGradientDescent")
-        .attr("use_locking", value::bool(true))
+        .attr("use_locking", value::bool(use_locking))
         .build();
     let step = || {
         run_with(
@@ -1656,7 +1665,11 @@ fn a_locked_update_writes_in_place_when_no_snapshot_shares_the_value() {
     let before = address();
     step();
     step();
-    assert_eq!(address(), before, "updated in place");
+    assert_eq!(
+        address(),
+        before,
+        "use_locking={use_locking}: updated in place"
+    );
     assert_f32(&w.deref().unwrap(), &[4], &[-0.5; 4], 0.0);
     // A snapshot held by a reader keeps its values; the update writes a new buffer.
     let snapshot = w.deref().unwrap();

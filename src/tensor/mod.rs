@@ -359,6 +359,12 @@ impl Tensor {
         Ok(())
     }
 
+    /// Whether this tensor's elements are in a buffer nobody else holds, so that
+    /// [`update_in_place`](Self::update_in_place) writes them where they lie.
+    pub fn is_unique(&self) -> bool {
+        matches!(&self.data, Data::Bytes(bytes) if bytes.is_unique())
+    }
+
     /// Runs `f` on the elements as a mutable slice, in this tensor's own buffer when nothing
     /// else shares it and in a fresh copy otherwise (copy-on-write); either way the tensor
     /// then holds the result and every other holder of the old buffer still sees the old

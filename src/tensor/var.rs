@@ -18,10 +18,11 @@
 //!   the time the next update comes) therefore updates in place with no temporary.
 //! - **Locking as asked.** `use_locking = true` holds the write lock across the whole
 //!   read-modify-write, so concurrent updates apply one after the other. `use_locking = false`
-//!   takes the current value under a brief read, computes outside any lock and stores the
-//!   result: concurrent updates may overwrite one another, as TensorFlow's Hogwild updates may
-//!   (tessera loses whole updates where TensorFlow loses elements; both are what lock-free
-//!   asynchronous SGD accepts).
+//!   does the same while nobody else holds the value (updating in place beats copying it);
+//!   while a reader does, it takes the current value under a brief read, computes outside any
+//!   lock and stores the result: concurrent updates may then overwrite one another, as
+//!   TensorFlow's Hogwild updates may (tessera loses whole updates where TensorFlow loses
+//!   elements; both are what lock-free asynchronous SGD accepts).
 //! - **One update, seen whole.** An update of several variables (a variable and its optimizer
 //!   slots) holds all their write locks while it stores, taken in address order, and
 //!   [`snapshot_all`] holds all their read locks while it reads, in the same order: a

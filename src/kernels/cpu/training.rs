@@ -588,11 +588,17 @@ impl Update {
             (Rule::Adagrad | Rule::AdagradV2, [accum]) => {
                 let lr = p[0];
                 let epsilon = p.get(1).copied().unwrap_or(zero);
-                for (i, &g) in grad.iter().enumerate() {
-                    if self.update_slots {
-                        accum[i] = accum[i] + g * g;
+                // Zipped slices and the branch outside the loop: the loop vectorises.
+                let elements = var.iter_mut().zip(accum.iter_mut()).zip(grad);
+                if self.update_slots {
+                    for ((v, a), &g) in elements {
+                        *a = *a + g * g;
+                        *v = *v - lr * g / (a.sqrt() + epsilon);
                     }
-                    var[i] = var[i] - lr * g / (accum[i].sqrt() + epsilon);
+                } else {
+                    for ((v, a), &g) in elements {
+                        *v = *v - lr * g / (a.sqrt() + epsilon);
+                    }
                 }
             }
             (Rule::AdagradDA, [grad_accum, grad_squared_accum]) => {
@@ -672,27 +678,35 @@ impl Update {
             }
             (Rule::Momentum, [accum]) => {
                 let (lr, momentum) = (p[0], p[1]);
-                for (i, &g) in grad.iter().enumerate() {
-                    accum[i] = accum[i] * momentum + g;
-                    var[i] = if self.use_nesterov {
-                        var[i] - (g * lr + accum[i] * momentum * lr)
-                    } else {
-                        var[i] - accum[i] * lr
-                    };
+                let elements = var.iter_mut().zip(accum.iter_mut()).zip(grad);
+                if self.use_nesterov {
+                    for ((v, a), &g) in elements {
+                        *a = *a * momentum + g;
+                        *v = *v - (g * lr + *a * momentum * lr);
+                    }
+                } else {
+                    for ((v, a), &g) in elements {
+                        *a = *a * momentum + g;
+                        *v = *v - *a * lr;
+                    }
                 }
             }
             (Rule::Adam, [m, v]) => {
                 let (b1p, b2p, lr, b1, b2, eps) = (p[0], p[1], p[2], p[3], p[4], p[5]);
                 let alpha = lr * (one - b2p).sqrt() / (one - b1p);
-                for (i, &g) in grad.iter().enumerate() {
-                    m[i] = m[i] + (g - m[i]) * (one - b1);
-                    v[i] = v[i] + (g * g - v[i]) * (one - b2);
-                    let num = if self.use_nesterov {
-                        m[i] * b1 + (one - b1) * g
-                    } else {
-                        m[i]
-                    };
-                    var[i] = var[i] - num * alpha / (v[i].sqrt() + eps);
+                let elements = var.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(grad);
+                if self.use_nesterov {
+                    for (((x, m), v), &g) in elements {
+                        *m = *m + (g - *m) * (one - b1);
+                        *v = *v + (g * g - *v) * (one - b2);
+                        *x = *x - (*m * b1 + (one - b1) * g) * alpha / (v.sqrt() + eps);
+                    }
+                } else {
+                    for (((x, m), v), &g) in elements {
+                        *m = *m + (g - *m) * (one - b1);
+                        *v = *v + (g * g - *v) * (one - b2);
+                        *x = *x - *m * alpha / (v.sqrt() + eps);
+                    }
                 }
             }
             (Rule::AdaMax, [m, v]) => {
@@ -705,10 +719,15 @@ impl Update {
             }
             (Rule::RmsProp, [ms, mom]) => {
                 let (lr, rho, momentum, eps) = (p[0], p[1], p[2], p[3]);
-                for (i, &g) in grad.iter().enumerate() {
-                    ms[i] = ms[i] + (g * g - ms[i]) * (one - rho);
-                    mom[i] = mom[i] * momentum + lr * g / (ms[i] + eps).sqrt();
-                    var[i] = var[i] - mom[i];
+                let elements = var
+                    .iter_mut()
+                    .zip(ms.iter_mut())
+                    .zip(mom.iter_mut())
+                    .zip(grad);
+                for (((v, ms), mom), &g) in elements {
+                    *ms = *ms + (g * g - *ms) * (one - rho);
+                    *mom = *mom * momentum + lr * g / (*ms + eps).sqrt();
+                    *v = *v - *mom;
                 }
             }
             (Rule::CenteredRmsProp, [mg, ms, mom]) => {
