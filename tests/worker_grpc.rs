@@ -10,8 +10,8 @@ use tessera::cluster::{ClusterSpec, TaskConfig, TaskId, Timeouts};
 use tessera::graph::attr;
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::{
-    AttrValue, GetStatusRequest, GraphDef, NodeDef, RecvTensorRequest, RegisterGraphRequest,
-    RunGraphRequest,
+    AttrValue, GetStatusRequest, GetStepSequenceRequest, GraphDef, NodeDef, RecvTensorRequest,
+    RegisterGraphRequest, RunGraphRequest,
 };
 use tessera::server::Server;
 use tessera::tensor::{DType, Tensor};
@@ -237,4 +237,39 @@ async fn a_recv_on_one_task_pulls_the_tensor_from_another_over_grpc() {
     })
     .await
     .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_step_sequence_answers_a_stable_step_id_per_graph_key() {
+    let server = Server::start(config(
+        TaskId::new("worker", 0),
+        ClusterSpec::from_dense([("worker", vec!["127.0.0.1:0"])]),
+    ))
+    .unwrap();
+    let mut client = client(&server).await;
+    let ask = |keys: Vec<i64>| GetStepSequenceRequest { graph_key: keys };
+    let first = client
+        .get_step_sequence(ask(vec![3, 5]))
+        .await
+        .unwrap()
+        .into_inner()
+        .step_sequence;
+    let again = client
+        .get_step_sequence(ask(vec![5, 3]))
+        .await
+        .unwrap()
+        .into_inner()
+        .step_sequence;
+    assert_eq!(first.len(), 2);
+    assert_eq!((first[0].graph_key, first[1].graph_key), (3, 5));
+    assert_eq!(again[0], first[1]);
+    assert_eq!(again[1], first[0]);
+    for sequence in &first {
+        // TensorFlow leaves a step id's top 7 bits clear.
+        assert!(
+            (0..1i64 << 57).contains(&sequence.next_step_id),
+            "{sequence:?}"
+        );
+    }
+    server.stop();
 }
