@@ -37,7 +37,7 @@
 //! Operations: with `[metrics] listen` set, the Prometheus endpoint is bound at start (its
 //! address is [`Server::metrics_addr`]) and served on the gRPC runtime; every RPC passes the
 //! counting [`RpcLayer`]; `[limits]` go to tonic (message size), the master, the worker's front
-//! and the variable shard's store.
+//! and the variable shards' stores.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};

@@ -25,12 +25,12 @@ use super::multi_device::{LocalDevices, MultiDeviceStep};
 use crate::device::DeviceType;
 use crate::device::{CudaProbe, GpuProbe, GpuScan};
 use crate::error::{Result, Status};
-use crate::exec::executor::StepStatsCollector;
 use crate::exec::placement::{place, registered_kernel, PlacementOptions};
 use crate::exec::Executor;
 use crate::exec::TensorRef;
 use crate::kernels::KernelLookup;
 use crate::proto::{CallableOptions, DeviceAttributes, GraphDef, RunMetadata, RunOptions};
+use crate::runtime::stats::StepStatsCollector;
 use crate::runtime::{CancellationToken, Device, StepOptions};
 use crate::tensor::Tensor;
 

@@ -18,16 +18,18 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::error::{Result, Status};
-use crate::exec::executor::{Executor, KernelLookup, StepOptions, TensorRef};
+use crate::exec::executor::{Executor, TensorRef};
 use crate::exec::partition::{self, PartitionOptions};
 use crate::exec::subgraph::{rewrite_for_client, ClientSignature};
 use crate::graph::attr;
 use crate::graph::registry;
+use crate::kernels::KernelLookup;
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::rendezvous::rendezvous_key_of;
 use crate::runtime::rendezvous::{ParsedKey, Rendezvous};
 use crate::runtime::Device;
+use crate::runtime::StepOptions;
 use crate::tensor::{DType, Tensor};
 
 /// How long a step without a deadline waits for its executors: a little longer than a `_Recv`

@@ -1,7 +1,7 @@
 //! Device memory accounting: how many bytes a device's steps hold, against its limit.
 //!
 //! Every device type goes through the same [`MemoryBudget`]: the executor charges the buffers a
-//! kernel allocates on its device before it keeps them (see `runtime::executor`), and the GPU
+//! kernel allocates on its device before it keeps them (see `exec::executor`), and the GPU
 //! kernels charge their device buffers the same way, so a step that would go over a GPU's
 //! `gpu_memory_fraction` (or a CPU's configured limit) fails with RESOURCE_EXHAUSTED naming the
 //! node, the bytes it asked for and the limit, instead of crashing the process in the driver or

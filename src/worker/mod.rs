@@ -9,9 +9,9 @@
 //! Executors run on the executor pool's threads, never on an async runtime's.
 //!
 //! [`Worker`] is the actor that owns the worker's lifetime in the daemon: the towers of its
-//! devices and the variable shard's store, and a timer that collects steps nobody used within
-//! the step TTL and sessions whose master went away (no request within the session TTL),
-//! logging what it removed.
+//! devices and the stores of their variable shards, and a timer that collects steps nobody
+//! used within the step TTL and sessions whose master went away (no request within the
+//! session TTL), logging what it removed.
 
 mod graphs;
 pub mod grpc;

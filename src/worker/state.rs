@@ -24,7 +24,6 @@ use crate::cluster::{TaskId, Timeouts};
 use crate::device::memory::MemoryBudget;
 use crate::device::DeviceType;
 use crate::error::{Result, Status};
-use crate::exec::executor::{RemoteRecv, StepOptions, StepStatsCollector};
 use crate::format::files::Files;
 use crate::proto::{
     CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
@@ -38,6 +37,8 @@ use crate::runtime::cancel::CancellationToken;
 use crate::runtime::device::Device;
 use crate::runtime::rendezvous::{check_incarnation, ParsedKey, RendezvousMgr};
 use crate::runtime::resource::ResourceMgr;
+use crate::runtime::stats::StepStatsCollector;
+use crate::runtime::{RemoteRecv, StepOptions};
 use crate::tensor::Tensor;
 
 use super::graphs::RegisteredGraph;

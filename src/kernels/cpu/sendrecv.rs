@@ -179,10 +179,10 @@ fn no_rendezvous(ctx: &OpContext<'_>) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::executor::StepOptions;
     use crate::exec::partition::PairAttrs;
     use crate::runtime::rendezvous::Rendezvous;
     use crate::runtime::resource::ResourceMgr;
+    use crate::runtime::StepOptions;
 
     const A: &str = "/job:worker/replica:0/task:0/device:CPU:0";
     const B: &str = "/job:worker/replica:0/task:0/device:CPU:1";
