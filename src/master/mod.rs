@@ -36,16 +36,14 @@ use futures::future::join_all;
 use tracing::{info, warn};
 
 use self::admission::Admission;
-use self::discovery::{discover, session_devices, target_tasks, FoundTask};
-use self::session::graph::DeviceSet;
-use self::session::step::SessionContext;
+use self::discovery::{discover, target_tasks, FoundTask};
 use self::session::{partial_runs_unsupported, MasterSession};
 use crate::error::mailbox_failure;
 use crate::error::{Result, Status};
 use crate::peer::{CallOptions, PeerCache};
 use crate::proto::*;
 
-pub use state::{new_session_handle, MasterState, SessionSetup};
+pub use state::{new_session_handle, MasterState, SessionParts, SessionSetup};
 
 /// Creates a session (MasterService `CreateSession`).
 #[derive(Debug, Message)]
@@ -212,33 +210,15 @@ impl Handler<CreateSession> for Master {
                     return Err(e);
                 }
             };
-            let own = master.state.task().clone();
-            let devices = session_devices(&found, &filters);
-            let device_set = DeviceSet {
-                devices: devices.clone(),
-                incarnations: found
-                    .iter()
-                    .flat_map(|t| t.devices.iter())
-                    .map(|d| (d.name.clone(), d.incarnation))
-                    .collect(),
-                client_device: format!("{}/device:CPU:0", own.device_prefix()),
-                allow_soft_placement: config.allow_soft_placement,
-            };
-            let context = SessionContext {
-                handle: handle.clone(),
-                peers: found
-                    .iter()
-                    .map(|t| (t.task.clone(), t.peer.clone()))
-                    .collect(),
-                incarnations: found
-                    .iter()
-                    .filter_map(|t| Some((t.task.clone(), t.devices.first()?.incarnation)))
-                    .collect(),
-                config,
-            };
-            let listed = master.state.split_devices(&devices);
+            let SessionParts {
+                devices,
+                context,
+                listed,
+            } = master
+                .state
+                .session_parts(&handle, &found, &filters, config);
             let rpc = master.state.timeouts().rpc;
-            let session = MasterSession::new(graph, device_set, context, listed, rpc).start();
+            let session = MasterSession::new(graph, devices, context, listed, rpc).start();
             master.sessions.insert(handle.clone(), session);
             master.admission.created(Some(&handle));
             info!(session = %handle, tasks = found.len(), "start master session");

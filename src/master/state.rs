@@ -9,8 +9,9 @@ use crate::proto::{
     ConfigProto, CreateSessionRequest, DeviceAttributes, GetStatusResponse, ListDevicesResponse,
 };
 
-use super::discovery::{parse_filters, target_tasks};
-use super::session::graph::SessionGraph;
+use super::discovery::{parse_filters, session_devices, target_tasks, FoundTask};
+use super::session::graph::{DeviceSet, SessionGraph};
+use super::session::step::SessionContext;
 
 /// What the master knows: its task, its cluster, its defaults.
 #[derive(Clone, Debug)]
@@ -174,6 +175,58 @@ impl MasterState {
     }
 }
 
+/// What a new master session starts from, once its tasks answered GetStatus.
+pub struct SessionParts {
+    /// The devices its nodes may be placed on, with every found device's incarnation.
+    pub devices: DeviceSet,
+    /// Its handle, peers, the tasks' incarnations and its config.
+    pub context: SessionContext,
+    /// Its devices split into this task's and the others' (ListDevices).
+    pub listed: ListDevicesResponse,
+}
+
+impl MasterState {
+    /// The parts of session `handle` over the tasks `found` (their devices kept by `filters`),
+    /// with `config`: what the session actor is built from.
+    pub fn session_parts(
+        &self,
+        handle: &str,
+        found: &[FoundTask],
+        filters: &[DeviceName],
+        config: ConfigProto,
+    ) -> SessionParts {
+        let devices = session_devices(found, filters);
+        let listed = self.split_devices(&devices);
+        let device_set = DeviceSet {
+            devices,
+            incarnations: found
+                .iter()
+                .flat_map(|t| t.devices.iter())
+                .map(|d| (d.name.clone(), d.incarnation))
+                .collect(),
+            client_device: format!("{}/device:CPU:0", self.task.device_prefix()),
+            allow_soft_placement: config.allow_soft_placement,
+        };
+        let context = SessionContext {
+            handle: handle.to_string(),
+            peers: found
+                .iter()
+                .map(|t| (t.task.clone(), t.peer.clone()))
+                .collect(),
+            incarnations: found
+                .iter()
+                .filter_map(|t| Some((t.task.clone(), t.devices.first()?.incarnation)))
+                .collect(),
+            config,
+        };
+        SessionParts {
+            devices: device_set,
+            context,
+            listed,
+        }
+    }
+}
+
 /// A new session handle: 64 random bits as 16 lowercase hex digits, as TensorFlow prints them.
 pub fn new_session_handle() -> String {
     format!("{:016x}", rand::random::<u64>())
@@ -218,6 +271,60 @@ mod tests {
             "/job:worker/replica:0/task:1/device:CPU:0"
         );
         assert_eq!(reply.remote_device.len(), 2);
+    }
+
+    #[test]
+    fn a_sessions_parts_come_from_the_tasks_found() {
+        use crate::peer::SimulatedCluster;
+
+        let master = MasterState::new(TaskId::new("worker", 0));
+        let spec = ClusterSpec::from_dense([("ps", vec!["ps0:1"]), ("worker", vec!["w0:1"])]);
+        let cluster = SimulatedCluster::new(&spec);
+        let peers = cluster.peer_cache(&TaskId::new("worker", 0)).unwrap();
+        let device = |name: &str, incarnation: u64| DeviceAttributes {
+            name: name.into(),
+            incarnation,
+            ..Default::default()
+        };
+        let found: Vec<FoundTask> = [("ps", 7), ("worker", 9)]
+            .into_iter()
+            .map(|(job, incarnation)| {
+                let task = TaskId::new(job, 0);
+                FoundTask {
+                    peer: peers.get(&task).unwrap(),
+                    devices: vec![device(
+                        &format!("{}/device:CPU:0", task.device_prefix()),
+                        incarnation,
+                    )],
+                    task,
+                }
+            })
+            .collect();
+        let config = ConfigProto {
+            allow_soft_placement: true,
+            ..Default::default()
+        };
+        let filters = parse_filters(&["/job:ps".to_string()]).unwrap();
+        let parts = master.session_parts("abc", &found, &filters, config);
+        // The filter keeps the ps's device for placement; every device's incarnation is known.
+        let names: Vec<&str> = parts
+            .devices
+            .devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(names, ["/job:ps/replica:0/task:0/device:CPU:0"]);
+        assert_eq!(parts.devices.incarnations.len(), 2);
+        assert_eq!(
+            parts.devices.client_device,
+            "/job:worker/replica:0/task:0/device:CPU:0"
+        );
+        assert!(parts.devices.allow_soft_placement);
+        assert_eq!(parts.context.handle, "abc");
+        assert_eq!(parts.context.peers.len(), 2);
+        assert_eq!(parts.context.incarnations[&TaskId::new("ps", 0)], 7);
+        assert_eq!(parts.listed.remote_device.len(), 1);
+        assert!(parts.listed.local_device.is_empty());
     }
 
     #[test]
