@@ -35,7 +35,8 @@ pub struct StepOptions {
 }
 
 /// Fetches the tensor another task's `_Send` left under a rendezvous key, for the `_Recv`
-/// kernel of a cross-task edge. The worker implements it with RecvTensor through its peers.
+/// kernel of a cross-task edge. `peer::RemoteFetcher` implements it with RecvTensor to the
+/// producer's task; the daemon hands it to the worker.
 ///
 /// Called on an executor thread, which it may block until `deadline` but not past it; it
 /// should give up early (with the step's status) once the step is aborted or cancelled.
