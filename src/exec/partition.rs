@@ -27,6 +27,7 @@ use crate::error::{Result, Status};
 use crate::exec::edges::{tensor_input, GraphEdges};
 use crate::graph::attr;
 use crate::proto::{AttrValue, GraphDef, NodeDef};
+use crate::runtime::rendezvous::PairAttrs;
 use crate::tensor::{DType, Shape, Tensor};
 
 /// What partitioning needs besides the placed graph.
@@ -62,50 +63,6 @@ fn placed_device(node: &NodeDef) -> Result<DeviceName> {
         )));
     }
     Ok(spec)
-}
-
-/// The attrs shared by both ends of a pair.
-pub(crate) struct PairAttrs<'a> {
-    pub tensor_name: &'a str,
-    pub send_device: &'a str,
-    pub incarnation: u64,
-    pub recv_device: &'a str,
-    pub client_terminated: bool,
-}
-
-impl PairAttrs<'_> {
-    fn apply(&self, node: &mut NodeDef) {
-        let a = &mut node.attr;
-        a.insert("tensor_name".into(), attr::value::string(self.tensor_name));
-        a.insert("send_device".into(), attr::value::string(self.send_device));
-        // The u64 travels bit for bit in an int64 attr, as TensorFlow writes it.
-        a.insert(
-            "send_device_incarnation".into(),
-            attr::value::int(self.incarnation as i64),
-        );
-        a.insert("recv_device".into(), attr::value::string(self.recv_device));
-        a.insert(
-            "client_terminated".into(),
-            attr::value::bool(self.client_terminated),
-        );
-    }
-
-    /// A `_Send` of `input` (a tensor of `dtype`) on `device`.
-    pub fn send(&self, name: String, input: String, device: &str, dtype: DType) -> NodeDef {
-        let mut node = new_node(name, "_Send", device, vec![input]);
-        node.attr.insert("T".into(), attr::value::dtype(dtype));
-        self.apply(&mut node);
-        node
-    }
-
-    /// A `_Recv` of a tensor of `dtype` on `device`.
-    pub fn recv(&self, name: String, device: &str, dtype: DType) -> NodeDef {
-        let mut node = new_node(name, "_Recv", device, Vec::new());
-        node.attr
-            .insert("tensor_type".into(), attr::value::dtype(dtype));
-        self.apply(&mut node);
-        node
-    }
 }
 
 pub(crate) fn new_node(name: String, op: &str, device: &str, input: Vec<String>) -> NodeDef {

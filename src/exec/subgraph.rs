@@ -13,8 +13,8 @@ use std::collections::HashMap;
 
 use crate::error::{Result, Status};
 use crate::exec::edges::{tensor_input, GraphEdges, Input};
-use crate::exec::partition::PairAttrs;
 use crate::proto::{GraphDef, NodeDef};
+use crate::runtime::rendezvous::PairAttrs;
 use crate::tensor::DType;
 
 /// One run signature and the client device its feeds and fetches cross.

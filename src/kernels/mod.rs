@@ -312,3 +312,84 @@ pub fn create_kernel(node: &NodeDef, device_type: DeviceType) -> Result<Arc<dyn 
     })?;
     factory(node)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::registry::global;
+
+    /// Reports which registered ops have no CPU kernel; the compute ops the gradients emit
+    /// must all have one, or a backward graph could not run.
+    #[test]
+    fn ops_emitted_by_gradients_have_cpu_kernels() {
+        let needed = [
+            "AddN",
+            "AddV2",
+            "BiasAddGrad",
+            "BroadcastGradientArgs",
+            "BroadcastTo",
+            "Cast",
+            "ConcatV2",
+            "Equal",
+            "Fill",
+            "FloorMod",
+            "GatherV2",
+            "Greater",
+            "GreaterEqual",
+            "LessEqual",
+            "Log",
+            "LogSoftmax",
+            "MatMul",
+            "Maximum",
+            "Minimum",
+            "Mul",
+            "Neg",
+            "OneHot",
+            "Pack",
+            "Pow",
+            "Prod",
+            "Range",
+            "Rank",
+            "RealDiv",
+            "Reciprocal",
+            "ReluGrad",
+            "Reshape",
+            "Select",
+            "SelectV2",
+            "Shape",
+            "SigmoidGrad",
+            "Sign",
+            "Size",
+            "Slice",
+            "Softmax",
+            "Squeeze",
+            "Sub",
+            "Sum",
+            "TanhGrad",
+            "Tile",
+            "Transpose",
+            "Unpack",
+            "ZerosLike",
+            "BatchMatMulV2",
+            "ExpandDims",
+            "Exp",
+            "UnsortedSegmentSum",
+            "UnsortedSegmentProd",
+            "SegmentSum",
+            "SegmentProd",
+            "SparseSegmentSumGrad",
+            "SparseSegmentMeanGrad",
+            "SparseSegmentSqrtNGrad",
+            "DynamicPartition",
+            "ParallelDynamicStitch",
+            "VariableShape",
+            "LogicalAnd",
+        ];
+        let missing: Vec<&str> = needed
+            .iter()
+            .copied()
+            .filter(|op| global().get(op).is_none() || kernel_for(op, DeviceType::Cpu).is_none())
+            .collect();
+        assert!(missing.is_empty(), "ops without a CPU kernel: {missing:?}");
+    }
+}

@@ -3,7 +3,7 @@
 //! rendezvous where sends meet receives and all-reduces meet, cancellation, deadlines and
 //! waits, the step's trace) and the threads that run nodes.
 //!
-//! This layer sits below the kernels and knows neither the executor ([`crate::exec`]) nor any
+//! This layer sits below the kernels and knows neither the executor (the `exec` module) nor any
 //! transport: a `_Recv` whose producer is on another task pulls through the
 //! [`step::RemoteRecv`] hook, which the peers implement and the daemon injects.
 

@@ -10,7 +10,7 @@
 //!   client: AttachToken on every channel (peers, remote sessions, `tessera status`)
 //! ```
 //!
-//! [`Security`] is the pair a task holds in its [`TaskConfig`](crate::cluster::TaskConfig)
+//! [`Security`] is the pair a task holds in its `TaskConfig`
 //! and a client in its `ConnectOptions`; everything that opens a channel goes through
 //! [`Security::endpoint`] and [`Security::attach`], and the server through
 //! [`Security::server_tls`] and [`Security::guard`], so no channel can forget either half.

@@ -18,7 +18,6 @@ use crate::runtime::pool::ThreadPool;
 use crate::runtime::StepOptions;
 
 /// One device's state: its attributes (name, type, incarnation, memory limit) and its threads.
-#[derive(Clone)]
 pub struct TowerState {
     device: DeviceAttributes,
     pool: ThreadPool,

@@ -5,7 +5,7 @@
 //! the RPC, so a TensorFlow peer gets a clear error instead of a hang.
 //!
 //! RecvTensor answers carry the tensor's buffer as `tensor_content`, a shared `Bytes`. The
-//! server (`crate::wire::WorkerServer`) frames that response by hand, so the buffer reaches the
+//! server (`wire::WorkerServer`) frames that response by hand, so the buffer reaches the
 //! socket without being copied; every other RPC is encoded by tonic's generated code.
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The logic of a [`Worker`](super::Worker), without actix: TensorFlow's WorkerService.
 //!
 //! [`WorkerState`] is a cheap handle (`Clone`, `Arc` inside) that the actor, its spawned
-//! futures and the own task's [`LocalPeer`](crate::peer::LocalPeer) share. It holds:
+//! futures and the own task's `LocalPeer` share. It holds:
 //! - the task's devices (attributes for GetStatus and incarnation checks, and the runtime
 //!   devices whose resource stores every non-isolated session shares);
 //! - the worker sessions, each with its registered graphs ([`super::session`]);

@@ -6,7 +6,7 @@
 //! master receives them. They are declared here as TensorFlow declares them (the master strips
 //! attrs at their defaults, which the registry fills back in); tessera's own builder never
 //! creates them, so they have no gradient and no builder method. Their kernels are
-//! [`crate::kernels::cpu`]'s chains of the unfused kernels.
+//! `kernels::cpu`'s chains of the unfused kernels.
 
 use crate::error::Result;
 use crate::graph::registry::{OpDef, Registry};

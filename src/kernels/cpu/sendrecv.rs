@@ -179,7 +179,7 @@ fn no_rendezvous(ctx: &OpContext<'_>) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::partition::PairAttrs;
+    use crate::runtime::rendezvous::PairAttrs;
     use crate::runtime::rendezvous::Rendezvous;
     use crate::runtime::resource::ResourceMgr;
     use crate::runtime::StepOptions;

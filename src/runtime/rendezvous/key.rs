@@ -19,6 +19,7 @@ use std::sync::Arc;
 use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::proto::NodeDef;
+use crate::tensor::DType;
 
 /// A rendezvous key split into its parts. Cheap to clone (the text is shared).
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -303,6 +304,63 @@ pub fn rendezvous_key_of(node: &NodeDef) -> Result<ParsedKey> {
         (0, 0),
     )
     .map_err(context)
+}
+
+/// The attrs shared by both ends of a `_Send`/`_Recv` pair: what [`rendezvous_key_of`] reads
+/// back as the pair's key.
+pub(crate) struct PairAttrs<'a> {
+    pub tensor_name: &'a str,
+    pub send_device: &'a str,
+    pub incarnation: u64,
+    pub recv_device: &'a str,
+    pub client_terminated: bool,
+}
+
+impl PairAttrs<'_> {
+    /// Writes the pair's attrs into `node`.
+    pub(crate) fn apply(&self, node: &mut NodeDef) {
+        let a = &mut node.attr;
+        a.insert("tensor_name".into(), attr::value::string(self.tensor_name));
+        a.insert("send_device".into(), attr::value::string(self.send_device));
+        // The u64 travels bit for bit in an int64 attr, as TensorFlow writes it.
+        a.insert(
+            "send_device_incarnation".into(),
+            attr::value::int(self.incarnation as i64),
+        );
+        a.insert("recv_device".into(), attr::value::string(self.recv_device));
+        a.insert(
+            "client_terminated".into(),
+            attr::value::bool(self.client_terminated),
+        );
+    }
+
+    /// A `_Send` of `input` (a tensor of `dtype`) on `device`.
+    pub fn send(&self, name: String, input: String, device: &str, dtype: DType) -> NodeDef {
+        let mut node = NodeDef {
+            name,
+            op: "_Send".into(),
+            device: device.into(),
+            input: vec![input],
+            ..Default::default()
+        };
+        node.attr.insert("T".into(), attr::value::dtype(dtype));
+        self.apply(&mut node);
+        node
+    }
+
+    /// A `_Recv` of a tensor of `dtype` on `device`.
+    pub fn recv(&self, name: String, device: &str, dtype: DType) -> NodeDef {
+        let mut node = NodeDef {
+            name,
+            op: "_Recv".into(),
+            device: device.into(),
+            ..Default::default()
+        };
+        node.attr
+            .insert("tensor_type".into(), attr::value::dtype(dtype));
+        self.apply(&mut node);
+        node
+    }
 }
 
 #[cfg(test)]

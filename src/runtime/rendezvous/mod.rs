@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+pub(crate) use key::PairAttrs;
 pub use key::{check_incarnation, rendezvous_key_of, ParsedKey};
 pub use mgr::RendezvousMgr;
 
