@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::multi_device::{LocalDevices, MultiDeviceStep};
 use crate::device::DeviceType;
+use crate::device::space::Emulated;
 use crate::device::{CudaProbe, GpuProbe, GpuScan};
 use crate::error::{Result, Status};
 use crate::exec::placement::{place, registered_kernel, PlacementOptions};
@@ -49,6 +50,9 @@ pub struct SessionOptions {
     pub step_timeout: Option<Duration>,
     /// Creates the kernels; [`crate::kernels::create_kernel`] unless a test injects others.
     pub kernels: Arc<KernelLookup>,
+    /// Which ops `kernels` has a kernel for on a device type, for placement:
+    /// [`registered_kernel`] unless `kernels` is another set.
+    pub has_kernel: fn(&str, DeviceType) -> bool,
     /// How many CPU devices [`LocalSession::local_with`] makes (`CPU:0..N-1`, TensorFlow's
     /// `device_count = {"CPU": N}`); at least 1. Sessions on an existing device ignore it.
     pub device_count: u32,
@@ -60,6 +64,11 @@ pub struct SessionOptions {
     /// whose kernel outputs would go over it fails with RESOURCE_EXHAUSTED naming the node.
     /// `None` (the default) leaves CPU memory unaccounted.
     pub cpu_memory_limit: Option<u64>,
+    /// How many emulated GPUs [`LocalSession::local_with`] makes instead of asking the driver
+    /// (`GPU:0..N-1` after the CPUs): devices whose memory is a separate space in host memory
+    /// that counts every copy in and out, running the GPU op set with the CPU kernels
+    /// ([`crate::kernels::emulated`]). They place, partition and copy as GPUs do, on any host.
+    pub emulated_gpus: u32,
 }
 
 impl Default for SessionOptions {
@@ -68,9 +77,11 @@ impl Default for SessionOptions {
             allow_soft_placement: true,
             step_timeout: None,
             kernels: Arc::new(crate::kernels::create_kernel),
+            has_kernel: registered_kernel,
             device_count: 1,
             gpu_count: 0,
             cpu_memory_limit: None,
+            emulated_gpus: 0,
         }
     }
 }
@@ -201,7 +212,7 @@ impl LocalSession {
     /// (`/job:localhost/replica:0/task:0/device:CPU:i`), each with its own variables and, with
     /// `options.cpu_memory_limit`, its own memory limit; then up to `options.gpu_count` GPUs
     /// (`.../device:GPU:i`) when the host has them.
-    pub fn local_with(options: SessionOptions) -> Self {
+    pub fn local_with(mut options: SessionOptions) -> Self {
         const PREFIX: &str = "/job:localhost/replica:0/task:0";
         let mut devices: Vec<Arc<Device>> = (0..options.device_count.max(1))
             .map(|i| {
@@ -212,7 +223,15 @@ impl LocalSession {
                 })
             })
             .collect();
-        if options.gpu_count > 0 {
+        if options.emulated_gpus > 0 {
+            devices.extend((0..options.emulated_gpus).map(|i| {
+                let name = format!("{PREFIX}/device:GPU:{i}");
+                let memory = Emulated::new(name.clone());
+                Arc::new(Device::new(name, DeviceType::Gpu).with_memory_space(memory))
+            }));
+            options.kernels = crate::kernels::emulated::lookup();
+            options.has_kernel = crate::kernels::emulated::has_kernel;
+        } else if options.gpu_count > 0 {
             // GPU:i is the driver's i-th GPU: the kernels take the ordinal from the name.
             let found = match CudaProbe.scan() {
                 GpuScan::Found(gpus) => gpus.len(),
@@ -567,7 +586,7 @@ impl LocalSession {
                 ..Default::default()
             })
             .collect();
-        let has_kernel = registered_kernel;
+        let has_kernel = self.options.has_kernel;
         let options = PlacementOptions {
             default_device: self.device.name(),
             allow_soft_placement: self.options.allow_soft_placement,

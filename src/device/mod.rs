@@ -11,6 +11,7 @@
 
 pub mod cuda;
 pub mod memory;
+pub mod space;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

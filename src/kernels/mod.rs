@@ -7,11 +7,14 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod emulated;
 pub mod functional;
+pub mod gpu_ops;
 
 use std::sync::Arc;
 
 use crate::device::memory::{Charge, MemoryBudget};
+use crate::device::space::{self, MemorySpace};
 use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::format::files::{Files, AMBIENT};
@@ -36,6 +39,8 @@ pub struct OpContext<'a> {
     step: Option<&'a StepOptions>,
     /// The device's memory budget, when it has a limit.
     memory: Option<&'a Arc<MemoryBudget>>,
+    /// The device's own memory, when its tensors live apart from the host's.
+    space: Option<&'a Arc<dyn MemorySpace>>,
     /// The paths the checkpoint and summary kernels may touch.
     files: &'a Files,
     /// The frame and iteration the node runs in: `(0, 0)` outside while loops. Rendezvous keys
@@ -64,6 +69,7 @@ impl<'a> OpContext<'a> {
             step_id,
             step: None,
             memory: None,
+            space: None,
             files: &AMBIENT,
             frame_iter: (0, 0),
             input_dead: false,
@@ -82,6 +88,7 @@ impl<'a> OpContext<'a> {
             step_id: self.step_id,
             step: self.step,
             memory: self.memory,
+            space: self.space,
             files: self.files,
             frame_iter: self.frame_iter,
             input_dead: false,
@@ -108,6 +115,24 @@ impl<'a> OpContext<'a> {
     /// Whether the node's input is dead (only transfer nodes run with a dead input).
     pub fn is_input_dead(&self) -> bool {
         self.input_dead
+    }
+
+    /// The same context on a device whose tensors live in `space` (`None`: host memory).
+    pub fn with_memory_space(mut self, space: Option<&'a Arc<dyn MemorySpace>>) -> Self {
+        self.space = space;
+        self
+    }
+
+    /// Returns the device's own memory, when its tensors live apart from the host's.
+    pub fn memory_space(&self) -> Option<&'a Arc<dyn MemorySpace>> {
+        self.space
+    }
+
+    /// `tensor` where it belongs on this node's device ([`space::place`]): copied into a
+    /// GPU's memory when the GPU computes its dtype, off another device's memory onto the
+    /// host's. The kernels that bring tensors into a partition (`_Recv`, `Const`) call it.
+    pub fn place(&self, tensor: Tensor) -> Result<Tensor> {
+        space::place(self.space.map(|s| s.as_ref()), tensor).map_err(|e| self.named(e))
     }
 
     /// Returns reference input `i` (a `Ref(T)` input): the variable and its name.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::cluster::DeviceName;
 use crate::device::memory::MemoryBudget;
+use crate::device::space::MemorySpace;
 use crate::device::DeviceType;
 use crate::error::Result;
 use crate::format::files::Files;
@@ -27,6 +28,8 @@ pub struct Device {
     /// The threads its executors run nodes on: its tower's pool in a daemon, the process's
     /// shared pool when it has none.
     pool: Option<ThreadPool>,
+    /// Its own memory, when its tensors live apart from the host's (a GPU).
+    space: Option<Arc<dyn MemorySpace>>,
 }
 
 impl Device {
@@ -48,6 +51,7 @@ impl Device {
             memory: None,
             files: Files::ambient(),
             pool: None,
+            space: None,
         }
     }
 
@@ -65,7 +69,19 @@ impl Device {
             memory: self.memory.clone(),
             files: self.files.clone(),
             pool: self.pool.clone(),
+            space: self.space.clone(),
         }
+    }
+
+    /// The same device keeping its kernels' tensors in `space`, its own memory.
+    pub fn with_memory_space(mut self, space: Arc<dyn MemorySpace>) -> Self {
+        self.space = Some(space);
+        self
+    }
+
+    /// Returns the device's own memory, when its tensors live apart from the host's.
+    pub fn memory_space(&self) -> Option<&Arc<dyn MemorySpace>> {
+        self.space.as_ref()
     }
 
     /// The same device running its executors' nodes on `pool` (its tower's).

@@ -1,9 +1,13 @@
-//! Tensors on the host: a dtype, a shape and a buffer.
+//! Tensors: a dtype, a shape and a buffer.
 //!
 //! Numeric and bool tensors keep their elements as little-endian bytes in a [`bytes::Bytes`], so
 //! a tensor travels from a `TensorProto`'s `tensor_content` to a kernel and back onto the wire
 //! without a copy where the bytes are aligned. String tensors hold one `Bytes` per element;
 //! resource tensors hold [`ResourceHandle`]s naming a variable (or another resource) on a device.
+//!
+//! A tensor a GPU kernel computed stays in that device's memory ([`DeviceBuffer`]) until host
+//! code needs its elements: [`Tensor::to_host`] copies it once (the copy is kept, so a second
+//! reader does not copy again), and the element views ([`Tensor::values`]) go through it.
 //!
 //! Invariants: `data` holds exactly `shape.num_elements()` elements of `dtype`; bool bytes are
 //! 0 or 1 (every constructor checks or guarantees it).
@@ -13,9 +17,10 @@ mod proto;
 mod shape;
 pub mod var;
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
@@ -56,6 +61,50 @@ enum Data {
     Variants(Arc<[VariantValue]>),
     /// A reference to a variable's storage (a TensorFlow ref edge), with the variable's name.
     Ref(Arc<Var>, Arc<str>),
+    /// Fixed-size elements in another device's memory.
+    Device(Arc<OnDevice>),
+}
+
+/// Memory of a device other than the host (a GPU's) holding one tensor's elements, as its
+/// kernels wrote them: little-endian, row-major, as [`Data::Bytes`] would hold them.
+pub trait DeviceBuffer: Send + Sync + 'static {
+    /// The full name of the device whose memory holds the elements.
+    fn device(&self) -> &str;
+
+    /// The number of bytes held.
+    fn byte_len(&self) -> usize;
+
+    /// Copies the elements into host memory: one device-to-host copy, which the device counts.
+    fn copy_to_host(&self) -> Result<Bytes>;
+
+    /// The buffer as `Any`, for the device's own kernels to reach their buffer type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A device buffer and, once some host code has read it, its copy in host memory.
+struct OnDevice {
+    buffer: Box<dyn DeviceBuffer>,
+    host: OnceLock<Bytes>,
+}
+
+impl OnDevice {
+    /// The elements in host memory, copied on the first call.
+    fn host(&self) -> Result<&Bytes> {
+        if let Some(bytes) = self.host.get() {
+            return Ok(bytes);
+        }
+        let bytes = self.buffer.copy_to_host()?;
+        if bytes.len() != self.buffer.byte_len() {
+            return Err(Status::internal(format!(
+                "{} copied {} bytes of a {}-byte buffer to the host",
+                self.buffer.device(),
+                bytes.len(),
+                self.buffer.byte_len()
+            )));
+        }
+        // Two readers racing both copied; the first copy is kept.
+        Ok(self.host.get_or_init(|| bytes))
+    }
 }
 
 impl PartialEq for Data {
@@ -68,12 +117,14 @@ impl PartialEq for Data {
                 a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| Arc::ptr_eq(x, y))
             }
             (Data::Ref(a, _), Data::Ref(b, _)) => Arc::ptr_eq(a, b),
+            (Data::Device(a), Data::Device(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
 }
 
-/// A host tensor: dtype, shape and elements. Cheap to clone (the buffer is shared).
+/// A tensor: dtype, shape and elements, in host memory or a device's. Cheap to clone (the
+/// buffer is shared).
 #[derive(Clone, PartialEq)]
 pub struct Tensor {
     dtype: DType,
@@ -307,6 +358,55 @@ impl Tensor {
         }
     }
 
+    /// A tensor of `dtype` and `shape` whose elements are in `buffer`, on its device. INTERNAL
+    /// when the buffer does not hold exactly the shape's elements of a fixed-size dtype.
+    pub fn on_device(
+        dtype: DType,
+        shape: impl Into<Shape>,
+        buffer: impl DeviceBuffer,
+    ) -> Result<Self> {
+        let shape = shape.into();
+        let want = dtype
+            .size()
+            .and_then(|size| shape.num_elements().checked_mul(size));
+        if want != Some(buffer.byte_len()) {
+            return Err(Status::internal(format!(
+                "a {}-byte buffer on {} cannot hold a {dtype} tensor of shape {shape}",
+                buffer.byte_len(),
+                buffer.device()
+            )));
+        }
+        Ok(Self {
+            dtype,
+            shape,
+            data: Data::Device(Arc::new(OnDevice {
+                buffer: Box::new(buffer),
+                host: OnceLock::new(),
+            })),
+        })
+    }
+
+    /// The device buffer holding the elements, when they are in a device's memory.
+    pub fn device_buffer(&self) -> Option<&dyn DeviceBuffer> {
+        match &self.data {
+            Data::Device(on) => Some(on.buffer.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The same tensor in host memory: itself when it is there already; else its elements
+    /// copied from the device (once: later calls and element views reuse that copy).
+    pub fn to_host(&self) -> Result<Tensor> {
+        match &self.data {
+            Data::Device(on) => Ok(Self {
+                dtype: self.dtype,
+                shape: self.shape.clone(),
+                data: Data::Bytes(on.host()?.clone()),
+            }),
+            _ => Ok(self.clone()),
+        }
+    }
+
     /// Whether this is a reference to a variable (see [`Tensor::reference`]).
     pub fn is_ref(&self) -> bool {
         matches!(self.data, Data::Ref(..))
@@ -472,7 +572,8 @@ impl Tensor {
         self.shape.num_elements()
     }
 
-    /// Returns the raw little-endian bytes of a fixed-size tensor.
+    /// Returns the raw little-endian bytes of a fixed-size tensor in host memory (`None` for a
+    /// tensor in a device's memory: see [`Tensor::to_host`]).
     pub fn bytes(&self) -> Option<&Bytes> {
         match &self.data {
             Data::Bytes(b) => Some(b),
@@ -488,6 +589,7 @@ impl Tensor {
             Data::Resources(r) => r.len() * std::mem::size_of::<ResourceHandle>(),
             Data::Variants(v) => v.len() * std::mem::size_of::<VariantValue>(),
             Data::Ref(..) => 0,
+            Data::Device(on) => on.buffer.byte_len(),
         }
     }
 
@@ -515,6 +617,13 @@ impl Tensor {
                 "a reference to variable `{name}` was read as a value; the executor reads \
                  references before kernels see them"
             )),
+            Data::Device(on) => Status::internal(format!(
+                "a {} tensor of shape {} in {}'s memory was updated as host memory; copy it \
+                 to the host first",
+                self.dtype,
+                self.shape,
+                on.buffer.device()
+            )),
             _ => Status::invalid_argument(format!(
                 "a {} tensor has no fixed-size elements",
                 self.dtype
@@ -532,11 +641,14 @@ impl Tensor {
         Ok(())
     }
 
-    /// Views the elements as `T`: borrowed when aligned, copied otherwise.
+    /// Views the elements as `T`: borrowed when aligned, copied otherwise. A tensor in a
+    /// device's memory is copied to the host first (see [`Tensor::to_host`]).
     pub fn values<T: Element>(&self) -> Result<Cow<'_, [T]>> {
         self.expect_dtype(T::DTYPE)?;
-        let Data::Bytes(bytes) = &self.data else {
-            return Err(self.not_elements());
+        let bytes = match &self.data {
+            Data::Bytes(bytes) => bytes,
+            Data::Device(on) => on.host()?,
+            _ => return Err(self.not_elements()),
         };
         Ok(match T::cast_slice(bytes) {
             Some(slice) => Cow::Borrowed(slice),
@@ -611,6 +723,11 @@ impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Data::Ref(_, name) = &self.data {
             return write!(f, "Tensor<{} ref to variable `{name}`>", self.dtype);
+        }
+        if let Data::Device(on) = &self.data {
+            // Printing must not copy the elements off the device.
+            let device = on.buffer.device();
+            return write!(f, "Tensor<{}{} on {device}>", self.dtype, self.shape);
         }
         write!(f, "Tensor<{}{}>", self.dtype, self.shape)?;
         const SHOWN: usize = 8;

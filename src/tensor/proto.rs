@@ -134,6 +134,9 @@ impl Tensor {
                 .map(|v| v.to_proto())
                 .unwrap_or_else(|| self.proto_header());
         }
+        if self.device_buffer().is_some() {
+            return self.host_copy().map_or_else(unreadable, |host| host.to_proto());
+        }
         let mut proto = self.proto_header();
         match &self.data {
             Data::Bytes(bytes) => proto.tensor_content = bytes.clone(),
@@ -141,9 +144,21 @@ impl Tensor {
             Data::Resources(handles) => {
                 proto.resource_handle_val = handles.iter().map(ResourceHandle::to_proto).collect();
             }
-            Data::Variants(_) | Data::Ref(..) => {}
+            Data::Variants(_) | Data::Ref(..) | Data::Device(_) => {}
         }
         proto
+    }
+
+    /// The copy on the host of a tensor in a device's memory, which the wire carries; `None`
+    /// (logged) when the device fails the copy.
+    fn host_copy(&self) -> Option<Tensor> {
+        match self.to_host() {
+            Ok(host) => Some(host),
+            Err(e) => {
+                tracing::error!(error = %e, "a tensor could not be copied off its device");
+                None
+            }
+        }
     }
 
     /// Returns a `TensorProto` with every dtype in `tensor_content`, as TensorFlow's tensor
@@ -156,6 +171,9 @@ impl Tensor {
                 .map(|v| v.to_proto_content())
                 .unwrap_or_else(|| self.proto_header());
         }
+        if self.device_buffer().is_some() {
+            return self.host_copy().map_or_else(unreadable, |host| host.to_proto_content());
+        }
         let mut proto = self.proto_header();
         proto.tensor_content = match &self.data {
             Data::Bytes(bytes) => bytes.clone(),
@@ -167,7 +185,7 @@ impl Tensor {
                     .collect();
                 encode_list(encoded.iter().map(Vec::as_slice))
             }
-            Data::Variants(_) | Data::Ref(..) => Bytes::new(),
+            Data::Variants(_) | Data::Ref(..) | Data::Device(_) => Bytes::new(),
         };
         proto
     }
@@ -204,6 +222,12 @@ impl Tensor {
             ..Default::default()
         }
     }
+}
+
+/// The proto of a tensor whose elements could not be read off its device: `DT_INVALID`, which
+/// every reader rejects, rather than a tensor of zeros.
+fn unreadable() -> TensorProto {
+    TensorProto::default()
 }
 
 /// The most memory a tensor read from a proto may take: protobuf's 2 GiB message ceiling.

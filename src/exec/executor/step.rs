@@ -282,6 +282,7 @@ impl StepCommon {
         )
         .with_step(&self.options)
         .with_memory(device.memory())
+        .with_memory_space(device.memory_space())
         .with_files(device.files())
         .with_frame_iter(frame_iter)
         .with_dead_input(dead);

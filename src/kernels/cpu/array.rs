@@ -7,7 +7,7 @@
 //! Ops that only rename or reshape a tensor share its buffer instead of copying it, so they
 //! work for every dtype, strings and resources included.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use num_traits::{NumCast, One, Zero};
 
@@ -63,6 +63,11 @@ pub(super) fn tf_dtype_name(dtype: DType) -> &'static str {
 /// Const: the tensor of its `value` attr, decoded once when the kernel is built.
 struct Const {
     value: Tensor,
+    /// A `HostConst`: its value stays in host memory whatever the device.
+    host: bool,
+    /// The value in its device's memory, copied there by the first step on a GPU and kept
+    /// for every later one.
+    placed: OnceLock<Tensor>,
 }
 
 impl Const {
@@ -84,13 +89,25 @@ impl Const {
                 )));
             }
         }
-        Ok(Arc::new(Const { value }))
+        Ok(Arc::new(Const {
+            value,
+            host: node.op == "HostConst",
+            placed: OnceLock::new(),
+        }))
     }
 }
 
 impl OpKernel for Const {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        ctx.set_output(0, self.value.clone());
+        let value = if self.host || ctx.memory_space().is_none() {
+            self.value.clone()
+        } else if let Some(placed) = self.placed.get() {
+            placed.clone()
+        } else {
+            let placed = ctx.place(self.value.clone())?;
+            self.placed.get_or_init(|| placed).clone()
+        };
+        ctx.set_output(0, value);
         Ok(())
     }
 }

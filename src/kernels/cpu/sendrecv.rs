@@ -10,8 +10,10 @@
 //! producer's task with RecvTensor through the step's remote-receive hook. Every wait has the
 //! step's deadline (or [`DEFAULT_RECV_TIMEOUT`] outside a step that has none).
 //!
-//! The `_Host*` variants differ from the plain ones only in where a GPU keeps the tensor; on
-//! the CPU they are the same kernels.
+//! A `_Recv` puts what it receives where its device keeps tensors (`OpContext::place`): into a
+//! GPU's memory when the GPU computes its dtype, onto the host when it comes from another
+//! device's memory. The `_Host*` variants differ from the plain ones only in where a GPU keeps
+//! the tensor; on the CPU they are the same kernels.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,6 +79,8 @@ struct RecvKernel {
     key: ParsedKey,
     dtype: Option<DType>,
     source: Source,
+    /// A `_HostRecv`: the tensor stays in host memory whatever the device.
+    host: bool,
 }
 
 impl RecvKernel {
@@ -86,6 +90,7 @@ impl RecvKernel {
             key,
             dtype: attr::dtype(node, "tensor_type").ok(),
             source,
+            host: node.op == "_HostRecv",
         }))
     }
 }
@@ -130,6 +135,13 @@ impl OpKernel for RecvKernel {
                 )));
             }
         }
+        // The tensor enters this device here: into a GPU's memory, or onto the host from
+        // another device's.
+        let tensor = if self.host {
+            tensor.to_host().map_err(|e| ctx.named(e))?
+        } else {
+            ctx.place(tensor)?
+        };
         ctx.set_output(0, tensor);
         Ok(())
     }

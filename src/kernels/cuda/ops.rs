@@ -30,6 +30,7 @@ use crate::kernels::cpu::broadcast::{broadcast_shape, broadcast_to};
 use crate::kernels::cpu::nn::{self, BiasLayout};
 use crate::kernels::cpu::reduce;
 use crate::kernels::cpu::training::{Rule, Update};
+use crate::kernels::gpu_ops::HOST_MEMORY_OPS;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{DType, Shape, Tensor};
@@ -47,35 +48,6 @@ pub fn kernel_for(op: &str) -> Option<KernelFactory> {
     Some(create)
 }
 
-/// Ops that only move, name or route tensors: the partitioner puts them on a GPU device
-/// (`_Send`/`_Recv` for each edge that crosses it, the `Const` and `Identity` of a cut control
-/// edge, the control loops of a loop that spans it), as TensorFlow registers them for GPUs.
-/// tessera's tensors are host memory, so their CPU kernels serve a GPU device unchanged, for
-/// every dtype.
-pub const HOST_MEMORY_OPS: [&str; 22] = [
-    "_Send",
-    "_Recv",
-    "_HostSend",
-    "_HostRecv",
-    "Const",
-    "Identity",
-    "IdentityN",
-    "Snapshot",
-    "StopGradient",
-    "NoOp",
-    "ControlTrigger",
-    "Enter",
-    "Exit",
-    "Switch",
-    "Merge",
-    "NextIteration",
-    "LoopCond",
-    "RefEnter",
-    "RefExit",
-    "RefSwitch",
-    "RefMerge",
-    "RefNextIteration",
-];
 
 /// Builds the GPU kernel of a float32 node, the CPU kernel of any other.
 fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
@@ -93,7 +65,8 @@ fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
     cpu(node)
 }
 
-/// The factory of `op`'s float32 GPU kernel.
+/// The factory of `op`'s float32 GPU kernel: one for each op of [`crate::kernels::gpu_ops`]
+/// that a GPU computes.
 fn gpu_factory(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
         "MatMul" => MatMul::create,
@@ -1147,6 +1120,22 @@ mod tests {
             assert!(
                 err.message().contains("uninitialized value v0"),
                 "{op}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_gpu_kernels_are_the_gpu_op_set() {
+        for op in crate::graph::registry::global().op_names() {
+            assert_eq!(
+                gpu_factory(op).is_some(),
+                crate::kernels::gpu_ops::computes(op),
+                "{op}"
+            );
+            assert_eq!(
+                kernel_for(op).is_some(),
+                crate::kernels::gpu_ops::runs_on_gpu(op),
+                "{op}"
             );
         }
     }
