@@ -31,6 +31,7 @@ use tessera::train::towers::{GradientSum, TowerOptions};
 
 mod support;
 
+use support::gpu_copies;
 use support::kernel_check::{self, positive, tensor, update_cases, CPU, GPU};
 use support::mlp;
 use support::requirement;
@@ -280,6 +281,19 @@ fn the_mlp_trains_on_a_gpu_tower_like_on_the_cpu() {
     // Two forward MatMuls and their four gradients, two BiasAdds, Relu and its gradient, the
     // loss.
     assert!(placed >= 11, "{placed} tower ops on the GPU");
+}
+
+/// A real GPU tower's step copies what the emulated GPU's does (tests/emulated_gpu.rs): its
+/// feeds, fetches and cross-device tensors, each once.
+#[test]
+fn a_gpu_tower_step_copies_only_its_feeds_fetches_and_cross_device_tensors() {
+    if !have_gpu("gpu copies") {
+        return;
+    }
+    gpu_copies::check_tower_step_copies(&Session::local_with(SessionOptions {
+        gpu_count: 1,
+        ..Default::default()
+    }));
 }
 
 /// Every node that placement and partitioning put on a GPU has a GPU kernel, including the

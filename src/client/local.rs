@@ -22,8 +22,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::multi_device::{LocalDevices, MultiDeviceStep};
-use crate::device::DeviceType;
 use crate::device::space::Emulated;
+use crate::device::DeviceType;
 use crate::device::{CudaProbe, GpuProbe, GpuScan};
 use crate::error::{Result, Status};
 use crate::exec::placement::{place, registered_kernel, PlacementOptions};
@@ -239,10 +239,12 @@ impl LocalSession {
             };
             let gpus = found.min(options.gpu_count as usize);
             devices.extend((0..gpus).map(|i| {
-                Arc::new(Device::new(
-                    format!("{PREFIX}/device:GPU:{i}"),
-                    DeviceType::Gpu,
-                ))
+                let name = format!("{PREFIX}/device:GPU:{i}");
+                let device = Device::new(name.clone(), DeviceType::Gpu);
+                Arc::new(match crate::kernels::memory_space(DeviceType::Gpu, &name) {
+                    Some(memory) => device.with_memory_space(memory),
+                    None => device,
+                })
             }));
         }
         Self::on_devices(devices, options)

@@ -89,7 +89,8 @@ impl CopyCounter {
     /// Records a device-to-host copy of `bytes`.
     pub fn to_host(&self, bytes: usize) {
         self.to_host.fetch_add(1, Ordering::Relaxed);
-        self.bytes_to_host.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.bytes_to_host
+            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// The copies so far.

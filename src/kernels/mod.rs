@@ -325,6 +325,21 @@ pub fn kernel_for(op: &str, device_type: DeviceType) -> Option<KernelFactory> {
     }
 }
 
+/// The memory a device of `device_type` named `name` keeps its kernels' tensors in, when it
+/// is not the host's: a GPU's, with the `cuda` feature.
+pub fn memory_space(device_type: DeviceType, name: &str) -> Option<Arc<dyn MemorySpace>> {
+    match device_type {
+        DeviceType::Cpu => None,
+        #[cfg(feature = "cuda")]
+        DeviceType::Gpu => Some(cuda::gpu::GpuMemory::new(name)),
+        #[cfg(not(feature = "cuda"))]
+        DeviceType::Gpu => {
+            let _ = name;
+            None
+        }
+    }
+}
+
 /// Builds the kernel for `node` on `device_type`, or NOT_FOUND / UNIMPLEMENTED naming the op.
 pub fn create_kernel(node: &NodeDef, device_type: DeviceType) -> Result<Arc<dyn OpKernel>> {
     let factory = kernel_for(&node.op, device_type).ok_or_else(|| {

@@ -135,7 +135,9 @@ impl Tensor {
                 .unwrap_or_else(|| self.proto_header());
         }
         if self.device_buffer().is_some() {
-            return self.host_copy().map_or_else(unreadable, |host| host.to_proto());
+            return self
+                .host_copy()
+                .map_or_else(unreadable, |host| host.to_proto());
         }
         let mut proto = self.proto_header();
         match &self.data {
@@ -172,7 +174,9 @@ impl Tensor {
                 .unwrap_or_else(|| self.proto_header());
         }
         if self.device_buffer().is_some() {
-            return self.host_copy().map_or_else(unreadable, |host| host.to_proto_content());
+            return self
+                .host_copy()
+                .map_or_else(unreadable, |host| host.to_proto_content());
         }
         let mut proto = self.proto_header();
         proto.tensor_content = match &self.data {

@@ -177,6 +177,9 @@ impl WorkerState {
                 if let Some(tower) = towers.iter().find(|t| t.device() == d.name) {
                     device = device.with_pool(tower.pool().clone());
                 }
+                if let Some(memory) = crate::kernels::memory_space(device_type, &d.name) {
+                    device = device.with_memory_space(memory);
+                }
                 // A GPU's limit comes from gpu_memory_fraction; a CPU's from the options (the
                 // 256 MiB its attributes report is only what TensorFlow reports).
                 let budget = match device_type {

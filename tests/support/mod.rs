@@ -6,6 +6,7 @@ pub mod certs;
 pub mod cluster;
 pub mod fake_master;
 pub mod finite_differences;
+pub mod gpu_copies;
 pub mod kernel_check;
 pub mod mlp;
 pub mod raw_grpc;

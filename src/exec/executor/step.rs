@@ -356,6 +356,12 @@ pub(super) fn dead_fetch(name: &str) -> Status {
     ))
 }
 
+/// The address of the device buffer holding `t`'s elements, when a device's memory does.
+fn device_buffer_address(t: &Tensor) -> Option<*const u8> {
+    t.device_buffer()
+        .map(|b| b as *const dyn crate::tensor::DeviceBuffer as *const u8)
+}
+
 /// Whether `op`'s output is a variable's own buffer, shared rather than copied: the budget
 /// already counts it with the device's variables.
 fn reads_variable_buffer(op: &str) -> bool {
@@ -363,7 +369,8 @@ fn reads_variable_buffer(op: &str) -> bool {
 }
 
 /// The bytes of a kernel's outputs that are new allocations: outputs whose buffer lies inside
-/// one of the inputs' (Identity, Reshape, a forwarded input) are views and cost nothing.
+/// one of the inputs' (Identity, Reshape, a forwarded input) are views and cost nothing, and
+/// so is an input's device buffer passed on.
 fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
     let range = |t: &Tensor| {
         t.bytes()
@@ -371,6 +378,7 @@ fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
             .map(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len()))
     };
     let held: Vec<(usize, usize)> = inputs.iter().filter_map(range).collect();
+    let on_device: Vec<*const u8> = inputs.iter().filter_map(device_buffer_address).collect();
     outputs
         .iter()
         .flatten()
@@ -378,8 +386,29 @@ fn allocated_bytes(inputs: &[Tensor], outputs: &[Option<Tensor>]) -> u64 {
         .filter(|t| !t.is_ref())
         .filter(|t| match range(t) {
             Some((start, _)) => !held.iter().any(|&(lo, hi)| lo <= start && start < hi),
-            None => true,
+            None => device_buffer_address(t).is_none_or(|a| !on_device.contains(&a)),
         })
         .map(|t| t.byte_size() as u64)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::space::{Emulated, MemorySpace};
+
+    #[test]
+    fn only_new_buffers_are_allocations_on_the_host_and_on_a_device() {
+        let host = Tensor::from_vec([4], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let view = host.reshape([2, 2]).unwrap();
+        let fresh = Tensor::from_vec([2], vec![5.0f32, 6.0]).unwrap();
+        assert_eq!(allocated_bytes(&[host.clone()], &[Some(view)]), 0);
+        assert_eq!(allocated_bytes(&[host.clone()], &[Some(fresh)]), 8);
+        let gpu = Emulated::new("/job:localhost/replica:0/task:0/device:GPU:0");
+        let on_gpu = gpu.upload(&host).unwrap();
+        let passed_on = on_gpu.reshape([2, 2]).unwrap();
+        let computed = gpu.upload(&host).unwrap();
+        assert_eq!(allocated_bytes(&[on_gpu.clone()], &[Some(passed_on)]), 0);
+        assert_eq!(allocated_bytes(&[on_gpu], &[Some(computed), None]), 16);
+    }
 }

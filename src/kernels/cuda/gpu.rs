@@ -1,13 +1,17 @@
 //! One GPU as the kernels use it: a CUDA context and stream, a cuBLAS handle and the NVRTC-
-//! compiled module of `kernels.cu`, made once per GPU per process on first use.
+//! compiled module of `kernels.cu`, made once per GPU per process on first use; and its memory
+//! as the place a GPU device's tensors live ([`GpuMemory`], [`GpuBuffer`]).
 //!
 //! A GPU is a serial stream: kernels lock [`Gpu::lock`] for their whole computation (copies in,
 //! launches, copies out), so concurrent steps on one GPU take turns, and a cuBLAS handle is
 //! never used from two threads at once. Driver, cuBLAS and NVRTC failures become statuses; an
 //! allocation the driver refuses is RESOURCE_EXHAUSTED naming the node and the bytes.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use bytes::Bytes;
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
@@ -17,7 +21,9 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::cluster::DeviceName;
+use crate::device::space::{Copies, CopyCounter, MemorySpace};
 use crate::error::{Result, Status};
+use crate::tensor::{DType, DeviceBuffer, Element, Shape, Tensor};
 
 /// The CUDA C source of every kernel; entry points are `extern "C"`.
 const SOURCE: &str = include_str!("kernels.cu");
@@ -191,6 +197,143 @@ impl GpuInner {
         // SAFETY: the caller's promise above.
         unsafe { launch.launch(launch_config(threads)) }.map_err(driver_error)?;
         Ok(())
+    }
+}
+
+/// The memory of the GPU device named `device`: the space its tensors live in between its
+/// kernels ([`GpuBuffer`]s), with the copies in and out counted. Opening the GPU waits for the
+/// first copy or kernel.
+pub struct GpuMemory {
+    device: String,
+    counter: Arc<CopyCounter>,
+}
+
+impl GpuMemory {
+    /// The memory of the GPU device named `device` (its full name).
+    pub fn new(device: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            device: device.into(),
+            counter: Arc::default(),
+        })
+    }
+
+    /// Counts the device's copies.
+    pub fn counter(&self) -> &Arc<CopyCounter> {
+        &self.counter
+    }
+}
+
+impl MemorySpace for GpuMemory {
+    fn device(&self) -> &str {
+        &self.device
+    }
+
+    fn holds(&self, dtype: DType) -> bool {
+        // The GPU kernels compute float32; other dtypes stay in host memory.
+        dtype == DType::Float
+    }
+
+    fn upload(&self, tensor: &Tensor) -> Result<Tensor> {
+        let gpu = Gpu::for_device(&self.device)?;
+        let values = tensor.values::<f32>()?;
+        let slice = gpu.lock().upload(&self.device, &values)?;
+        self.counter.to_device(std::mem::size_of_val(&values[..]));
+        GpuBuffer::tensor(
+            &self.device,
+            &gpu,
+            slice,
+            tensor.shape().clone(),
+            &self.counter,
+        )
+    }
+
+    fn copies(&self) -> Copies {
+        self.counter.read()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// One float32 tensor's elements in a GPU's memory, freed when the last tensor holding it
+/// goes. The driver's calls are thread-safe: the buffer is freed on the GPU's stream from
+/// whichever thread drops it, after the work queued there before.
+pub struct GpuBuffer {
+    device: String,
+    gpu: Arc<Gpu>,
+    slice: CudaSlice<f32>,
+    /// Elements held (the slice keeps at least one: the driver refuses empty allocations).
+    len: usize,
+    counter: Arc<CopyCounter>,
+}
+
+impl GpuBuffer {
+    /// A tensor of `shape` whose elements are `slice` (at least `shape`'s element count) on
+    /// the GPU `gpu` of device `device`; `counter` counts its copy to the host.
+    pub fn tensor(
+        device: &str,
+        gpu: &Arc<Gpu>,
+        slice: CudaSlice<f32>,
+        shape: Shape,
+        counter: &Arc<CopyCounter>,
+    ) -> Result<Tensor> {
+        let buffer = GpuBuffer {
+            device: device.to_string(),
+            gpu: Arc::clone(gpu),
+            slice,
+            len: shape.num_elements(),
+            counter: Arc::clone(counter),
+        };
+        Tensor::on_device(DType::Float, shape, buffer)
+    }
+
+    /// The elements of `tensor` in `gpu`'s memory, when that is where they are.
+    pub fn on<'t>(tensor: &'t Tensor, gpu: &Gpu) -> Option<&'t CudaSlice<f32>> {
+        let buffer = tensor
+            .device_buffer()?
+            .as_any()
+            .downcast_ref::<GpuBuffer>()?;
+        (buffer.gpu.ordinal == gpu.ordinal).then_some(&buffer.slice)
+    }
+}
+
+impl DeviceBuffer for GpuBuffer {
+    fn device(&self) -> &str {
+        &self.device
+    }
+
+    fn byte_len(&self) -> usize {
+        self.len * std::mem::size_of::<f32>()
+    }
+
+    fn copy_to_host(&self) -> Result<Bytes> {
+        let host = self.gpu.lock().download(&self.slice, self.len)?;
+        self.counter.to_host(self.byte_len());
+        Ok(f32::into_bytes(host))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A float32 input on the GPU: where an earlier kernel left it, or copied in for this kernel.
+pub enum Operand<'t> {
+    /// In a [`GpuBuffer`] of the tensor.
+    Resident(&'t CudaSlice<f32>),
+    /// Copied in from the host.
+    Copied(CudaSlice<f32>),
+}
+
+impl std::ops::Deref for Operand<'_> {
+    type Target = CudaSlice<f32>;
+
+    fn deref(&self) -> &CudaSlice<f32> {
+        match self {
+            Operand::Resident(slice) => slice,
+            Operand::Copied(slice) => slice,
+        }
     }
 }
 

@@ -4,17 +4,19 @@
 //! time). Otherwise (members on CPUs too, two on one GPU, other dtypes, or no `libnccl` on the
 //! host, logged once) they are reduced in host memory, with the same result.
 //!
-//! Tensors are host memory between kernels, so each member's tensor is copied to its GPU, the
-//! GPUs reduce among themselves, and each result is copied back, all under the GPUs' locks
-//! (taken in ordinal order, the only place that holds several). The communicators of a set of
-//! GPUs are made once (`ncclCommInitAll`) and kept for the process.
+//! Each member's tensor is read where it is when its GPU holds it (copied in otherwise), the
+//! GPUs reduce among themselves, and each result is copied back to the host, where its reader
+//! (an optimizer's apply, on the variables' device) takes it; these copies are not in the
+//! devices' copy counts. All of it runs under the GPUs' locks (taken in ordinal order, the only
+//! place that holds several). The communicators of a set of GPUs are made once
+//! (`ncclCommInitAll`) and kept for the process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use cudarc::nccl::{group_end, group_start, result::NcclError, Comm, ReduceOp};
 
-use super::gpu::Gpu;
+use super::gpu::{Gpu, GpuBuffer, Operand};
 use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
 use crate::kernels::cpu::collective::{reduce_on_host, AllReduce, Reduction};
@@ -82,7 +84,16 @@ pub fn reduce_on_gpus(
         // Two members on one GPU: NCCL takes one rank per GPU.
         return reduce_on_host(ctx, reduction, members);
     }
-    all_reduce(&ctx.node().name, reduction, members, &gpus).map_err(|e| ctx.named(e))
+    // A member read off another device's memory is copied to the host first: that copy takes
+    // the other GPU's lock, which the all-reduce may hold.
+    let members = members
+        .iter()
+        .map(|(device, t)| match t.device_buffer() {
+            Some(buffer) if buffer.device() != device => Ok((device.clone(), t.to_host()?)),
+            _ => Ok((device.clone(), t.clone())),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    all_reduce(&ctx.node().name, reduction, &members, &gpus).map_err(|e| ctx.named(e))
 }
 
 /// The NCCL all-reduce of `members`, member `i` on `gpus[i]` (distinct GPUs, same shapes);
@@ -127,14 +138,17 @@ fn all_reduce(
     let len = members[0].1.num_elements();
     let mut sends = Vec::with_capacity(members.len());
     let mut recvs = Vec::with_capacity(members.len());
-    for ((_, tensor), inner) in members.iter().zip(&inners) {
-        sends.push(inner.upload(node, &tensor.values::<f32>()?)?);
+    for (((_, tensor), inner), gpu) in members.iter().zip(&inners).zip(gpus) {
+        sends.push(match GpuBuffer::on(tensor, gpu) {
+            Some(resident) => Operand::Resident(resident),
+            None => Operand::Copied(inner.upload(node, &tensor.values::<f32>()?)?),
+        });
         recvs.push(inner.zeros(node, len)?);
     }
     group_start().map_err(nccl)?;
     let mut launched = Ok(());
     for ((comm, send), recv) in comms.iter().zip(&sends).zip(&mut recvs) {
-        launched = comm.all_reduce(send, recv, &op).map(drop).map_err(nccl);
+        launched = comm.all_reduce(&**send, recv, &op).map(drop).map_err(nccl);
         if launched.is_err() {
             break;
         }

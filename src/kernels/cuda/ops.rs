@@ -5,10 +5,13 @@
 //! and L2Loss, Softmax and LogSoftmax, the cross-entropy losses, and every optimizer update
 //! through the NVRTC kernels of `kernels.cu`.
 //!
-//! Tensors live in host memory between kernels (tessera's `Tensor` is host bytes), so each
-//! kernel copies its inputs to the GPU, runs there and copies its outputs back, all under the
-//! GPU's lock. Inputs are checked on the host first, by the CPU kernels' own checks, so bad
-//! input reads the same on either device. Nodes of another dtype than float32 run the CPU
+//! A kernel's float32 tensors stay in the GPU's memory ([`GpuBuffer`]): it reads inputs where
+//! an earlier kernel left them, copies in only those still on the host (a feed or a tensor from
+//! another device, normally put on the GPU by its `_Recv` already), and leaves its outputs on
+//! the GPU, all under the GPU's lock; a tensor crosses to the host only when host code reads
+//! it (a `_Send`, a fetch). Every copy is counted in the device's [`GpuMemory`]. Inputs are
+//! checked on the host first, from their shapes, by the CPU kernels' own checks, so bad input
+//! reads the same on either device. Nodes of another dtype than float32 run the CPU
 //! kernel (see [`kernel_for`]), and so do the cases a GPU kernel leaves to the CPU (a
 //! cross-entropy whose operands broadcast, a matrix past cuBLAS's int range).
 //!
@@ -17,13 +20,15 @@
 //! thread's loop for a reduction to a scalar.
 
 use std::mem::size_of_val;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
-use super::gpu::{Gpu, GpuInner};
+use super::gpu::{Gpu, GpuBuffer, GpuInner, GpuMemory, Operand};
 use super::layout::{Broadcast, Reduction};
+use crate::device::space::CopyCounter;
 use crate::error::{Code, Result, Status};
 use crate::graph::attr;
 use crate::kernels::cpu::broadcast::{broadcast_shape, broadcast_to};
@@ -47,7 +52,6 @@ pub fn kernel_for(op: &str) -> Option<KernelFactory> {
     gpu_factory(op)?;
     Some(create)
 }
-
 
 /// Builds the GPU kernel of a float32 node, the CPU kernel of any other.
 fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
@@ -110,26 +114,117 @@ fn float_input(ctx: &OpContext<'_>, i: usize) -> Result<Tensor> {
             t.dtype()
         )));
     }
-    Ok(t.clone())
+    here_or_host(ctx, t)
 }
 
-/// Runs `f` on the node's GPU, under its lock; `f` gets the GPU and the node's name (for
-/// out-of-memory errors). The `device_bytes` that `f` allocates on the GPU are charged to the
+/// `t` as this node's GPU kernel may read it under the GPU's lock: in this GPU's memory or the
+/// host's. A tensor of another device's memory (normally placed by a `_Recv` already) is copied
+/// to the host first, outside any lock, since that copy takes the other device's lock.
+fn here_or_host(ctx: &OpContext<'_>, t: &Tensor) -> Result<Tensor> {
+    match t.device_buffer() {
+        Some(buffer) if buffer.device() != ctx.device => t.to_host().map_err(|e| ctx.named(e)),
+        _ => Ok(t.clone()),
+    }
+}
+
+/// Runs `f` on the node's GPU, under its lock; `f` gets the GPU as the node uses it
+/// ([`OnGpu`]). The `device_bytes` that `f` allocates on the GPU are charged to the
 /// device's memory budget first (its `gpu_memory_fraction`), so a kernel that would take the
 /// GPU past it fails with RESOURCE_EXHAUSTED before touching it. Errors other than out of
 /// memory get the node's name in front.
 fn with_gpu<R>(
     ctx: &OpContext<'_>,
     device_bytes: usize,
-    f: impl FnOnce(&GpuInner, &str) -> Result<R>,
+    f: impl FnOnce(&OnGpu<'_>) -> Result<R>,
 ) -> Result<R> {
     let _charge = ctx.charge(device_bytes)?;
     let gpu = Gpu::for_device(ctx.device).map_err(|e| ctx.named(e))?;
+    // The device's copy counter; a kernel run outside such a device (a test's context)
+    // counts in one of its own.
+    let counter = ctx
+        .memory_space()
+        .and_then(|s| s.as_any().downcast_ref::<GpuMemory>())
+        .map_or_else(Arc::default, |m| Arc::clone(m.counter()));
     let inner = gpu.lock();
-    f(&inner, &ctx.node().name).map_err(|e| match e.code() {
+    let on = OnGpu {
+        inner: &inner,
+        gpu: &gpu,
+        node: &ctx.node().name,
+        device: ctx.device,
+        counter: &counter,
+    };
+    f(&on).map_err(|e| match e.code() {
         Code::ResourceExhausted => e,
         _ => ctx.named(e),
     })
+}
+
+/// The node's GPU as its kernel uses it, under the GPU's lock: its handles, the node's name
+/// (named when the GPU is out of memory), and the device's copy counter.
+struct OnGpu<'g> {
+    inner: &'g GpuInner,
+    gpu: &'g Arc<Gpu>,
+    node: &'g str,
+    device: &'g str,
+    counter: &'g Arc<CopyCounter>,
+}
+
+impl Deref for OnGpu<'_> {
+    type Target = GpuInner;
+
+    fn deref(&self) -> &GpuInner {
+        self.inner
+    }
+}
+
+impl OnGpu<'_> {
+    /// Input `t` in the GPU's memory: where it is when the GPU holds it, else copied in
+    /// (counted).
+    fn operand<'t>(&self, t: &'t Tensor) -> Result<Operand<'t>> {
+        if let Some(slice) = GpuBuffer::on(t, self.gpu) {
+            return Ok(Operand::Resident(slice));
+        }
+        Ok(Operand::Copied(self.copy_in(&t.values::<f32>()?)?))
+    }
+
+    /// Copies a tensor's elements from the host to the GPU (counted).
+    fn copy_in<T: DeviceRepr + ValidAsZeroBits>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        let slice = self.inner.upload(self.node, host)?;
+        self.counter.to_device(size_of_val(host));
+        Ok(slice)
+    }
+
+    /// Copies a kernel's parameters (a broadcast or reduction layout) to the GPU; they are
+    /// not tensors, and not counted as tensor copies.
+    fn params(&self, host: &[i64]) -> Result<CudaSlice<i64>> {
+        self.inner.upload(self.node, host)
+    }
+
+    /// A new zeroed buffer of `len` floats on the GPU.
+    fn zeros(&self, len: usize) -> Result<CudaSlice<f32>> {
+        self.inner.zeros(self.node, len)
+    }
+
+    /// An output of shape `shape` left in the GPU's memory.
+    fn output(&self, slice: CudaSlice<f32>, shape: impl Into<Shape>) -> Result<Tensor> {
+        GpuBuffer::tensor(self.device, self.gpu, slice, shape.into(), self.counter)
+    }
+
+    /// Copies `len` floats of `slice` to the host (counted).
+    fn copy_out(&self, slice: &CudaSlice<f32>, len: usize) -> Result<Vec<f32>> {
+        let host = self.inner.download(slice, len)?;
+        self.counter.to_host(len * F32);
+        Ok(host)
+    }
+}
+
+/// The bytes a kernel copies to the GPU for `inputs`: those not in the GPU's memory already.
+fn copied_in(ctx: &OpContext<'_>, inputs: &[&Tensor]) -> usize {
+    inputs
+        .iter()
+        .filter(|t| t.device_buffer().is_none_or(|b| b.device() != ctx.device))
+        .map(|t| t.num_elements() * F32)
+        .sum()
 }
 
 fn i64s(n: usize) -> i64 {
@@ -173,46 +268,46 @@ pub fn unary_code(op: &str) -> Option<i32> {
 impl OpKernel for Unary {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let x = float_input(ctx, 0)?;
-        let values = x.values::<f32>()?;
-        let len = values.len();
-        let out = if len == 0 {
-            Vec::new()
-        } else {
-            with_gpu(ctx, 2 * size_of_val(&values[..]), |gpu, node| {
-                let dx = gpu.upload(node, &values)?;
-                let mut out = gpu.zeros(node, len)?;
-                let n = i64s(len);
-                // SAFETY: unary_f32(op, x, out, n); x and out hold n floats.
-                unsafe {
-                    gpu.launch("unary_f32", len, |l| {
-                        l.arg(&self.op).arg(&dx).arg(&mut out).arg(&n);
-                    })
-                }?;
-                gpu.download(&out, len)
-            })?
-        };
-        ctx.set_output(0, Tensor::from_vec(x.shape().clone(), out)?);
+        let len = x.num_elements();
+        if len == 0 {
+            ctx.set_output(0, Tensor::zeros(DType::Float, x.shape().clone())?);
+            return Ok(());
+        }
+        let out = with_gpu(ctx, copied_in(ctx, &[&x]) + len * F32, |gpu| {
+            let dx = gpu.operand(&x)?;
+            let mut out = gpu.zeros(len)?;
+            let n = i64s(len);
+            // SAFETY: unary_f32(op, x, out, n); x and out hold n floats.
+            unsafe {
+                gpu.launch("unary_f32", len, |l| {
+                    l.arg(&self.op).arg(&*dx).arg(&mut out).arg(&n);
+                })
+            }?;
+            gpu.output(out, x.shape().clone())
+        })?;
+        ctx.set_output(0, out);
         Ok(())
     }
 }
 
-/// Launches `binary_f32` with `op` on `a` and `b` laid out by `layout`; returns the output.
+/// Launches `binary_f32` with `op` on `a` and `b` laid out by `layout`; returns the output,
+/// of shape `shape`.
 fn binary_launch(
     ctx: &OpContext<'_>,
     op: i32,
-    a: &[f32],
-    b: &[f32],
+    (a, b): (&Tensor, &Tensor),
     layout: &Broadcast,
-) -> Result<Vec<f32>> {
+    shape: Shape,
+) -> Result<Tensor> {
     let len = layout.len();
     if len == 0 {
-        return Ok(Vec::new());
+        return Tensor::zeros(DType::Float, shape);
     }
-    let bytes = size_of_val(a) + size_of_val(b) + len * F32 + size_of_val(&layout.layout[..]);
-    with_gpu(ctx, bytes, |gpu, node| {
-        let (da, db) = (gpu.upload(node, a)?, gpu.upload(node, b)?);
-        let dl = gpu.upload(node, &layout.layout)?;
-        let mut out = gpu.zeros(node, len)?;
+    let bytes = copied_in(ctx, &[a, b]) + len * F32 + size_of_val(&layout.layout[..]);
+    with_gpu(ctx, bytes, |gpu| {
+        let (da, db) = (gpu.operand(a)?, gpu.operand(b)?);
+        let dl = gpu.params(&layout.layout)?;
+        let mut out = gpu.zeros(len)?;
         let (n, rank) = (i64s(len), layout.rank() as i32);
         // SAFETY: binary_f32(op, a, b, out, n, rank, layout); out holds n floats, the layout
         // holds 3·rank entries, and its strides keep every index inside a and b (they are
@@ -220,15 +315,15 @@ fn binary_launch(
         unsafe {
             gpu.launch("binary_f32", len, |l| {
                 l.arg(&op)
-                    .arg(&da)
-                    .arg(&db)
+                    .arg(&*da)
+                    .arg(&*db)
                     .arg(&mut out)
                     .arg(&n)
                     .arg(&rank)
                     .arg(&dl);
             })
         }?;
-        gpu.download(&out, len)
+        gpu.output(out, shape)
     })
 }
 
@@ -281,8 +376,9 @@ impl OpKernel for Binary {
             // Shapes that do not broadcast: the CPU kernel's error names them.
             return on_cpu(ctx);
         };
-        let values = binary_launch(ctx, self.op, &a.values()?, &b.values()?, &layout)?;
-        ctx.set_output(0, Tensor::from_vec(layout.dims, values)?);
+        let dims = Shape::new(layout.dims.clone());
+        let out = binary_launch(ctx, self.op, (&a, &b), &layout, dims)?;
+        ctx.set_output(0, out);
         Ok(())
     }
 }
@@ -307,28 +403,30 @@ impl OpKernel for BiasAdd {
         self.0.check_bias(ctx, value.shape(), bias.shape())?;
         let layout = Broadcast::bias(value.dims(), self.0.channel_axis(value.rank()));
         let add = code_of(ctx, binary_code);
-        let values = binary_launch(ctx, add, &value.values()?, &bias.values()?, &layout)?;
-        ctx.set_output(0, Tensor::from_vec(value.shape().clone(), values)?);
+        let out = binary_launch(ctx, add, (&value, &bias), &layout, value.shape().clone())?;
+        ctx.set_output(0, out);
         Ok(())
     }
 }
 
-/// Launches `reduce_f32` with `op` over `x` as `reduction` describes; returns the outputs.
+/// Launches `reduce_f32` with `op` over `x` as `reduction` describes; returns the output, of
+/// shape `shape`.
 fn reduce_launch(
     ctx: &OpContext<'_>,
     op: i32,
-    x: &[f32],
+    x: &Tensor,
     reduction: &Reduction,
-) -> Result<Vec<f32>> {
+    shape: Shape,
+) -> Result<Tensor> {
     let outputs = reduction.outputs;
     if outputs == 0 {
-        return Ok(Vec::new());
+        return Tensor::zeros(DType::Float, shape);
     }
-    let bytes = size_of_val(x) + outputs * F32 + size_of_val(&reduction.layout[..]);
-    with_gpu(ctx, bytes, |gpu, node| {
-        let dx = gpu.upload(node, x)?;
-        let dl = gpu.upload(node, &reduction.layout)?;
-        let mut out = gpu.zeros(node, outputs)?;
+    let bytes = copied_in(ctx, &[x]) + outputs * F32 + size_of_val(&reduction.layout[..]);
+    with_gpu(ctx, bytes, |gpu| {
+        let dx = gpu.operand(x)?;
+        let dl = gpu.params(&reduction.layout)?;
+        let mut out = gpu.zeros(outputs)?;
         let (o, r) = (i64s(outputs), i64s(reduction.reduced_len));
         let (kept, reduced) = (reduction.kept as i32, reduction.reduced as i32);
         // SAFETY: reduce_f32(op, x, out, outputs, r, kept, reduced, layout); out holds
@@ -337,7 +435,7 @@ fn reduce_launch(
         unsafe {
             gpu.launch("reduce_f32", outputs, |l| {
                 l.arg(&op)
-                    .arg(&dx)
+                    .arg(&*dx)
                     .arg(&mut out)
                     .arg(&o)
                     .arg(&r)
@@ -346,7 +444,7 @@ fn reduce_launch(
                     .arg(&dl);
             })
         }?;
-        gpu.download(&out, outputs)
+        gpu.output(out, shape)
     })
 }
 
@@ -366,8 +464,8 @@ impl OpKernel for BiasAddGrad {
         let axis = self.0.channel_axis(backprop.rank());
         let reduction = Reduction::all_but(backprop.dims(), axis);
         let sum = code_of(ctx, reduce_code);
-        let values = reduce_launch(ctx, sum, &backprop.values()?, &reduction)?;
-        ctx.set_output(0, Tensor::from_vec([channels], values)?);
+        let out = reduce_launch(ctx, sum, &backprop, &reduction, Shape::new(vec![channels]))?;
+        ctx.set_output(0, out);
         Ok(())
     }
 }
@@ -405,9 +503,9 @@ impl OpKernel for Reduce {
         let x = float_input(ctx, 0)?;
         let reduced = reduce::reduction_axes(ctx, &x, ctx.input(1)?)?;
         let reduction = Reduction::new(x.dims(), &reduced);
-        let values = reduce_launch(ctx, self.op, &x.values()?, &reduction)?;
         let shape = reduce::reduced_shape(x.dims(), &reduced, self.keep_dims);
-        ctx.set_output(0, Tensor::from_vec(shape, values)?);
+        let out = reduce_launch(ctx, self.op, &x, &reduction, shape.into())?;
+        ctx.set_output(0, out);
         Ok(())
     }
 }
@@ -420,8 +518,8 @@ impl OpKernel for L2Loss {
         let x = float_input(ctx, 0)?;
         let reduction = Reduction::new(x.dims(), &vec![true; x.rank()]);
         let half_sum_of_squares = code_of(ctx, reduce_code);
-        let values = reduce_launch(ctx, half_sum_of_squares, &x.values()?, &reduction)?;
-        ctx.set_output(0, Tensor::from_vec(Shape::scalar(), values)?);
+        let out = reduce_launch(ctx, half_sum_of_squares, &x, &reduction, Shape::scalar())?;
+        ctx.set_output(0, out);
         Ok(())
     }
 }
@@ -446,58 +544,74 @@ impl OpKernel for Softmax {
             // A scalar (the CPU kernel's error) or nothing to compute.
             return on_cpu(ctx);
         }
-        let values = x.values::<f32>()?;
-        let len = values.len();
+        let len = x.num_elements();
         let cols = x.dims()[x.rank() - 1];
         let rows = len / cols;
-        let out = with_gpu(ctx, 2 * size_of_val(&values[..]), |gpu, node| {
-            let dx = gpu.upload(node, &values)?;
-            let mut out = gpu.zeros(node, len)?;
+        let out = with_gpu(ctx, copied_in(ctx, &[&x]) + len * F32, |gpu| {
+            let dx = gpu.operand(&x)?;
+            let mut out = gpu.zeros(len)?;
             let (r, c, log) = (i64s(rows), i64s(cols), i32::from(self.log));
             // SAFETY: softmax_f32(x, out, rows, cols, take_log); both hold rows·cols floats.
             unsafe {
                 gpu.launch("softmax_f32", rows, |l| {
-                    l.arg(&dx).arg(&mut out).arg(&r).arg(&c).arg(&log);
+                    l.arg(&*dx).arg(&mut out).arg(&r).arg(&c).arg(&log);
                 })
             }?;
-            gpu.download(&out, len)
+            gpu.output(out, x.shape().clone())
         })?;
-        ctx.set_output(0, Tensor::from_vec(x.shape().clone(), out)?);
+        ctx.set_output(0, out);
         Ok(())
     }
 }
 
+/// The labels of a cross-entropy: dense float32 ones (a tensor the GPU may hold already), or
+/// sparse class indices (checked on the host, so copied in from there).
+enum Labels<'t> {
+    Dense(&'t Tensor),
+    Sparse(&'t [i64]),
+}
+
 /// Launches a cross-entropy kernel (`softmax_xent_f32` or `sparse_xent_f32`) on `logits`
 /// ([rows, cols], not empty) and its per-row `labels`; returns (loss, backprop).
-fn xent_launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+fn xent_launch(
     ctx: &OpContext<'_>,
     function: &str,
-    logits: &[f32],
-    labels: &[T],
+    logits: &Tensor,
+    labels: Labels<'_>,
     (rows, cols): (usize, usize),
-) -> Result<(Vec<f32>, Vec<f32>)> {
-    let bytes = 2 * size_of_val(logits) + size_of_val(labels) + rows * F32;
-    with_gpu(ctx, bytes, |gpu, node| {
-        let (dx, dy) = (gpu.upload(node, logits)?, gpu.upload(node, labels)?);
-        let mut loss = gpu.zeros(node, rows)?;
-        let mut back = gpu.zeros(node, logits.len())?;
+) -> Result<(Tensor, Tensor)> {
+    let len = logits.num_elements();
+    let labels_in = match labels {
+        Labels::Dense(t) => copied_in(ctx, &[t]),
+        Labels::Sparse(indices) => size_of_val(indices),
+    };
+    let bytes = copied_in(ctx, &[logits]) + labels_in + len * F32 + rows * F32;
+    with_gpu(ctx, bytes, |gpu| {
+        let dx = gpu.operand(logits)?;
+        let (dense, sparse) = match labels {
+            Labels::Dense(t) => (Some(gpu.operand(t)?), None),
+            Labels::Sparse(indices) => (None, Some(gpu.copy_in(indices)?)),
+        };
+        let mut loss = gpu.zeros(rows)?;
+        let mut back = gpu.zeros(len)?;
         let (r, c) = (i64s(rows), i64s(cols));
         // SAFETY: both kernels take (logits, labels, loss, backprop, rows, cols); logits and
         // backprop hold rows·cols floats, loss rows, and labels rows·cols floats (dense
         // labels) or rows class indices checked to be in [0, cols) (sparse labels).
         unsafe {
             gpu.launch(function, rows, |l| {
-                l.arg(&dx)
-                    .arg(&dy)
-                    .arg(&mut loss)
-                    .arg(&mut back)
-                    .arg(&r)
-                    .arg(&c);
+                l.arg(&*dx);
+                match (&dense, &sparse) {
+                    (Some(dense), _) => l.arg(&**dense),
+                    (_, Some(sparse)) => l.arg(sparse),
+                    (None, None) => unreachable!("labels are dense or sparse"),
+                };
+                l.arg(&mut loss).arg(&mut back).arg(&r).arg(&c);
             })
         }?;
         Ok((
-            gpu.download(&loss, rows)?,
-            gpu.download(&back, logits.len())?,
+            gpu.output(loss, Shape::new(vec![rows]))?,
+            gpu.output(back, Shape::new(vec![rows, cols]))?,
         ))
     })
 }
@@ -512,17 +626,16 @@ impl OpKernel for SoftmaxXent {
             // Operands that broadcast to [batch, classes], bad shapes or nothing to compute.
             return on_cpu(ctx);
         }
-        let shape = logits.shape().clone();
-        let (rows, cols) = (shape.dims()[0], shape.dims()[1]);
+        let (rows, cols) = (logits.dims()[0], logits.dims()[1]);
         let (loss, backprop) = xent_launch(
             ctx,
             "softmax_xent_f32",
-            &logits.values()?,
-            &labels.values::<f32>()?,
+            &logits,
+            Labels::Dense(&labels),
             (rows, cols),
         )?;
-        ctx.set_output(0, Tensor::from_vec([rows], loss)?);
-        ctx.set_output(1, Tensor::from_vec(shape, backprop)?);
+        ctx.set_output(0, loss);
+        ctx.set_output(1, backprop);
         Ok(())
     }
 }
@@ -542,12 +655,12 @@ impl OpKernel for SparseXent {
         let (loss, backprop) = xent_launch(
             ctx,
             "sparse_xent_f32",
-            &logits.values()?,
-            &labels,
+            &logits,
+            Labels::Sparse(&labels),
             (rows, cols),
         )?;
-        ctx.set_output(0, Tensor::from_vec([rows], loss)?);
-        ctx.set_output(1, Tensor::from_vec([rows, cols], backprop)?);
+        ctx.set_output(0, loss);
+        ctx.set_output(1, backprop);
         Ok(())
     }
 }
@@ -605,18 +718,25 @@ impl Apply {
             return Ok(values.iter().map(|&t| t.clone()).collect());
         }
         let n = i64s(len);
-        // The variable, its slots and the gradient (the spare slots are a float each).
-        let bytes = (values.len() + 1) * len * F32;
-        let updated = with_gpu(ctx, bytes, |gpu, node| {
-            let mut buffers = values
+        // The variable and its slots (in host memory) are updated in copies on the GPU; the
+        // gradient is read where it is (the spare slots are a float each). Host values are
+        // read before the GPU is locked: reading a tensor off a GPU takes its lock.
+        let grad = here_or_host(ctx, grad)?;
+        let hosts = values
+            .iter()
+            .map(|t| t.values::<f32>())
+            .collect::<Result<Vec<_>>>()?;
+        let bytes = values.len() * len * F32 + copied_in(ctx, &[&grad]);
+        let updated = with_gpu(ctx, bytes, |gpu| {
+            let mut buffers = hosts
                 .iter()
-                .map(|t| gpu.upload(node, &t.values::<f32>()?))
+                .map(|host| gpu.copy_in(host))
                 .collect::<Result<Vec<CudaSlice<f32>>>>()?;
             // The slots a rule does not have are one-float buffers the kernel never touches.
             for _ in values.len()..4 {
-                buffers.push(gpu.zeros(node, 1)?);
+                buffers.push(gpu.zeros(1)?);
             }
-            let g = gpu.upload(node, &grad.values::<f32>()?)?;
+            let g = gpu.operand(&grad)?;
             let [var, s0, s1, s2] = &mut buffers[..] else {
                 unreachable!("four buffers")
             };
@@ -631,16 +751,17 @@ impl Apply {
                         .arg(s0)
                         .arg(s1)
                         .arg(s2)
-                        .arg(&g);
+                        .arg(&*g);
                     for v in &p {
                         l.arg(v);
                     }
                     l.arg(&n);
                 })
             }?;
+            // The variables live in host memory: the new values go back there.
             buffers[..values.len()]
                 .iter()
-                .map(|b| gpu.download(b, len))
+                .map(|b| gpu.copy_out(b, len))
                 .collect::<Result<Vec<_>>>()
         })?;
         updated
@@ -703,22 +824,22 @@ impl Product {
 
     /// `batch` products in one cuBLAS strided-batched SGEMM: product `i` multiplies the A at
     /// `a[i * a_stride..]` by the B at `b[i * b_stride..]` (a stride of 0 uses one matrix for
-    /// every product); returns the `batch` row-major C matrices one after another, or `None`
-    /// when a dimension is past cuBLAS's int range (the CPU kernel takes those).
+    /// every product); returns the `batch` row-major C matrices one after another as a tensor
+    /// of shape `shape`, or `None` when a dimension is past cuBLAS's int range (the CPU kernel
+    /// takes those).
     fn run(
         &self,
         ctx: &OpContext<'_>,
         batch: usize,
-        (a, a_stride): (&[f32], usize),
-        (b, b_stride): (&[f32], usize),
-    ) -> Result<Option<Vec<f32>>> {
+        (a, a_stride): (&Matrices<'_>, usize),
+        (b, b_stride): (&Matrices<'_>, usize),
+        shape: Shape,
+    ) -> Result<Option<Tensor>> {
         let (m, n, k) = (self.m, self.n, self.k);
         let len = batch * m * n;
-        if len == 0 {
-            return Ok(Some(Vec::new()));
-        }
-        if k == 0 {
-            return Ok(Some(vec![0.0; len]));
+        if len == 0 || k == 0 {
+            // Nothing to multiply: the sums of no products are zeros.
+            return Tensor::zeros(DType::Float, shape).map(Some);
         }
         let dims = [m, n, k, batch, self.a_cols, self.b_cols];
         if dims.iter().any(|&d| d > i32::MAX as usize) {
@@ -753,10 +874,10 @@ impl Product {
             stride_b: a_stride as i64,
             stride_c: (m * n) as i64,
         };
-        let bytes = size_of_val(a) + size_of_val(b) + len * F32;
-        with_gpu(ctx, bytes, |gpu, node| {
-            let (da, db) = (gpu.upload(node, a)?, gpu.upload(node, b)?);
-            let mut dc: CudaSlice<f32> = gpu.zeros(node, len)?;
+        let bytes = a.copied_in(ctx) + b.copied_in(ctx) + len * F32;
+        with_gpu(ctx, bytes, |gpu| {
+            let (da, db) = (a.operand(gpu)?, b.operand(gpu)?);
+            let mut dc: CudaSlice<f32> = gpu.zeros(len)?;
             // cuBLAS runs in the calling thread's current context, which the copies above
             // made current; say so explicitly rather than rely on it.
             gpu.stream
@@ -767,10 +888,35 @@ impl Product {
             // (rows × cols) matrix inside its buffer (the callers pass strides of 0 or of one
             // matrix, with `batch` matrices behind a non-zero stride), and writes the m·n
             // floats of C at i·m·n inside dc's batch·m·n.
-            unsafe { gpu.blas.gemm_strided_batched(config, &db, &da, &mut dc) }
+            unsafe { gpu.blas.gemm_strided_batched(config, &*db, &*da, &mut dc) }
                 .map_err(|e| Status::internal(format!("cuBLAS SGEMM: {e}")))?;
-            gpu.download(&dc, len).map(Some)
+            gpu.output(dc, shape).map(Some)
         })
+    }
+}
+
+/// The matrices of one product operand: an input tensor as it is (on the GPU or the host), or
+/// its matrices gathered on the host for a broadcast batch.
+enum Matrices<'a> {
+    Tensor(&'a Tensor),
+    Gathered(Vec<f32>),
+}
+
+impl Matrices<'_> {
+    /// The bytes the operand copies to the GPU.
+    fn copied_in(&self, ctx: &OpContext<'_>) -> usize {
+        match self {
+            Matrices::Tensor(t) => copied_in(ctx, &[t]),
+            Matrices::Gathered(values) => size_of_val(&values[..]),
+        }
+    }
+
+    /// The operand in the GPU's memory.
+    fn operand(&self, gpu: &OnGpu<'_>) -> Result<Operand<'_>> {
+        match self {
+            Matrices::Tensor(t) => gpu.operand(t),
+            Matrices::Gathered(values) => Ok(Operand::Copied(gpu.copy_in(values)?)),
+        }
     }
 }
 
@@ -810,10 +956,12 @@ impl OpKernel for MatMul {
                 self.transpose_a, self.transpose_b
             ))
         })?;
-        let Some(values) = product.run(ctx, 1, (&a.values()?, 0), (&b.values()?, 0))? else {
+        let shape = Shape::new(vec![product.m, product.n]);
+        let operands = (Matrices::Tensor(&a), Matrices::Tensor(&b));
+        let Some(out) = product.run(ctx, 1, (&operands.0, 0), (&operands.1, 0), shape)? else {
             return on_cpu(ctx);
         };
-        ctx.set_output(0, Tensor::from_vec([product.m, product.n], values)?);
+        ctx.set_output(0, out);
         Ok(())
     }
 }
@@ -839,11 +987,8 @@ impl BatchMatMul {
 /// stride: the operand itself when it has a matrix per product, its only matrix at stride 0
 /// when it has one, else (a broadcast along some batch dimensions) its matrices gathered in
 /// the output's order.
-fn batch_operand<'a>(
-    values: &'a [f32],
-    dims: &[usize],
-    batch: &[usize],
-) -> (std::borrow::Cow<'a, [f32]>, usize) {
+fn batch_operand<'a>(operand: &'a Tensor, batch: &[usize]) -> Result<(Matrices<'a>, usize)> {
+    let dims = operand.dims();
     let (own, size) = dims.split_at(dims.len() - 2);
     let size: usize = size.iter().product();
     let count: usize = own.iter().product();
@@ -851,11 +996,12 @@ fn batch_operand<'a>(
     if count == products {
         // Same count and broadcast-compatible: the same batch dimensions (a broadcast 1
         // against a longer dimension would make the count smaller).
-        return (values.into(), size);
+        return Ok((Matrices::Tensor(operand), size));
     }
     if count == 1 {
-        return (values.into(), 0);
+        return Ok((Matrices::Tensor(operand), 0));
     }
+    let values = operand.values::<f32>()?;
     let index: Vec<usize> = (0..count).collect();
     let order = broadcast_to(&index, own, batch).expect("batch dimensions broadcast");
     let gathered = order
@@ -863,7 +1009,7 @@ fn batch_operand<'a>(
         .flat_map(|&i| &values[i * size..(i + 1) * size])
         .copied()
         .collect();
-    (gathered, size)
+    Ok((Matrices::Gathered(gathered), size))
 }
 
 impl OpKernel for BatchMatMul {
@@ -898,15 +1044,15 @@ impl OpKernel for BatchMatMul {
             ))
         })?;
         let products: usize = batch.iter().product();
-        let (xv, yv) = (x.values::<f32>()?, y.values::<f32>()?);
-        let (x, x_stride) = batch_operand(&xv, dx, &batch);
-        let (y, y_stride) = batch_operand(&yv, dy, &batch);
-        let Some(values) = product.run(ctx, products, (&x, x_stride), (&y, y_stride))? else {
+        let mut dims = batch.clone();
+        dims.extend([product.m, product.n]);
+        let (xs, x_stride) = batch_operand(&x, &batch)?;
+        let (ys, y_stride) = batch_operand(&y, &batch)?;
+        let shape = Shape::new(dims);
+        let Some(out) = product.run(ctx, products, (&xs, x_stride), (&ys, y_stride), shape)? else {
             return on_cpu(ctx);
         };
-        let mut dims = batch;
-        dims.extend([product.m, product.n]);
-        ctx.set_output(0, Tensor::from_vec(Shape::new(dims), values)?);
+        ctx.set_output(0, out);
         Ok(())
     }
 }
@@ -949,16 +1095,28 @@ mod tests {
     fn batch_operands_are_passed_whole_shared_at_stride_zero_or_gathered() {
         // Four 1×2 matrices: [0, 1], [2, 3], [4, 5], [6, 7].
         let values: Vec<f32> = (0..8).map(|v| v as f32).collect();
-        let (same, stride) = batch_operand(&values, &[4, 1, 2], &[4]);
-        assert_eq!((same.as_ref(), stride), (&values[..], 2));
-        let (one, stride) = batch_operand(&values[..2], &[1, 1, 2], &[3]);
-        assert_eq!((one.as_ref(), stride), (&values[..2], 0));
-        // [2, 1] batches against [2, 3]: each of the two matrices three times.
-        let (gathered, stride) = batch_operand(&values[..4], &[2, 1, 1, 2], &[2, 3]);
+        let matrices = |dims: &[usize]| {
+            let n = dims.iter().product();
+            Tensor::from_vec(dims.to_vec(), values[..n].to_vec()).unwrap()
+        };
+        let four = matrices(&[4, 1, 2]);
+        let (same, stride) = batch_operand(&four, &[4]).unwrap();
+        assert!(matches!(same, Matrices::Tensor(t) if std::ptr::eq(t, &four)));
         assert_eq!(stride, 2);
+        let one = matrices(&[1, 1, 2]);
+        let (shared, stride) = batch_operand(&one, &[3]).unwrap();
+        assert!(matches!(shared, Matrices::Tensor(t) if std::ptr::eq(t, &one)));
+        assert_eq!(stride, 0);
+        // [2, 1] batches against [2, 3]: each of the two matrices three times.
+        let two = matrices(&[2, 1, 1, 2]);
+        let (gathered, stride) = batch_operand(&two, &[2, 3]).unwrap();
+        assert_eq!(stride, 2);
+        let Matrices::Gathered(gathered) = gathered else {
+            panic!("a broadcast batch is gathered on the host")
+        };
         assert_eq!(
-            gathered.as_ref(),
-            &[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0, 2.0, 3.0]
+            gathered,
+            [0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0, 2.0, 3.0]
         );
     }
 
