@@ -110,7 +110,7 @@ pub fn check_tower_step_copies(session: &Session) {
     let mut losses = Vec::new();
     for step in 0..3 {
         let before = copies(local);
-        losses.push(mlp::train_step(&session, &model, step));
+        losses.push(mlp::train_step(session, &model, step));
         per_step.push(copies(local) - before);
     }
 

@@ -504,7 +504,7 @@ impl OpKernel for Reduce {
         let reduced = reduce::reduction_axes(ctx, &x, ctx.input(1)?)?;
         let reduction = Reduction::new(x.dims(), &reduced);
         let shape = reduce::reduced_shape(x.dims(), &reduced, self.keep_dims);
-        let out = reduce_launch(ctx, self.op, &x, &reduction, shape.into())?;
+        let out = reduce_launch(ctx, self.op, &x, &reduction, shape)?;
         ctx.set_output(0, out);
         Ok(())
     }
