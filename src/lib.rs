@@ -42,9 +42,9 @@
 //! | 6 | [`cluster`] | cluster specs, device names, the task's configuration |
 //! | 7 | [`ops`] | metrics, the RPC layer, systemd |
 //! | 8 | [`graph`] | the op registry, the builder, gradients, lowering |
-//! | 9 | [`device`] | device types, discovery, memory budgets |
+//! | 9 | [`device`] | device types, discovery, memory budgets, device memory spaces |
 //! | 10 | [`runtime`] | what kernels run against: devices, resources, rendezvous, per-step state |
-//! | 11 | [`kernels`] | CPU and CUDA kernels, functional ops |
+//! | 11 | [`kernels`] | CPU, CUDA and emulated-GPU kernels, functional ops |
 //! | 12 | [`exec`] | placement, partitioning, the executor |
 //! | 13 | [`tower`], [`shard`], [`worker`] | the daemon's actors and the worker's service |
 //! | 14 | [`wire`] | the transport: settings, RecvTensor framing, the tensor channel |

@@ -210,8 +210,8 @@ impl LocalSession {
 
     /// A session with its own `options.device_count` CPU devices
     /// (`/job:localhost/replica:0/task:0/device:CPU:i`), each with its own variables and, with
-    /// `options.cpu_memory_limit`, its own memory limit; then up to `options.gpu_count` GPUs
-    /// (`.../device:GPU:i`) when the host has them.
+    /// `options.cpu_memory_limit`, its own memory limit; then `options.emulated_gpus` emulated
+    /// GPUs, or else up to `options.gpu_count` GPUs (`.../device:GPU:i`) when the host has them.
     pub fn local_with(mut options: SessionOptions) -> Self {
         const PREFIX: &str = "/job:localhost/replica:0/task:0";
         let mut devices: Vec<Arc<Device>> = (0..options.device_count.max(1))

@@ -522,6 +522,8 @@ impl WorkerState {
         let deadline = tokio::time::Instant::from_std(deadline);
         for key in recv_keys {
             let (tensor, _) = rendezvous.recv(&key, deadline).await?;
+            // A fetch of a tensor in a GPU's memory is copied to the host here.
+            let tensor = tensor.to_host()?;
             recv.push(NamedTensorProto {
                 name: key.as_str().to_string(),
                 tensor: Some(tensor.to_proto()),
@@ -566,7 +568,8 @@ impl WorkerState {
         let send_start_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
-        let mut proto = tensor.to_proto_content();
+        // A tensor in a GPU's memory crosses to the host here, on its way to the other task.
+        let mut proto = tensor.to_host()?.to_proto_content();
         // TensorFlow leaves a scalar's empty shape out; so do we, byte for byte.
         if proto
             .tensor_shape

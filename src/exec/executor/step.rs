@@ -402,13 +402,22 @@ mod tests {
         let host = Tensor::from_vec([4], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
         let view = host.reshape([2, 2]).unwrap();
         let fresh = Tensor::from_vec([2], vec![5.0f32, 6.0]).unwrap();
-        assert_eq!(allocated_bytes(std::slice::from_ref(&host), &[Some(view)]), 0);
-        assert_eq!(allocated_bytes(std::slice::from_ref(&host), &[Some(fresh)]), 8);
+        assert_eq!(
+            allocated_bytes(std::slice::from_ref(&host), &[Some(view)]),
+            0
+        );
+        assert_eq!(
+            allocated_bytes(std::slice::from_ref(&host), &[Some(fresh)]),
+            8
+        );
         let gpu = Emulated::new("/job:localhost/replica:0/task:0/device:GPU:0");
         let on_gpu = gpu.upload(&host).unwrap();
         let passed_on = on_gpu.reshape([2, 2]).unwrap();
         let computed = gpu.upload(&host).unwrap();
-        assert_eq!(allocated_bytes(std::slice::from_ref(&on_gpu), &[Some(passed_on)]), 0);
+        assert_eq!(
+            allocated_bytes(std::slice::from_ref(&on_gpu), &[Some(passed_on)]),
+            0
+        );
         assert_eq!(allocated_bytes(&[on_gpu], &[Some(computed), None]), 16);
     }
 }

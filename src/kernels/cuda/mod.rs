@@ -9,9 +9,10 @@
 //!   the host.
 //! - [`nccl`]: `NcclAllReduce` among GPUs through NCCL.
 //!
-//! Ops without a GPU kernel are placed on the CPU by soft placement; the `_Send`/`_Recv`
-//! between a GPU and the CPU carry host tensors, and each GPU kernel copies its inputs in and
-//! its outputs out (tessera's tensors are host memory).
+//! Ops without a GPU kernel are placed on the CPU by soft placement. A GPU device's float32
+//! tensors live in its memory ([`gpu::GpuMemory`], [`gpu::GpuBuffer`]) between kernels; the
+//! `_Recv` and `Const` on a GPU put theirs there, and a tensor crosses back to the host when host
+//! code reads it (the `_Send` to the CPU, a fetch).
 
 pub mod gpu;
 pub mod layout;
