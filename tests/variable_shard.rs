@@ -1,9 +1,10 @@
 //! A device's variable shard owns its variables while steps run: a training step updates a
-//! variable and its optimizer slot on the shard's store (TensorFlow 1's `ApplyMomentum` on
-//! reference variables, `use_locking = false` as TensorFlow's optimizers default), while, on
-//! another thread, the shard takes snapshots, a `SaveV2` step writes checkpoints, and the
-//! shard restores values. Every snapshot and every checkpoint must hold the variable and its
-//! slot from the same update.
+//! variable and its optimizer slot on the shard's store (`ApplyMomentum` on TensorFlow 1's
+//! reference variables, `ResourceApplyMomentum` on resource variables, `use_locking = false` as
+//! TensorFlow's optimizers default), while, on another thread, the shard takes snapshots, a
+//! `SaveV2` step writes checkpoints (reading resource variables through a `ReadVariableOp`
+//! each, as TensorFlow's savers do), and the shard restores values. Every snapshot and every
+//! checkpoint must hold the variable and its slot from the same update.
 //!
 //! The update makes that checkable: with momentum 1, learning rate 1 and a gradient of ones,
 //! the n-th update leaves `accum = n` and `w = -n(n+1)/2` in every element (whole numbers, exact
@@ -46,37 +47,74 @@ fn check(w: &Tensor, accum: &Tensor, what: &str) -> f32 {
     n
 }
 
-/// Variables `w` and `accum` on the shard's device, their initializer, the update and a save.
-fn graph(device: Arc<Device>) -> G {
+/// The kinds of variable TensorFlow programs save.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// `VariableV2`, read by `SaveV2` through its reference.
+    Reference,
+    /// `VarHandleOp`, read for `SaveV2` by a `ReadVariableOp` of each.
+    Resource,
+}
+
+/// Variables `w` and `accum` of `kind` on the shard's device, their initializer, the update and
+/// a save.
+fn graph(device: Arc<Device>, kind: Kind) -> G {
     let mut g = G {
         device: CPU0.into(),
         on: Some(device),
         ..Default::default()
     };
     let shape = value::shape(&PartialShape::from(Shape::from([N])));
+    let dtype = || ("dtype", value::dtype(DType::Float));
     for name in ["w", "accum"] {
-        g.op(
-            name,
-            "VariableV2",
-            &[],
-            &[
-                ("dtype", value::dtype(DType::Float)),
-                ("shape", shape.clone()),
-            ],
-        );
+        match kind {
+            Kind::Reference => g.op(
+                name,
+                "VariableV2",
+                &[],
+                &[dtype(), ("shape", shape.clone())],
+            ),
+            Kind::Resource => g.op(
+                name,
+                "VarHandleOp",
+                &[],
+                &[
+                    dtype(),
+                    ("shape", shape.clone()),
+                    ("shared_name", value::string(name)),
+                ],
+            ),
+        };
     }
     let zeros = g.constant(
         "zeros",
         Tensor::from_vec([N], vec![0.0f32; N]).unwrap(),
         &[],
     );
-    g.f("init_w", "Assign", &["w", &zeros]);
-    g.f("init_accum", "Assign", &["accum", &zeros]);
     let one = g.constant("one", Tensor::scalar(1.0f32), &[]);
     let ones = g.constant("ones", Tensor::from_vec([N], vec![1.0f32; N]).unwrap(), &[]);
+    let (update, saved) = match kind {
+        Kind::Reference => {
+            g.f("init_w", "Assign", &["w", &zeros]);
+            g.f("init_accum", "Assign", &["accum", &zeros]);
+            ("ApplyMomentum", ["accum".to_string(), "w".to_string()])
+        }
+        Kind::Resource => {
+            g.op("init_w", "AssignVariableOp", &["w", &zeros], &[dtype()]);
+            g.op(
+                "init_accum",
+                "AssignVariableOp",
+                &["accum", &zeros],
+                &[dtype()],
+            );
+            let accum = g.op("accum/read", "ReadVariableOp", &["accum"], &[dtype()]);
+            let w = g.op("w/read", "ReadVariableOp", &["w"], &[dtype()]);
+            ("ResourceApplyMomentum", [accum, w])
+        }
+    };
     g.op(
         "update",
-        "ApplyMomentum",
+        update,
         &["w", "accum", &one, &ones, &one],
         &[
             ("T", value::dtype(DType::Float)),
@@ -97,7 +135,7 @@ fn graph(device: Arc<Device>) -> G {
     g.op(
         "save",
         "SaveV2",
-        &[&prefix, &names, &slices, "accum", "w"],
+        &[&prefix, &names, &slices, &saved[0], &saved[1]],
         &[("dtypes", value::dtype_list(&[DType::Float, DType::Float]))],
     );
     g
@@ -105,13 +143,24 @@ fn graph(device: Arc<Device>) -> G {
 
 #[test]
 fn snapshots_checkpoints_and_restores_never_hold_a_half_applied_update() {
+    train_beside_snapshots(Kind::Reference);
+}
+
+#[test]
+fn checkpoints_of_resource_variables_never_hold_a_half_applied_update() {
+    train_beside_snapshots(Kind::Resource);
+}
+
+/// Trains `w` and `accum` of `kind` on one thread while this one takes snapshots, writes
+/// checkpoints and restores, checking every pair.
+fn train_beside_snapshots(kind: Kind) {
     let shard = Arc::new(ShardState::new(CPU0));
     let device = Arc::new(Device::with_resources(
         CPU0,
         DeviceType::Cpu,
         shard.resources(),
     ));
-    let g = graph(device);
+    let g = graph(device, kind);
     g.executor_with_targets(&[], &[], &["init_w", "init_accum"])
         .unwrap()
         .run(Vec::new(), &step())

@@ -275,6 +275,9 @@ impl Executor {
         device: Arc<Device>,
         kernels: &KernelLookup,
     ) -> Result<Self> {
+        // A SaveV2's resource-variable reads become one read at one instant.
+        let rewritten = crate::exec::consistent_save::read_saved_variables_together(graph)?;
+        let graph = rewritten.as_ref().unwrap_or(graph);
         let mut index: HashMap<&str, usize> = HashMap::with_capacity(graph.node.len());
         for (i, node) in graph.node.iter().enumerate() {
             if index.insert(node.name.as_str(), i).is_some() {

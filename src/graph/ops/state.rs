@@ -37,6 +37,17 @@ pub(super) fn register(r: &mut Registry) {
         .shape(read_variable_shape)
         .grad(grad::read_variable)
         .register(r);
+    // tessera's own: the reads of a SaveV2's resource variables, taken at one instant (see
+    // `exec::consistent_save`), so that no checkpoint holds a variable and its slots from
+    // different applies of one update.
+    OpDef::build("_ReadVariablesTogether")
+        .input("resources: N * resource")
+        .output("values: dtypes")
+        .attr("N: int >= 1")
+        .attr("dtypes: list(type) >= 1")
+        .stateful()
+        .no_grad()
+        .register(r);
     OpDef::build("AssignVariableOp")
         .input("resource: resource")
         .input("value: dtype")

@@ -29,6 +29,7 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
         "VarHandleOp" => VarHandle::create,
         "ReadVariableOp" => ReadVariable::create,
+        "_ReadVariablesTogether" => |_| Ok(Arc::new(ReadTogether)),
         "AssignVariableOp" => Assign::create,
         "AssignAddVariableOp" => |_| stateless(assign_add),
         "AssignSubVariableOp" => |_| stateless(assign_sub),
@@ -141,6 +142,28 @@ impl OpKernel for VarHandle {
 }
 
 /// ReadVariableOp: the variable's current value.
+/// `_ReadVariablesTogether`: the values of several resource variables, all read at one instant
+/// ([`crate::tensor::var::snapshot_all`]), so that an update of them is seen whole or not at all.
+struct ReadTogether;
+
+impl OpKernel for ReadTogether {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let handles = (0..ctx.num_inputs())
+            .map(|i| handle_input(ctx, i))
+            .collect::<Result<Vec<_>>>()?;
+        let vars = handles
+            .iter()
+            .map(|h| lookup_var(ctx, h))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Var> = vars.iter().map(Arc::as_ref).collect();
+        let values = crate::tensor::var::snapshot_all(&refs);
+        for (i, (value, h)) in values.into_iter().zip(&handles).enumerate() {
+            ctx.set_output(i, value.ok_or_else(|| uninitialized(ctx, h))?);
+        }
+        Ok(())
+    }
+}
+
 struct ReadVariable {
     dtype: Option<DType>,
 }
