@@ -67,7 +67,8 @@ Options:
                            (TensorFlow's own behaviour), until this timeout.
 
 Results (JSON): program, v2_behavior, worker, first_loss (this worker's first step), last_loss,
-local_steps, global_step (read after training), accuracy and eval_loss (on the held-out images),
+local_steps, global_step (read after training), train_seconds (from this worker's first step
+to its last, the session's start and the evaluation left out), accuracy and eval_loss (on the held-out images),
 variable_devices, variable_ops (the op types of the variables), control_flow_ops (the control
 flow, TensorArray, Stack and TensorList op types in the graph and its functions), checkpoint (the chief's last
 checkpoint's basename and the global step in it).
@@ -86,6 +87,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # tf.compat.v1.nn.rnn_cell lives in tf-keras (Keras 2) under TensorFlow 2.16 and later.
@@ -341,10 +343,12 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
         ) as session:
             if on_ready:
                 on_ready()
+            started = time.perf_counter()
             while not args.evaluate_only and not session.should_stop():
                 xs, ys = batches.next()
                 loss, _ = session.run([m["loss"], m["train_op"]], {m["x"]: xs, m["y"]: ys})
                 losses.append(float(loss))
+            train_seconds = time.perf_counter() - started
     accuracy, global_step = float(evaluate.values[0]), int(evaluate.values[1])
     eval_loss = float(evaluate.values[2])
     result = dict(
@@ -355,6 +359,7 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
         last_loss=losses[-1] if losses else None,
         local_steps=len(losses),
         global_step=global_step,
+        train_seconds=train_seconds,
         accuracy=accuracy,
         eval_loss=eval_loss,
         variable_devices=m["variable_devices"],
