@@ -7,10 +7,14 @@
 //! k+1 already mapped. Buffers return to the pool from the `Bytes` that shares them
 //! ([`Bytes::from_owner`]), whichever thread drops it last.
 //!
-//! Bounded: at most [`MAX_IDLE_BYTES`] wait in the pool (oldest evicted first); buffers under
+//! Bounded: at most [`idle_limit`] bytes wait in the pool (oldest evicted first): room for
+//! [`LARGEST_KEPT`] buffers of the largest size given back so far, at least
+//! [`MAX_IDLE_BYTES`] and at most [`IDLE_CEILING`], so that a step receiving two 256 MiB
+//! tensors finds both buffers again instead of evicting one with the other. Buffers under
 //! [`MIN_POOLED_BYTES`] are plain allocations (the allocator reuses those well by itself).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -18,8 +22,23 @@ use bytes::Bytes;
 /// Buffers smaller than this are not pooled.
 pub const MIN_POOLED_BYTES: usize = 256 << 10;
 
-/// The most idle memory the pool keeps.
+/// The idle memory the pool may keep whatever the sizes it sees.
 pub const MAX_IDLE_BYTES: usize = 256 << 20;
+
+/// How many buffers of the largest size given back the pool makes room for.
+pub const LARGEST_KEPT: usize = 4;
+
+/// The most idle memory the pool keeps, however large its buffers.
+pub const IDLE_CEILING: usize = 2 << 30;
+
+/// The largest buffer given back so far.
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+/// The idle memory the pool keeps now: room for [`LARGEST_KEPT`] of the largest buffer given
+/// back, within [`MAX_IDLE_BYTES`] and [`IDLE_CEILING`].
+pub fn idle_limit() -> usize {
+    (LARGEST_KEPT * LARGEST.load(Ordering::Relaxed)).clamp(MAX_IDLE_BYTES, IDLE_CEILING)
+}
 
 /// A buffer is reused for a request of at least half its capacity, so a small tensor does not
 /// pin a huge buffer.
@@ -75,13 +94,18 @@ pub fn take(capacity: usize) -> Buffer {
 /// Returns `vec` to the pool (or frees it when it is small or the pool is full).
 fn give_back(mut vec: Vec<u8>, initialized: usize) {
     let capacity = vec.capacity();
-    if !(MIN_POOLED_BYTES..=MAX_IDLE_BYTES).contains(&capacity) {
+    if capacity < MIN_POOLED_BYTES {
+        return;
+    }
+    LARGEST.fetch_max(capacity.min(IDLE_CEILING), Ordering::Relaxed);
+    let limit = idle_limit();
+    if capacity > limit {
         return;
     }
     let initialized = initialized.max(vec.len());
     vec.clear();
     let mut idle = idle();
-    while idle.bytes + capacity > MAX_IDLE_BYTES {
+    while idle.bytes + capacity > limit {
         match idle.buffers.pop_front() {
             Some(old) => idle.bytes -= old.vec.capacity(),
             None => break,
@@ -252,8 +276,27 @@ mod tests {
         for buffer in buffers {
             drop(buffer.freeze());
         }
-        // Five 64 MiB buffers came back; a 256 MiB pool keeps four of them.
-        assert!(idle_bytes() <= MAX_IDLE_BYTES, "{}", idle_bytes());
+        // Five 64 MiB buffers came back; the pool keeps four of the largest it has seen.
+        assert!(idle_bytes() <= idle_limit(), "{}", idle_bytes());
         assert!(idle_bytes() >= 4 * (64 << 20), "{}", idle_bytes());
+    }
+
+    #[test]
+    fn two_large_buffers_of_one_step_both_come_back() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        const LARGE: usize = 256 << 20;
+        let (a, b) = (take(LARGE), take(LARGE));
+        let addresses = [a.as_ptr(), b.as_ptr()];
+        drop(a.freeze());
+        drop(b.freeze());
+        // The next step's two tensors land in the same two buffers, already mapped.
+        let (c, d) = (take(LARGE), take(LARGE));
+        let mut again = [c.as_ptr(), d.as_ptr()];
+        again.sort();
+        let mut before = addresses;
+        before.sort();
+        assert_eq!(again, before);
+        assert!(idle_limit() >= 2 * LARGE);
+        assert!(idle_limit() <= IDLE_CEILING);
     }
 }
