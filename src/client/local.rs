@@ -68,6 +68,7 @@ pub struct SessionOptions {
     /// (`GPU:0..N-1` after the CPUs): devices whose memory is a separate space in host memory
     /// that counts every copy in and out, running the GPU op set with the CPU kernels
     /// ([`crate::kernels::emulated`]). They place, partition and copy as GPUs do, on any host.
+    /// With them, the session's `kernels` and `has_kernel` are the emulated GPU's.
     pub emulated_gpus: u32,
 }
 
