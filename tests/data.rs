@@ -483,3 +483,35 @@ fn clicks_are_reproducible_by_seed_and_skewed_toward_few_ids() {
     let positive = a.labels().iter().filter(|&&l| l == 1).count() as f64 / a.len() as f64;
     assert!((0.15..0.6).contains(&positive), "{positive}");
 }
+
+#[test]
+fn the_teachers_data_is_seeded_sized_and_of_unit_variance() {
+    use tessera::data::{teacher, TeacherOptions};
+    let options = TeacherOptions {
+        num_examples: 200,
+        inputs: 16,
+        outputs: 8,
+        rank: 2,
+        noise: 0.01,
+        seed: 3,
+    };
+    let data = teacher(&options).unwrap();
+    assert_eq!(data, teacher(&options).unwrap());
+    assert_ne!(data, teacher(&options.clone().seed(4)).unwrap());
+    assert_eq!(
+        (data.len(), data.num_features(), data.num_targets()),
+        (200, 16, 8)
+    );
+    let batch = data.select(&[0, 1, 2]).to_batch().unwrap();
+    assert_eq!(batch.y.dims(), [3, 8]);
+    assert_eq!(batch.y.dtype(), DType::Float);
+    assert_eq!(batch.len(), 3);
+    let squares: f32 = (0..200)
+        .flat_map(|i| data.targets(i).to_vec())
+        .map(|t| t * t)
+        .sum();
+    let variance = squares / (200.0 * 8.0);
+    assert!((0.5..2.0).contains(&variance), "target variance {variance}");
+    // That the targets follow the features is what tests/train.rs's regression job learns.
+    assert!(teacher(&TeacherOptions { rank: 0, ..options }).is_err());
+}

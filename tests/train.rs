@@ -405,6 +405,75 @@ fn tessera_local_runs_the_embedded_cluster_to_the_end_and_exits_0() {
     );
 }
 
+/// The chief's `held-out mean squared error X (predicting zeros: Y)` line: (X, Y).
+fn held_out_mean_squared_error(chief: &Ended) -> (f64, f64) {
+    let line = chief
+        .stdout
+        .lines()
+        .find(|l| l.contains("held-out mean squared error"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no squared error line in the chief's stdout:\n{}",
+                chief.stdout
+            )
+        });
+    let numbers: Vec<f64> = line
+        .split(|c: char| c == ' ' || c == ')')
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match numbers[..] {
+        [mse, zeros, ..] => (mse, zeros),
+        _ => panic!("unparsable squared error line `{line}`"),
+    }
+}
+
+#[test]
+fn regression_on_a_teachers_targets_learns_the_map_on_1_ps_and_2_workers() {
+    // 64 features, 32 targets from a rank-4 teacher: small enough for a test, the same graph
+    // as the 1024 x 4096 model of the trainer bench.
+    let ended = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &[
+            "--model",
+            "regression",
+            "--inputs",
+            "64",
+            "--outputs",
+            "32",
+            "--teacher_rank",
+            "4",
+            "--learning_rate",
+            "0.1",
+            "--batch_size",
+            "32",
+            "--steps",
+            "300",
+        ],
+    );
+    assert_all_exited_0(&ended);
+    let (mse, zeros) = held_out_mean_squared_error(chief(&ended));
+    assert!(
+        mse < 0.1 * zeros,
+        "held-out squared error {mse} is not a tenth of predicting zeros ({zeros})"
+    );
+}
+
+#[test]
+fn regression_and_classification_data_are_refused_by_the_other_kind_of_model() {
+    let regression_on_digits = run_chief_alone(&["--model", "regression", "--data", "digits"]);
+    assert_fails_with(
+        &regression_on_digits,
+        &["--model regression", "--data teacher"],
+    );
+    let mlp_on_teacher = run_chief_alone(&["--model", "mlp", "--data", "teacher"]);
+    assert_fails_with(
+        &mlp_on_teacher,
+        &["real-valued targets", "--model regression"],
+    );
+    let sizes_on_digits = run_chief_alone(&["--model", "mlp", "--inputs", "8"]);
+    assert_fails_with(&sizes_on_digits, &["--inputs", "--data teacher"]);
+}
+
 /// Runs the chief alone (`worker` 0 of a 1 ps + 1 worker cluster file whose ports are 0,
 /// nothing else started) with `args`; returns how it ended.
 fn run_chief_alone(args: &[&str]) -> Ended {

@@ -2,14 +2,16 @@
 //! through them.
 //!
 //! A [`Dataset`] holds `n` examples of `d` float32 features, `k` int64 ids (categorical
-//! features an embedding model looks up; none for most data) and an int64 label each. Sources:
+//! features an embedding model looks up; none for most data) and an int64 label each, or, for
+//! regression, `t` float32 targets each (the label then 0). Sources:
 //! [`synthetic`] (seeded Gaussian blobs, and clicks: ids and dense features with a 0/1 label),
 //! [`csv`] (numeric features, id columns and an integer label column) and [`idx`] (MNIST's
 //! format). A worker takes its [`shard`](Dataset::shard)
 //! (examples `i` with `i % num_workers == index`, as `tf.data.Dataset.shard`), then iterates
 //! [`batches`](Dataset::batches): fixed-size batches, shuffled with a seed per epoch so every
 //! run sees the same order, returned as the tensors a training step feeds (`x: [b, d]`
-//! float32, `ids: [b, k]` int64 when there are ids, `y: [b]` int64).
+//! float32, `ids: [b, k]` int64 when there are ids, `y: [b]` int64, or `[b, t]` float32 for
+//! regression targets). [`synthetic::teacher`] makes seeded regression data.
 
 pub mod csv;
 pub mod digits;
@@ -23,7 +25,7 @@ use rand::SeedableRng;
 use crate::error::{Result, Status};
 use crate::tensor::{Shape, Tensor};
 
-pub use synthetic::{blobs, clicks, BlobOptions, ClickOptions};
+pub use synthetic::{blobs, clicks, teacher, BlobOptions, ClickOptions, TeacherOptions};
 
 /// Labelled examples held in memory, row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,6 +36,9 @@ pub struct Dataset {
     /// `num_ids` ids per example, row-major.
     ids: Vec<i64>,
     num_ids: usize,
+    /// `num_targets` float targets per example, row-major (regression; 0 for labelled data).
+    targets: Vec<f32>,
+    num_targets: usize,
 }
 
 impl Dataset {
@@ -53,7 +58,51 @@ impl Dataset {
             num_features,
             ids: Vec::new(),
             num_ids: 0,
+            targets: Vec::new(),
+            num_targets: 0,
         })
+    }
+
+    /// A regression data set: `features.len() / num_features` examples, each with
+    /// `num_features` features and `num_targets` float targets (consecutive runs).
+    pub fn with_targets(
+        features: Vec<f32>,
+        num_features: usize,
+        targets: Vec<f32>,
+        num_targets: usize,
+    ) -> Result<Self> {
+        let n = features.len() / num_features.max(1);
+        if num_features == 0
+            || num_targets == 0
+            || features.len() != n * num_features
+            || targets.len() != n * num_targets
+        {
+            return Err(Status::invalid_argument(format!(
+                "{} feature values and {} targets do not make examples of {num_features} \
+                 features and {num_targets} targets",
+                features.len(),
+                targets.len()
+            )));
+        }
+        Ok(Self {
+            features,
+            labels: vec![0; n],
+            num_features,
+            ids: Vec::new(),
+            num_ids: 0,
+            targets,
+            num_targets,
+        })
+    }
+
+    /// Float targets per example (0 for labelled data).
+    pub fn num_targets(&self) -> usize {
+        self.num_targets
+    }
+
+    /// Example `i`'s targets.
+    pub fn targets(&self, i: usize) -> &[f32] {
+        &self.targets[i * self.num_targets..(i + 1) * self.num_targets]
     }
 
     /// A data set of `labels.len()` examples, each with `num_features` of `features` and
@@ -83,6 +132,8 @@ impl Dataset {
             num_features,
             ids,
             num_ids,
+            targets: Vec::new(),
+            num_targets: 0,
         })
     }
 
@@ -144,10 +195,12 @@ impl Dataset {
         let mut features = Vec::with_capacity(indices.len() * self.num_features);
         let mut ids = Vec::with_capacity(indices.len() * self.num_ids);
         let mut labels = Vec::with_capacity(indices.len());
+        let mut targets = Vec::with_capacity(indices.len() * self.num_targets);
         for &i in indices {
             features.extend_from_slice(self.features(i));
             ids.extend_from_slice(self.ids(i));
             labels.push(self.labels[i]);
+            targets.extend_from_slice(self.targets(i));
         }
         Dataset {
             features,
@@ -155,6 +208,8 @@ impl Dataset {
             num_features: self.num_features,
             ids,
             num_ids: self.num_ids,
+            targets,
+            num_targets: self.num_targets,
         }
     }
 
@@ -268,7 +323,7 @@ pub struct Batch {
     pub x: Tensor,
     /// Ids, `[b, k]` int64, when the data has id columns.
     pub ids: Option<Tensor>,
-    /// Labels, `[b]` int64.
+    /// Labels, `[b]` int64; or the targets, `[b, t]` float32, of regression data.
     pub y: Tensor,
 }
 
@@ -282,13 +337,16 @@ impl Batch {
         Ok(Batch {
             x: Tensor::from_vec(Shape::new(vec![b, part.num_features]), part.features)?,
             ids,
-            y: Tensor::from_vec(Shape::new(vec![b]), part.labels)?,
+            y: match part.num_targets {
+                0 => Tensor::from_vec(Shape::new(vec![b]), part.labels)?,
+                t => Tensor::from_vec(Shape::new(vec![b, t]), part.targets)?,
+            },
         })
     }
 
     /// The number of examples.
     pub fn len(&self) -> usize {
-        self.y.num_elements()
+        self.x.dims()[0]
     }
 
     /// Whether the batch is empty.

@@ -1,5 +1,5 @@
-//! Seeded synthetic classification data: Gaussian blobs, one per class, and clicks (ids and
-//! dense features with a 0/1 label, for embedding models).
+//! Seeded synthetic data: Gaussian blobs, one per class, clicks (ids and dense features with a
+//! 0/1 label, for embedding models), and a teacher's regression targets.
 //!
 //! Class `k`'s center is drawn uniformly from `[-center_box, center_box]^d`; its examples are
 //! the center plus isotropic Gaussian noise of standard deviation `std`. With the defaults
@@ -96,6 +96,103 @@ pub fn blobs(options: &BlobOptions) -> Result<Dataset> {
     }
     Dataset::new(features, labels, num_features)
 }
+/// What [`teacher`] generates: examples of `inputs` standard normal features whose
+/// `outputs` targets are a fixed rank-`rank` linear map of them plus a little noise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TeacherOptions {
+    /// The number of examples.
+    pub num_examples: usize,
+    /// Features per example.
+    pub inputs: usize,
+    /// Targets per example.
+    pub outputs: usize,
+    /// The rank of the teacher's map.
+    pub rank: usize,
+    /// The targets' noise (standard deviation).
+    pub noise: f32,
+    /// The seed.
+    pub seed: u64,
+}
+
+impl TeacherOptions {
+    /// 2048 examples of 1024 features and 4096 targets from a rank-8 teacher, noise 0.01,
+    /// seed 0.
+    pub fn new() -> Self {
+        Self {
+            num_examples: 2048,
+            inputs: 1024,
+            outputs: 4096,
+            rank: 8,
+            noise: 0.01,
+            seed: 0,
+        }
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
+impl Default for TeacherOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Generates regression data: `x` standard normal, `y = x · U · V + noise` with `U`
+/// (`inputs × rank`) and `V` (`rank × outputs`) drawn once from the seed, scaled so that each
+/// target has variance about 1. The map has rank `rank`, so its cost is linear in the sizes.
+pub fn teacher(options: &TeacherOptions) -> Result<Dataset> {
+    let TeacherOptions {
+        num_examples,
+        inputs,
+        outputs,
+        rank,
+        noise,
+        seed,
+    } = *options;
+    if inputs == 0 || outputs == 0 || rank == 0 {
+        return Err(Status::invalid_argument(format!(
+            "a teacher needs at least one input, output and rank, got {inputs} inputs, \
+             {outputs} outputs, rank {rank}"
+        )));
+    }
+    let normal = Normal::new(0.0f32, 1.0).expect("a unit normal");
+    let noise = Normal::new(0.0f32, noise).map_err(|e| {
+        Status::invalid_argument(format!("teacher noise {noise} is not usable: {e}"))
+    })?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // x·U has variance inputs·σ_U² per entry and (x·U)·V rank·inputs·σ_U²·σ_V²: 1 with
+    // σ_U² = 1/inputs, σ_V² = 1/rank.
+    let (su, sv) = ((inputs as f32).sqrt().recip(), (rank as f32).sqrt().recip());
+    let u: Vec<f32> = (0..inputs * rank)
+        .map(|_| su * normal.sample(&mut rng))
+        .collect();
+    let v: Vec<f32> = (0..rank * outputs)
+        .map(|_| sv * normal.sample(&mut rng))
+        .collect();
+    let mut features = Vec::with_capacity(num_examples * inputs);
+    let mut targets = Vec::with_capacity(num_examples * outputs);
+    let mut hidden = vec![0f32; rank];
+    for _ in 0..num_examples {
+        let x: Vec<f32> = (0..inputs).map(|_| normal.sample(&mut rng)).collect();
+        hidden.fill(0.0);
+        for (i, &xi) in x.iter().enumerate() {
+            for (r, h) in hidden.iter_mut().enumerate() {
+                *h += xi * u[i * rank + r];
+            }
+        }
+        for o in 0..outputs {
+            let y: f32 = (0..rank).map(|r| hidden[r] * v[r * outputs + o]).sum();
+            targets.push(y + noise.sample(&mut rng));
+        }
+        features.extend(x);
+    }
+    Dataset::with_targets(features, inputs, targets, outputs)
+}
+
 /// What [`clicks`] generates: a click log's shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClickOptions {

@@ -48,8 +48,10 @@ pub(crate) struct TrainingFlags {
     /// pooling, then a dense layer; each example read as a square grayscale image: 8x8 for the
     /// digits, 28x28 for MNIST), or embedding (wide and deep: each id column hashed into two
     /// tables partitioned over every ps task, an embedding per id into dense layers, a weight
-    /// per id added to the logits; --data clicks or csv:PATH with --id_columns). The cnn
-    /// trains well with the same defaults as the mlp (adam, 0.01, batches of 64, 1000 steps).
+    /// per id added to the logits; --data clicks or csv:PATH with --id_columns), or regression
+    /// (x W + b against real-valued targets, squared error, adagrad by default; --data teacher,
+    /// sized by --inputs, --outputs and --teacher_rank). The cnn trains well with the same
+    /// defaults as the mlp (adam, 0.01, batches of 64, 1000 steps).
     #[arg(long, default_value = "mlp")]
     model: String,
     /// Hidden layer widths of the mlp (and of the embedding model's deep part).
@@ -64,6 +66,15 @@ pub(crate) struct TrainingFlags {
     /// The embedding model's embedding width (default: 32).
     #[arg(long = "embedding_dim")]
     embedding_dim: Option<usize>,
+    /// Features per example of the teacher's data (`--model regression`; default: 1024).
+    #[arg(long)]
+    inputs: Option<usize>,
+    /// Targets per example of the teacher's data (`--model regression`; default: 4096).
+    #[arg(long)]
+    outputs: Option<usize>,
+    /// The rank of the teacher's map from features to targets (default: 8).
+    #[arg(long = "teacher_rank")]
+    teacher_rank: Option<usize>,
     /// The optimizer: gd, momentum, adagrad, adam or rmsprop (default: adam; adagrad for the
     /// embedding model, whose tables it updates row by row, where adam would update every row
     /// every step).
@@ -167,11 +178,12 @@ impl TrainingFlags {
             .with_table(self.table_rows, self.embedding_dim)?;
         let default_data = match model {
             ModelKind::Embedding { .. } => "clicks",
+            ModelKind::Regression => "teacher",
             _ => "digits",
         };
         let optimizer = self.optimizer.clone().unwrap_or_else(|| {
             match model {
-                ModelKind::Embedding { .. } => "adagrad",
+                ModelKind::Embedding { .. } | ModelKind::Regression => "adagrad",
                 _ => "adam",
             }
             .into()
@@ -197,7 +209,8 @@ impl TrainingFlags {
                     self.csv_header,
                     &self.id_columns,
                 )?
-                .with_tfrecord_options(&self.feature_keys, self.label_key.as_deref())?,
+                .with_tfrecord_options(&self.feature_keys, self.label_key.as_deref())?
+                .with_teacher_sizes(self.inputs, self.outputs, self.teacher_rank)?,
             seed: self.seed,
             held_out_fraction: self.held_out,
             wait_for_model: self.wait_for_model,
@@ -239,6 +252,15 @@ impl TrainingFlags {
         }
         if let Some(dim) = self.embedding_dim {
             args.push(format!("--embedding_dim={dim}"));
+        }
+        if let Some(n) = self.inputs {
+            args.push(format!("--inputs={n}"));
+        }
+        if let Some(n) = self.outputs {
+            args.push(format!("--outputs={n}"));
+        }
+        if let Some(rank) = self.teacher_rank {
+            args.push(format!("--teacher_rank={rank}"));
         }
         if !self.id_columns.is_empty() {
             args.push(format!("--id_columns={}", self.id_columns.join(",")));
@@ -424,12 +446,18 @@ fn print_report(report: &ChiefReport) {
         "tessera: trained to global step {} ({:.1} steps/s), last batch loss {:.4}",
         report.global_step, report.steps_per_sec, report.final_loss
     );
-    println!(
-        "tessera: held-out accuracy {:.2} % on {} examples",
-        100.0 * report.held_out_accuracy,
-        report.held_out_examples
-    );
     let scores = &report.held_out_scores;
+    match &scores.regression {
+        Some(r) => println!(
+            "tessera: held-out mean squared error {:.6} (predicting zeros: {:.6}) on {} examples",
+            r.mean_squared_error, r.zeros_mean_squared_error, report.held_out_examples
+        ),
+        None => println!(
+            "tessera: held-out accuracy {:.2} % on {} examples",
+            100.0 * report.held_out_accuracy,
+            report.held_out_examples
+        ),
+    }
     if let (Some(auc), Some(baseline)) = (scores.auc, scores.baseline_log_loss) {
         println!(
             "tessera: held-out log loss {:.4} (predicting the label mean: {baseline:.4}), AUC \

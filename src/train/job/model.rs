@@ -10,6 +10,7 @@
 //!   the embedding model's tables: embedding/part_<p>, wide/part_<p>, one part per ps task
 //!   (see [`super::embedding`])
 //! logits → SparseSoftmaxCrossEntropyWithLogits → loss (mean)
+//!   regression: y [b, t] float32; x · W + b → squared error → loss (mean)
 //! async: <Optimizer> (minimize, global_step += 1)  sync: SyncReplicasOptimizer's ops
 //! save/...                                         the chief's checkpoints
 //! ```
@@ -133,7 +134,11 @@ pub fn build_for(
         ids: num_ids,
         classes,
     } = examples;
-    if classes < 2 {
+    let loss_kind = match spec.model {
+        ModelKind::Regression => Loss::SquaredError,
+        _ => Loss::CrossEntropy,
+    };
+    if loss_kind == Loss::CrossEntropy && classes < 2 {
         return Err(Status::invalid_argument(format!(
             "the data has {classes} class(es); a classifier needs labels of at least two \
              classes (0 and 1)"
@@ -141,7 +146,7 @@ pub fn build_for(
     }
     let net = match &spec.model {
         ModelKind::Cnn { filters } => Net::Conv(Cnn::new(features, filters, classes)?),
-        ModelKind::Softmax | ModelKind::Mlp { .. } => Net::Dense {
+        ModelKind::Softmax | ModelKind::Mlp { .. } | ModelKind::Regression => Net::Dense {
             hidden: spec.model.hidden().to_vec(),
         },
         ModelKind::Embedding { rows, dim, hidden } => Net::Embed(Embedding::new(
@@ -165,7 +170,13 @@ pub fn build_for(
             let shape = PartialShape::new([None, Some(num_ids)]);
             inputs.push(g.placeholder("ids", DType::Int64, shape)?);
         }
-        let y = g.placeholder("y", DType::Int64, PartialShape::new([None]))?;
+        let y = match loss_kind {
+            Loss::CrossEntropy => g.placeholder("y", DType::Int64, PartialShape::new([None]))?,
+            // The targets: `classes` of them per example.
+            Loss::SquaredError => {
+                g.placeholder("y", DType::Float, PartialShape::new([None, Some(classes)]))?
+            }
+        };
         let mut rng = StdRng::seed_from_u64(spec.seed);
         let (params, tables) = net.variables(g, &mut rng, spec.seed, features, classes)?;
         let variables: Vec<Variable> = params.iter().map(|(_, v)| v.clone()).collect();
@@ -177,10 +188,11 @@ pub fn build_for(
                 net: &net,
                 variables: &variables,
                 tables: &tables,
+                loss: loss_kind,
             };
             tower_train_op(g, spec, &model, &worker, &inputs, &global_step)?
         } else {
-            let loss = mean_loss(g, &logits, &y)?;
+            let loss = mean_loss(g, loss_kind, &logits, &y)?;
             let train = train_op(g, spec, &worker, &loss, &variables, &global_step)?;
             (loss, train)
         };
@@ -309,10 +321,28 @@ impl Net {
     }
 }
 
-/// The mean sparse softmax cross-entropy of `logits` against the labels `y`.
-fn mean_loss(g: &mut Graph, logits: &Output, y: &Output) -> Result<Output> {
-    let (xent, _) = g.sparse_softmax_cross_entropy(logits, y)?;
-    g.mean(&xent, &[0], false)
+/// What a model's loss measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    /// The sparse softmax cross-entropy of the logits against int64 labels (the classifiers).
+    CrossEntropy,
+    /// The squared error of the outputs against float targets (the regression).
+    SquaredError,
+}
+
+/// The batch's mean loss of `out` (logits, or the regression's outputs) against `y`.
+fn mean_loss(g: &mut Graph, loss: Loss, out: &Output, y: &Output) -> Result<Output> {
+    match loss {
+        Loss::CrossEntropy => {
+            let (xent, _) = g.sparse_softmax_cross_entropy(out, y)?;
+            g.mean(&xent, &[0], false)
+        }
+        Loss::SquaredError => {
+            let error = g.sub(out, y)?;
+            let squared = g.mul(&error, &error)?;
+            g.mean(&squared, &[0, 1], false)
+        }
+    }
 }
 
 /// The network and the variables it was built with.
@@ -320,6 +350,7 @@ struct Model<'a> {
     net: &'a Net,
     variables: &'a [Variable],
     tables: &'a [PartitionedVariable],
+    loss: Loss,
 }
 
 /// `--towers N`: the batch split over the worker's `CPU:0..N-1` or `GPU:0..N-1` (each tower
@@ -353,7 +384,7 @@ fn tower_train_op(
         let logits = built
             .net
             .forward(g, features, variables, built.tables, true)?;
-        mean_loss(g, &logits, labels)
+        mean_loss(g, built.loss, &logits, labels)
     };
     if spec.sync.is_none() {
         let towers = build_towers(
@@ -484,9 +515,11 @@ pub fn accuracy(logits: &Tensor, labels: &[i64]) -> Result<f64> {
 /// A model's scores on held-out examples.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scores {
-    /// The fraction of examples whose largest logit is at their label.
+    /// The fraction of examples whose largest logit is at their label (NaN for a regression:
+    /// see `regression`).
     pub accuracy: f64,
-    /// The mean cross-entropy of the logits' softmax against the labels (natural log).
+    /// The mean cross-entropy of the logits' softmax against the labels (natural log; NaN for
+    /// a regression).
     pub log_loss: f64,
     /// Two classes: the area under the ROC curve of class 1's probability (`None` when the
     /// examples are all of one class).
@@ -494,6 +527,18 @@ pub struct Scores {
     /// Two classes: the log loss of predicting, for every example, the training labels'
     /// mean: what a model must beat to have learnt anything.
     pub baseline_log_loss: Option<f64>,
+    /// A regression's scores, in place of the classifier's above.
+    pub regression: Option<RegressionScores>,
+}
+
+/// A regression's scores on held-out examples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RegressionScores {
+    /// The mean over examples and targets of the squared error.
+    pub mean_squared_error: f64,
+    /// The same for predicting zeros: the targets' mean square, what a model must beat to
+    /// have learnt anything.
+    pub zeros_mean_squared_error: f64,
 }
 
 impl Scores {
@@ -559,6 +604,37 @@ impl Scores {
             log_loss,
             auc,
             baseline_log_loss,
+            regression: None,
+        })
+    }
+
+    /// The scores of a regression's `outputs` (`[n_i, t]` float32 chunks) against `targets`
+    /// (`n · t` values, row-major).
+    pub fn of_regression(outputs: &[Tensor], targets: &[f32]) -> Result<Scores> {
+        let mut predicted: Vec<f32> = Vec::with_capacity(targets.len());
+        for chunk in outputs {
+            predicted.extend_from_slice(&chunk.values::<f32>()?);
+        }
+        if targets.is_empty() || predicted.len() != targets.len() {
+            return Err(Status::internal(format!(
+                "{} outputs for {} targets",
+                predicted.len(),
+                targets.len()
+            )));
+        }
+        let mean = |f: &dyn Fn(usize) -> f64| {
+            (0..targets.len()).map(f).sum::<f64>() / targets.len() as f64
+        };
+        let error = |i: usize| f64::from(predicted[i]) - f64::from(targets[i]);
+        Ok(Scores {
+            accuracy: f64::NAN,
+            log_loss: f64::NAN,
+            auc: None,
+            baseline_log_loss: None,
+            regression: Some(RegressionScores {
+                mean_squared_error: mean(&|i| error(i) * error(i)),
+                zeros_mean_squared_error: mean(&|i| f64::from(targets[i]).powi(2)),
+            }),
         })
     }
 }

@@ -217,7 +217,11 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
     let index = config.task.index;
     let is_chief = index == 0;
     let (train, held_out) = spec.load_data()?;
-    let classes = train.num_classes().max(held_out.num_classes());
+    // A regression's "classes" are its targets per example: the model's outputs.
+    let classes = match train.num_targets() {
+        0 => train.num_classes().max(held_out.num_classes()),
+        targets => targets,
+    };
     let shard = train.shard(num_workers, index as usize)?;
     if shard.is_empty() {
         return Err(Status::invalid_argument(format!(
@@ -314,7 +318,14 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
     let held_out_accuracy = held_out_scores.accuracy;
     let final_step = read_step(&session, &built)?.unwrap_or(global_step);
     if let Some(file) = &summaries {
-        file.scalar(final_step, "accuracy", held_out_accuracy as f32)?;
+        match &held_out_scores.regression {
+            Some(r) => file.scalar(
+                final_step,
+                "mean_squared_error",
+                r.mean_squared_error as f32,
+            )?,
+            None => file.scalar(final_step, "accuracy", held_out_accuracy as f32)?,
+        }
     }
     // Closing runs the checkpoint saver's `end`: the final checkpoint.
     session.close()?;
@@ -556,6 +567,12 @@ fn evaluate(
     for chunk in indices.chunks(EVAL_BATCH) {
         let batch = held_out.select(chunk).to_batch()?;
         logits.push(raw.run(&feeds(batch), &[&built.logits], &[])?.remove(0));
+    }
+    if held_out.num_targets() > 0 {
+        let targets: Vec<f32> = (0..held_out.len())
+            .flat_map(|i| held_out.targets(i).iter().copied())
+            .collect();
+        return Scores::of_regression(&logits, &targets);
     }
     Scores::of(&logits, held_out.labels(), train.labels())
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
 use crate::data::idx::{read_idx_dims, read_mnist};
 use crate::data::tfrecord::{read_tfrecord, TfRecordOptions};
-use crate::data::{blobs, clicks, BlobOptions, ClickOptions, Dataset};
+use crate::data::{blobs, clicks, teacher, BlobOptions, ClickOptions, Dataset, TeacherOptions};
 use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::train::checkpoint::saver::{ensure_dir_writable, ensure_writable};
@@ -20,7 +20,7 @@ use super::cnn::DEFAULT_FILTERS;
 use super::embedding::{bucket, DEFAULT_DIM, DEFAULT_ROWS};
 
 /// The built-in models, by the names `--model` accepts.
-pub const MODEL_NAMES: [&str; 4] = ["softmax", "mlp", "cnn", "embedding"];
+pub const MODEL_NAMES: [&str; 5] = ["softmax", "mlp", "cnn", "embedding", "regression"];
 
 /// The optimizers `--optimizer` accepts (aliases such as `sgd` work too).
 pub const OPTIMIZER_NAMES: [&str; 5] = ["gd", "momentum", "adagrad", "adam", "rmsprop"];
@@ -52,6 +52,9 @@ pub enum ModelKind {
         /// Hidden dense widths of the deep part, input side first.
         hidden: Vec<usize>,
     },
+    /// Linear regression: `x · W + b` against real-valued targets, squared error (the data's
+    /// features and targets set the sizes; `--data teacher` by default).
+    Regression,
 }
 
 impl ModelKind {
@@ -80,6 +83,7 @@ impl ModelKind {
                 dim: DEFAULT_DIM,
                 hidden: hidden.to_vec(),
             }),
+            "regression" | "linear_regression" => Ok(Self::Regression),
             _ => Err(Status::invalid_argument(format!(
                 "unknown model `{name}`; choose one of {} (--model)",
                 MODEL_NAMES.join(", ")
@@ -91,6 +95,7 @@ impl ModelKind {
     pub fn describe(&self) -> String {
         match self {
             Self::Softmax => "softmax regression".into(),
+            Self::Regression => "linear regression".into(),
             Self::Mlp { hidden } => {
                 let widths: Vec<String> = hidden.iter().map(usize::to_string).collect();
                 format!("an MLP ({})", widths.join(", "))
@@ -162,7 +167,7 @@ impl ModelKind {
     /// The hidden dense widths (empty for softmax regression and the cnn).
     pub fn hidden(&self) -> &[usize] {
         match self {
-            Self::Softmax | Self::Cnn { .. } => &[],
+            Self::Softmax | Self::Cnn { .. } | Self::Regression => &[],
             Self::Mlp { hidden } | Self::Embedding { hidden, .. } => hidden,
         }
     }
@@ -193,6 +198,9 @@ pub enum DataSource {
     /// The built-in seeded click log ([`crate::data::clicks`]): ids and dense features with
     /// a 0/1 label, for the embedding model.
     Clicks(ClickOptions),
+    /// The built-in seeded regression data ([`crate::data::teacher`]): targets from a fixed
+    /// low-rank linear map of the features, for the regression model.
+    Teacher(TeacherOptions),
 }
 
 impl DataSource {
@@ -214,6 +222,7 @@ impl DataSource {
             "digits" => return Ok(Self::Digits),
             "synthetic" => return Ok(Self::synthetic()),
             "clicks" => return Ok(Self::Clicks(ClickOptions::new())),
+            "teacher" => return Ok(Self::Teacher(TeacherOptions::new())),
             _ => {}
         }
         if let Some(path) = text.strip_prefix("csv:") {
@@ -253,8 +262,8 @@ impl DataSource {
             )));
         }
         Err(Status::invalid_argument(format!(
-            "--data {text}: unknown data source; use digits, synthetic, clicks, csv:PATH, \
-             tfrecord:PATH or idx:IMAGES,LABELS"
+            "--data {text}: unknown data source; use digits, synthetic, clicks, teacher, \
+             csv:PATH, tfrecord:PATH or idx:IMAGES,LABELS"
         )))
     }
 
@@ -272,6 +281,39 @@ impl DataSource {
                 "{} synthetic clicks ({} id columns of {} ids, {} dense features)",
                 options.num_examples, options.id_columns, options.vocabulary, options.dense
             ),
+            Self::Teacher(options) => format!(
+                "{} examples of {} features with {} targets from a rank-{} teacher",
+                options.num_examples, options.inputs, options.outputs, options.rank
+            ),
+        }
+    }
+
+    /// Applies `--inputs`, `--outputs` and `--teacher_rank`, which only the teacher's data
+    /// takes; `None` keeps its own.
+    pub fn with_teacher_sizes(
+        self,
+        inputs: Option<usize>,
+        outputs: Option<usize>,
+        rank: Option<usize>,
+    ) -> Result<Self> {
+        match self {
+            Self::Teacher(mut options) => {
+                options.inputs = inputs.unwrap_or(options.inputs);
+                options.outputs = outputs.unwrap_or(options.outputs);
+                options.rank = rank.unwrap_or(options.rank);
+                if options.inputs == 0 || options.outputs == 0 || options.rank == 0 {
+                    return Err(Status::invalid_argument(format!(
+                        "--inputs {} --outputs {} --teacher_rank {}: each must be at least 1",
+                        options.inputs, options.outputs, options.rank
+                    )));
+                }
+                Ok(Self::Teacher(options))
+            }
+            other if inputs.is_none() && outputs.is_none() && rank.is_none() => Ok(other),
+            _ => Err(Status::invalid_argument(
+                "--inputs, --outputs and --teacher_rank apply to --data teacher only; remove \
+                 them or train on the teacher's data",
+            )),
         }
     }
 
@@ -351,6 +393,7 @@ impl DataSource {
             Self::Idx { images, labels } => read_mnist(images, labels),
             Self::TfRecord { path, options } => read_tfrecord(path, options),
             Self::Clicks(options) => clicks(&options.clone().seed(seed)),
+            Self::Teacher(options) => teacher(&options.clone().seed(seed)),
         }
     }
 }
@@ -590,6 +633,24 @@ impl TrainSpec {
                 )))
             }
         };
+        match (&self.model, data.num_targets()) {
+            (ModelKind::Regression, 0) => {
+                return Err(Status::invalid_argument(format!(
+                    "--model regression fits real-valued targets, but {} has class labels; use \
+                     --data teacher",
+                    self.data.describe()
+                )))
+            }
+            (ModelKind::Regression, _) | (_, 0) => {}
+            (model, _) => {
+                return Err(Status::invalid_argument(format!(
+                    "{} has real-valued targets, which only --model regression fits (not {}); \
+                     use it",
+                    self.data.describe(),
+                    model.describe()
+                )))
+            }
+        }
         let (train, held_out) = data.split(self.held_out_fraction, self.seed)?;
         if train.is_empty() || held_out.is_empty() {
             return Err(Status::invalid_argument(format!(
