@@ -418,7 +418,7 @@ fn held_out_mean_squared_error(chief: &Ended) -> (f64, f64) {
             )
         });
     let numbers: Vec<f64> = line
-        .split(|c: char| c == ' ' || c == ')')
+        .split([' ', ')'])
         .filter_map(|w| w.parse().ok())
         .collect();
     match numbers[..] {

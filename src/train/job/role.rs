@@ -84,7 +84,7 @@ pub enum Finished {
     /// A worker (not the chief) that trained and was told that training is over.
     Worker { global_step: i64 },
     /// The chief.
-    Chief(ChiefReport),
+    Chief(Box<ChiefReport>),
 }
 
 /// Runs this task's part of the job, the task's daemon serving at `target` (`grpc://...`).
@@ -336,7 +336,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
     if let Err(e) = signals.announce_done() {
         tracing::warn!(error = %e, "ending the job");
     }
-    Ok(Finished::Chief(ChiefReport {
+    Ok(Finished::Chief(Box::new(ChiefReport {
         global_step: final_step,
         held_out_accuracy,
         held_out_scores,
@@ -348,7 +348,7 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
         missing_workers,
         logdir: summaries.and(spec.logdir.clone()),
         trace,
-    }))
+    })))
 }
 
 /// The monitored session: StopAtStep and NanTensor on every worker; the chief's step counter,
