@@ -11,7 +11,7 @@
 //! ([`crate::tensor::var::snapshot_all`]). The reads keep serving any other readers; only the
 //! save's inputs move, so everything else computes as before.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::Result;
 use crate::exec::TensorRef;
@@ -22,18 +22,27 @@ use crate::tensor::DType;
 /// `graph` with each `SaveV2`'s variable reads taken together; `None` when no `SaveV2` reads two
 /// or more resource variables (the graph runs as it is).
 pub fn read_saved_variables_together(graph: &GraphDef) -> Result<Option<GraphDef>> {
-    let saves_reads = |node: &NodeDef| node.op == "SaveV2" && reads(graph, node).len() > 1;
-    if !graph.node.iter().any(saves_reads) {
+    // Most graphs save nothing: they are left without building anything.
+    if !graph.node.iter().any(|n| n.op == "SaveV2") {
+        return Ok(None);
+    }
+    let by_name: HashMap<&str, &NodeDef> =
+        graph.node.iter().map(|n| (n.name.as_str(), n)).collect();
+    let saves: Vec<(usize, Vec<(usize, &NodeDef)>)> = graph
+        .node
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op == "SaveV2")
+        .map(|(i, save)| (i, reads(&by_name, save)))
+        .filter(|(_, reads)| reads.len() > 1)
+        .collect();
+    if saves.is_empty() {
         return Ok(None);
     }
     let mut names: HashSet<String> = graph.node.iter().map(|n| n.name.clone()).collect();
     let mut rewritten = graph.clone();
-    let mut added = Vec::new();
-    for save in rewritten.node.iter_mut().filter(|n| n.op == "SaveV2") {
-        let reads = reads(graph, save);
-        if reads.len() < 2 {
-            continue;
-        }
+    for (index, reads) in saves {
+        let save = &mut rewritten.node[index];
         let name = unique_name(&mut names, &format!("{}/read_together", save.name));
         let mut together = NodeDef {
             name: name.clone(),
@@ -63,15 +72,14 @@ pub fn read_saved_variables_together(graph: &GraphDef) -> Result<Option<GraphDef
         together
             .attr
             .insert("dtypes".into(), value::dtype_list(&dtypes));
-        added.push(together);
+        rewritten.node.push(together);
     }
-    rewritten.node.extend(added);
     Ok(Some(rewritten))
 }
 
 /// The data inputs of `save` (past its prefix, names and slices) that come from a
-/// `ReadVariableOp`, with their index and the read.
-fn reads<'g>(graph: &'g GraphDef, save: &NodeDef) -> Vec<(usize, &'g NodeDef)> {
+/// `ReadVariableOp`, with their index and the read; `by_name` is the graph's nodes.
+fn reads<'g>(by_name: &HashMap<&str, &'g NodeDef>, save: &NodeDef) -> Vec<(usize, &'g NodeDef)> {
     save.input
         .iter()
         .enumerate()
@@ -81,7 +89,7 @@ fn reads<'g>(graph: &'g GraphDef, save: &NodeDef) -> Vec<(usize, &'g NodeDef)> {
             if r.slot != Some(0) {
                 return None;
             }
-            let read = graph.node.iter().find(|n| n.name == r.node)?;
+            let read = *by_name.get(r.node)?;
             let dtype_known = attr::dtype(read, "dtype").is_ok_and(|d| d != DType::Resource);
             (read.op == "ReadVariableOp" && !read.input.is_empty() && dtype_known)
                 .then_some((i, read))

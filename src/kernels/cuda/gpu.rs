@@ -318,6 +318,16 @@ impl DeviceBuffer for GpuBuffer {
     }
 }
 
+/// `t` as a kernel on `device` may read it while holding GPU locks: in `device`'s memory or the
+/// host's. A tensor of another device's memory (normally placed by a `_Recv` already) is copied
+/// to the host first, before any lock is taken, since that copy takes the other GPU's lock.
+pub fn here_or_host(device: &str, t: &Tensor) -> Result<Tensor> {
+    match t.device_buffer() {
+        Some(buffer) if buffer.device() != device => t.to_host(),
+        _ => Ok(t.clone()),
+    }
+}
+
 /// A float32 input on the GPU: where an earlier kernel left it, or copied in for this kernel.
 pub enum Operand<'t> {
     /// In a [`GpuBuffer`] of the tensor.

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use cudarc::nccl::{group_end, group_start, result::NcclError, Comm, ReduceOp};
 
-use super::gpu::{Gpu, GpuBuffer, Operand};
+use super::gpu::{here_or_host, Gpu, GpuBuffer, Operand};
 use crate::cluster::DeviceName;
 use crate::error::{Result, Status};
 use crate::kernels::cpu::collective::{reduce_on_host, AllReduce, Reduction};
@@ -84,14 +84,10 @@ pub fn reduce_on_gpus(
         // Two members on one GPU: NCCL takes one rank per GPU.
         return reduce_on_host(ctx, reduction, members);
     }
-    // A member read off another device's memory is copied to the host first: that copy takes
-    // the other GPU's lock, which the all-reduce may hold.
+    // The all-reduce holds every member's GPU lock.
     let members = members
         .iter()
-        .map(|(device, t)| match t.device_buffer() {
-            Some(buffer) if buffer.device() != device => Ok((device.clone(), t.to_host()?)),
-            _ => Ok((device.clone(), t.clone())),
-        })
+        .map(|(device, t)| Ok((device.clone(), here_or_host(device, t)?)))
         .collect::<Result<Vec<_>>>()?;
     all_reduce(&ctx.node().name, reduction, &members, &gpus).map_err(|e| ctx.named(e))
 }

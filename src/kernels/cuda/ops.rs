@@ -26,7 +26,7 @@ use std::sync::Arc;
 use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
-use super::gpu::{Gpu, GpuBuffer, GpuInner, GpuMemory, Operand};
+use super::gpu::{self, Gpu, GpuBuffer, GpuInner, GpuMemory, Operand};
 use super::layout::{Broadcast, Reduction};
 use crate::device::space::CopyCounter;
 use crate::error::{Code, Result, Status};
@@ -117,14 +117,9 @@ fn float_input(ctx: &OpContext<'_>, i: usize) -> Result<Tensor> {
     here_or_host(ctx, t)
 }
 
-/// `t` as this node's GPU kernel may read it under the GPU's lock: in this GPU's memory or the
-/// host's. A tensor of another device's memory (normally placed by a `_Recv` already) is copied
-/// to the host first, outside any lock, since that copy takes the other device's lock.
+/// `t` as this node's GPU kernel may read it under the GPU's lock ([`gpu::here_or_host`]).
 fn here_or_host(ctx: &OpContext<'_>, t: &Tensor) -> Result<Tensor> {
-    match t.device_buffer() {
-        Some(buffer) if buffer.device() != ctx.device => t.to_host().map_err(|e| ctx.named(e)),
-        _ => Ok(t.clone()),
-    }
+    gpu::here_or_host(ctx.device, t).map_err(|e| ctx.named(e))
 }
 
 /// Runs `f` on the node's GPU, under its lock; `f` gets the GPU as the node uses it
