@@ -57,6 +57,7 @@ use crate::error::mailbox_failure;
 use crate::error::{Result, Status};
 use crate::format::files::{Files, ALLOWED_DIRS_KEY};
 use crate::master::grpc::MasterGrpc;
+use crate::master::local::{self, LocalMaster};
 use crate::master::{ListDevices, Master, MasterState};
 use crate::ops::metrics::{
     self, DEVICE_MEMORY_BYTES, DEVICE_MEMORY_LIMIT_BYTES, DEVICE_MEMORY_PEAK_BYTES,
@@ -92,6 +93,8 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     /// The gRPC thread; it stops the actors on its way out.
     grpc_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The master's place among this process's in-process masters, until the task stops.
+    in_process: Mutex<Option<local::Registration>>,
     stopped: Arc<Stopped>,
 }
 
@@ -202,6 +205,11 @@ impl Server {
         };
         let (system, actors_thread, mailboxes) = start_actors(&config, devices, files)?;
         let probe = mailboxes.probe.clone();
+        let in_process = LocalMaster::new(
+            mailboxes.master.mailboxes().clone(),
+            config.task.clone(),
+            &config.security,
+        );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -257,6 +265,11 @@ impl Server {
         if let Some(addr) = metrics_addr {
             info!(task = %config.task, url = %format!("http://{addr}/metrics"), "serving metrics");
         }
+        let advertised = config
+            .cluster
+            .task_address(&config.task.job, config.task.index)
+            .ok();
+        let in_process = local::register(in_process, local::addresses(local_addr, advertised));
         Ok(Server {
             task: config.task,
             local_addr,
@@ -266,6 +279,7 @@ impl Server {
             grace,
             shutdown,
             grpc_thread: Mutex::new(Some(grpc_thread)),
+            in_process: Mutex::new(Some(in_process)),
             stopped,
         })
     }
@@ -328,6 +342,13 @@ impl Server {
     /// Stops accepting calls, lets in-flight calls finish within `timeouts.shutdown_grace`,
     /// then stops the actors. Calling it again does nothing.
     pub fn stop(&self) {
+        // New sessions of this process go over gRPC from here on, and meet the stopping front.
+        drop(
+            self.in_process
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         let _ = self.shutdown.send(true);
         // The gRPC thread enforces the grace itself; the extra second covers stopping actors.
         if !self.stopped.wait(Some(self.grace + Duration::from_secs(1))) {

@@ -14,6 +14,12 @@
 //! close                   ──► CloseSession(handle)
 //! ```
 //!
+//! A target naming a task of this same process (`tessera train`'s client and its own task, a
+//! test's in-process cluster) is reached through that task's master directly, as TensorFlow's
+//! `LocalMaster`: the same calls, without gRPC on loopback (see [`crate::master::local`] for
+//! who may skip the gRPC front; `rpc_options.use_rpc_for_inprocess_master` in the session's
+//! config turns it off).
+//!
 //! The API is synchronous. Each session owns a small tokio runtime (one worker thread, which
 //! also keeps the HTTP/2 connection alive) and blocks the calling thread on it. Calling it from
 //! inside an async context would block that runtime's thread, so every call checks first and
@@ -33,11 +39,15 @@ use std::time::{Duration, Instant};
 
 use crate::error::{error_chain, Result, Status};
 use crate::exec::TensorRef;
+use crate::master::{local, MasterMailboxes};
 use crate::proto::master_service_client::MasterServiceClient;
 use crate::proto::{
-    CallableOptions, CloseSessionRequest, ConfigProto, CreateSessionRequest, DeviceAttributes,
-    ExtendSessionRequest, GraphDef, ListDevicesRequest, MakeCallableRequest,
-    ReleaseCallableRequest, RunCallableRequest, RunMetadata, RunOptions, RunStepRequest,
+    CallableOptions, CloseSessionRequest, CloseSessionResponse, ConfigProto,
+    CreateSessionRequest, CreateSessionResponse, DeviceAttributes, ExtendSessionRequest,
+    ExtendSessionResponse, GraphDef, ListDevicesRequest, ListDevicesResponse,
+    MakeCallableRequest, MakeCallableResponse, ReleaseCallableRequest, ReleaseCallableResponse,
+    RunCallableRequest, RunCallableResponse, RunMetadata, RunOptions, RunStepRequest,
+    RunStepResponse,
 };
 use crate::security::{AuthChannel, ClusterToken, Security, TlsConfig};
 use crate::tensor::Tensor;
@@ -104,7 +114,7 @@ pub struct RemoteSession {
     options: ConnectOptions,
     /// What to check when the connection fails (plain text against TLS, or the reverse).
     hint: &'static str,
-    client: MasterServiceClient<AuthChannel>,
+    link: Link,
     /// Serializes session creation and graph growth, which must see each other's versions.
     handle: Mutex<Handle>,
     /// `None` only while dropping.
@@ -139,37 +149,18 @@ impl RemoteSession {
             .enable_all()
             .build()
             .map_err(|e| Status::internal(format!("cannot build the client runtime: {e}")))?;
-        let endpoint = security
-            .endpoint(&address)
-            .map_err(|e| bad_target(target, e.message()))?;
-        let endpoint =
-            crate::wire::tune_endpoint(endpoint).connect_timeout(options.connect_timeout);
-        let connect_timeout = options.connect_timeout;
-        let channel = runtime.block_on(async {
-            match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
-                Ok(Ok(channel)) => Ok(channel),
-                Ok(Err(e)) => Err(unreachable(
-                    target,
-                    &format!("{}; {}", error_chain(&e), security.connect_hint()),
-                )),
-                Err(_) => Err(unreachable(
-                    target,
-                    &format!(
-                        "no connection within {connect_timeout:?}; {}",
-                        security.connect_hint()
-                    ),
-                )),
-            }
-        })?;
-        let client = MasterServiceClient::new(security.attach(channel))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let link = match in_process_master(&address, &options) {
+            Some(master) => Link::InProcess(master.mailboxes().clone()),
+            None => Link::Grpc(connect_grpc(
+                &runtime, target, &address, &security, &options,
+            )?),
+        };
         Ok(Self {
             target: target.to_string(),
             address,
             options,
             hint: security.connect_hint(),
-            client,
+            link,
             handle: Mutex::default(),
             runtime: Some(runtime),
         })
@@ -178,6 +169,12 @@ impl RemoteSession {
     /// Returns the target this session talks to.
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// Whether the master is a task of this process, called through its mailbox instead of
+    /// gRPC.
+    pub fn is_in_process(&self) -> bool {
+        matches!(self.link, Link::InProcess(_))
     }
 
     /// Returns the master's graph version (0 until the graph is first extended).
@@ -203,9 +200,7 @@ impl RemoteSession {
                     graph_def: Some(graph.clone()),
                     current_graph_version: handle.version,
                 };
-                let reply = self.call("ExtendSession", request, |mut c, r| async move {
-                    c.extend_session(r).await
-                })?;
+                let reply = self.call("ExtendSession", request, |link, r| link.extend_session(r))?;
                 handle.version = reply.new_graph_version;
                 Ok(())
             }
@@ -277,7 +272,7 @@ impl RemoteSession {
             self.options.call_timeout,
             "RunStep",
             request,
-            |mut c, r| async move { c.run_step(r).await },
+            |link, r| link.run_step(r),
         )?;
         if let Some(status) = Status::from_body(reply.status_code, &reply.status_error_message) {
             return Err(status);
@@ -320,9 +315,7 @@ impl RemoteSession {
             options: Some(options),
             request_id: new_request_id(),
         };
-        let reply = self.call("MakeCallable", request, |mut c, r| async move {
-            c.make_callable(r).await
-        })?;
+        let reply = self.call("MakeCallable", request, |link, r| link.make_callable(r))?;
         Ok(reply.handle)
     }
 
@@ -334,9 +327,7 @@ impl RemoteSession {
             feed: feeds.iter().map(Tensor::to_proto).collect(),
             request_id: new_request_id(),
         };
-        let reply = self.call("RunCallable", request, |mut c, r| async move {
-            c.run_callable(r).await
-        })?;
+        let reply = self.call("RunCallable", request, |link, r| link.run_callable(r))?;
         reply
             .fetch
             .iter()
@@ -354,9 +345,7 @@ impl RemoteSession {
             session_handle: self.session()?,
             handle,
         };
-        self.call("ReleaseCallable", request, |mut c, r| async move {
-            c.release_callable(r).await
-        })?;
+        self.call("ReleaseCallable", request, |link, r| link.release_callable(r))?;
         Ok(())
     }
 
@@ -365,9 +354,7 @@ impl RemoteSession {
         let request = ListDevicesRequest {
             session_handle: self.lock().session.clone().unwrap_or_default(),
         };
-        let reply = self.call("ListDevices", request, |mut c, r| async move {
-            c.list_devices(r).await
-        })?;
+        let reply = self.call("ListDevices", request, |link, r| link.list_devices(r))?;
         Ok(reply
             .local_device
             .into_iter()
@@ -396,7 +383,7 @@ impl RemoteSession {
             CloseSessionRequest {
                 session_handle: session,
             },
-            |mut c, r| async move { c.close_session(r).await },
+            |link, r| link.close_session(r),
         )?;
         Ok(())
     }
@@ -426,9 +413,7 @@ impl RemoteSession {
             config: Some(self.options.config.clone()),
             target: self.target.clone(),
         };
-        let reply = self.call("CreateSession", request, |mut c, r| async move {
-            c.create_session(r).await
-        })?;
+        let reply = self.call("CreateSession", request, |link, r| link.create_session(r))?;
         if reply.session_handle.is_empty() {
             return Err(Status::internal(format!(
                 "the master at {} answered CreateSession without a session handle",
@@ -444,7 +429,7 @@ impl RemoteSession {
     /// its failures into statuses that name the master.
     fn call<Req, Resp, F, Fut>(&self, name: &'static str, message: Req, rpc: F) -> Result<Resp>
     where
-        F: FnOnce(MasterServiceClient<AuthChannel>, tonic::Request<Req>) -> Fut,
+        F: FnOnce(Link, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         self.call_within(self.options.call_timeout, name, message, rpc)
@@ -470,7 +455,7 @@ impl RemoteSession {
         rpc: F,
     ) -> Result<Resp>
     where
-        F: FnOnce(MasterServiceClient<AuthChannel>, tonic::Request<Req>) -> Fut,
+        F: FnOnce(Link, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         self.call_with(Deadline::Header, timeout, name, message, rpc)
@@ -487,7 +472,7 @@ impl RemoteSession {
         rpc: F,
     ) -> Result<Resp>
     where
-        F: FnOnce(MasterServiceClient<AuthChannel>, tonic::Request<Req>) -> Fut,
+        F: FnOnce(Link, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         not_in_async(name)?;
@@ -503,7 +488,7 @@ impl RemoteSession {
             }
             Deadline::InRequest(margin) => timeout + margin,
         };
-        let call = rpc(self.client.clone(), request);
+        let call = rpc(self.link.clone(), request);
         let started = Instant::now();
         runtime.block_on(async {
             match tokio::time::timeout(wait, call).await {
@@ -560,6 +545,96 @@ impl RemoteSession {
             self.target
         ))
     }
+}
+
+/// The master of a task in this process that `options` would get through to over gRPC, unless
+/// the session's config asks for gRPC anyway.
+fn in_process_master(address: &str, options: &ConnectOptions) -> Option<local::LocalMaster> {
+    let wants_rpc = options
+        .config
+        .rpc_options
+        .as_ref()
+        .is_some_and(|rpc| rpc.use_rpc_for_inprocess_master);
+    if wants_rpc {
+        return None;
+    }
+    local::lookup(address).filter(|m| m.admits(options.tls.is_some(), options.token.as_ref()))
+}
+
+/// Connects to the master at `address` over gRPC within `options.connect_timeout`.
+fn connect_grpc(
+    runtime: &tokio::runtime::Runtime,
+    target: &str,
+    address: &str,
+    security: &Security,
+    options: &ConnectOptions,
+) -> Result<MasterServiceClient<AuthChannel>> {
+    let endpoint = security
+        .endpoint(address)
+        .map_err(|e| bad_target(target, e.message()))?;
+    let endpoint = crate::wire::tune_endpoint(endpoint).connect_timeout(options.connect_timeout);
+    let connect_timeout = options.connect_timeout;
+    let channel = runtime.block_on(async {
+        match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
+            Ok(Ok(channel)) => Ok(channel),
+            Ok(Err(e)) => Err(unreachable(
+                target,
+                &format!("{}; {}", error_chain(&e), security.connect_hint()),
+            )),
+            Err(_) => Err(unreachable(
+                target,
+                &format!(
+                    "no connection within {connect_timeout:?}; {}",
+                    security.connect_hint()
+                ),
+            )),
+        }
+    })?;
+    Ok(MasterServiceClient::new(security.attach(channel))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// How a session's calls reach its master.
+#[derive(Clone)]
+enum Link {
+    /// MasterService over gRPC.
+    Grpc(MasterServiceClient<AuthChannel>),
+    /// A task of this process: its master's mailbox.
+    InProcess(MasterMailboxes),
+}
+
+type Answer<T> = std::result::Result<tonic::Response<T>, tonic::Status>;
+
+/// One method per MasterService call on [`Link`], answering as the gRPC client does.
+macro_rules! link_calls {
+    ($($call:ident: $request:ty => $response:ty;)*) => {
+        impl Link {
+            $(
+                async fn $call(self, request: tonic::Request<$request>) -> Answer<$response> {
+                    match self {
+                        Link::Grpc(mut client) => client.$call(request).await,
+                        Link::InProcess(master) => master
+                            .$call(request.into_inner())
+                            .await
+                            .map(tonic::Response::new)
+                            .map_err(tonic::Status::from),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+link_calls! {
+    create_session: CreateSessionRequest => CreateSessionResponse;
+    extend_session: ExtendSessionRequest => ExtendSessionResponse;
+    run_step: RunStepRequest => RunStepResponse;
+    close_session: CloseSessionRequest => CloseSessionResponse;
+    list_devices: ListDevicesRequest => ListDevicesResponse;
+    make_callable: MakeCallableRequest => MakeCallableResponse;
+    run_callable: RunCallableRequest => RunCallableResponse;
+    release_callable: ReleaseCallableRequest => ReleaseCallableResponse;
 }
 
 /// How a call tells the master its deadline.

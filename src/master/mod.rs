@@ -1,13 +1,15 @@
 //! `Master`: the actor behind this task's MasterService.
 //!
 //! Clients (a TensorFlow `Session("grpc://host:port")`, `Session::connect`) reach it through
-//! [`grpc::MasterGrpc`]. It owns the sessions: CreateSession finds the session's tasks and
-//! devices ([`discovery`]), creates a worker session on each and starts one
-//! [`MasterSession`] actor, which then serves every call naming its handle. The master itself
-//! only looks handles up and forwards:
+//! [`grpc::MasterGrpc`] or, from the task's own process, straight through its mailbox
+//! ([`local`]); both call it through [`MasterMailboxes`]. It owns the sessions: CreateSession
+//! finds the session's tasks and devices ([`discovery`]), creates a worker session on each and
+//! starts one [`MasterSession`] actor, which then serves every call naming its handle. The
+//! master itself only looks handles up and forwards:
 //!
 //! ```text
-//!   MasterGrpc ──► Master ──(handle → Addr)──► MasterSession ──Peer──► workers
+//!   MasterGrpc ─┐
+//!   LocalMaster ┴► Master ──(handle → Addr)──► MasterSession ──Peer──► workers
 //!                    │  CreateSession: GetStatus + CreateWorkerSession to the tasks
 //!                    │  Reset: close every session, CleanupAll to the tasks
 //! ```
@@ -22,6 +24,8 @@
 mod admission;
 pub mod discovery;
 pub mod grpc;
+pub mod local;
+mod mailboxes;
 pub mod session;
 mod state;
 
@@ -43,6 +47,7 @@ use crate::error::{Result, Status};
 use crate::peer::{CallOptions, PeerCache};
 use crate::proto::*;
 
+pub use mailboxes::MasterMailboxes;
 pub use state::{new_session_handle, MasterState, SessionParts, SessionSetup};
 
 /// Creates a session (MasterService `CreateSession`).

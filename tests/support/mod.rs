@@ -9,6 +9,7 @@ pub mod finite_differences;
 pub mod gpu_copies;
 pub mod kernel_check;
 pub mod mlp;
+pub mod prometheus;
 pub mod raw_grpc;
 pub mod regression;
 pub mod requirement;

@@ -200,12 +200,15 @@ pub fn check_tower_gpus(config: &TaskConfig, spec: &TrainSpec, probe: &dyn GpuPr
 
 /// How this task's client reaches its own master: the cluster file's connect timeout, and
 /// [`STEP_TIMEOUT`] per step.
+/// How the training client reaches its own task's master: in process, as a client holding
+/// the task's TLS and token may ([`crate::master::local`]).
 fn connect_options(config: &TaskConfig) -> ConnectOptions {
     ConnectOptions {
         connect_timeout: config.timeouts.connect,
         call_timeout: STEP_TIMEOUT,
         ..ConnectOptions::default()
     }
+    .with_security(&config.security)
 }
 
 /// A worker's training, then its part of the ending.
