@@ -3,11 +3,12 @@
 //! check, beside a bare tonic server (the grpc.health.v1 service alone on loopback) timed the
 //! same way in the same run. Both include the client's connection and first call. The two
 //! alternate `ROUNDS` times; the bench prints every round, both medians and the ratio (goal:
-//! tessera within 2x of the bare server).
+//! tessera within 2x of the bare server), and where tessera's start went: the median of each
+//! phase `Server::startup` reports (devices, setup, actors, gRPC) and the first call.
 
 use std::time::{Duration, Instant};
 
-use tessera::server::Server;
+use tessera::server::{Server, Startup};
 use tokio::runtime::Runtime;
 use tokio_stream::StreamExt;
 use tonic::transport::Endpoint;
@@ -40,14 +41,17 @@ fn first_answer(rt: &Runtime, addr: std::net::SocketAddr) {
     });
 }
 
-/// A tessera task started and answering.
-fn tessera_start(rt: &Runtime) -> Duration {
+/// A tessera task started and answering; with its phases and the first call's time.
+fn tessera_start(rt: &Runtime) -> (Duration, Startup, Duration) {
     let started = Instant::now();
     let server = Server::local().expect("an in-process task");
+    let serving = Instant::now();
     first_answer(rt, server.local_addr());
     let elapsed = started.elapsed();
+    let first_call = serving.elapsed();
+    let startup = server.startup();
     server.stop();
-    elapsed
+    (elapsed, startup, first_call)
 }
 
 /// A bare tonic server with the health service, started and answering.
@@ -100,10 +104,26 @@ fn main() {
     tessera_start(&rt);
     tonic_start(&rt);
     let (mut ours, mut bare) = (Vec::new(), Vec::new());
+    let mut phases: [Vec<Duration>; 5] = Default::default();
     println!("daemon start to serving (in process, through the first health check answered)");
     for round in 1..=ROUNDS {
-        let (b, t) = (tonic_start(&rt), tessera_start(&rt));
-        println!("  round {round:>2}: bare tonic {b:>10.2?}, tessera {t:>10.2?}");
+        let b = tonic_start(&rt);
+        let (t, startup, first_call) = tessera_start(&rt);
+        println!(
+            "  round {round:>2}: bare tonic {b:>10.2?}, tessera {t:>10.2?} (devices {:.2?}, \
+             setup {:.2?}, actors {:.2?}, gRPC {:.2?}, first call {first_call:.2?})",
+            startup.devices, startup.setup, startup.actors, startup.grpc
+        );
+        let parts = [
+            startup.devices,
+            startup.setup,
+            startup.actors,
+            startup.grpc,
+            first_call,
+        ];
+        for (phase, took) in phases.iter_mut().zip(parts) {
+            phase.push(took);
+        }
         bare.push(b);
         ours.push(t);
     }
@@ -112,4 +132,11 @@ fn main() {
         "medians: bare tonic {b:.2?}, tessera {t:.2?}, ratio {:.2} (goal <= 2.0)",
         t.as_secs_f64() / b.as_secs_f64()
     );
+    let names = ["devices", "setup", "actors", "gRPC", "first call"];
+    let parts: Vec<String> = names
+        .iter()
+        .zip(phases)
+        .map(|(name, took)| format!("{name} {:.2?}", median(took)))
+        .collect();
+    println!("tessera's start, medians by phase: {}", parts.join(", "));
 }

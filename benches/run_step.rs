@@ -8,15 +8,26 @@
 //!
 //! Two ratios are printed: back to back (all echoes, then all steps: each loop runs hot, and
 //! the stricter of the two, since the echo gains most from it) and interleaved (one echo, one
-//! step, so that the machine's drift over the run falls on both alike).
+//! step, so that the machine's drift over the run falls on both alike). The session reaches
+//! the master over gRPC (`rpc_options.use_rpc_for_inprocess_master`), as a client in another
+//! process would.
+//!
+//! Then the remote trivial step of a training job (target: within 1.5x of the echo): on a
+//! cluster of a ps and a worker, the worker's client adds 1 to a scalar variable on the ps
+//! (`AssignAddVariableOp`, the 1 a constant on the worker, as `replica_device_setter` places
+//! them), reaching its own task's master in process as `tessera train`'s client does, and
+//! over gRPC; interleaved with the echo, one of each in turn.
 //!
 //! When the daemon's master cannot run sessions yet, the RunStep side is measured as the
 //! RunStep RPC answered with its error by the master's gRPC front, and says so.
+
+mod support;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use support::cluster::{connect, LoopbackCluster, Reach};
 use tessera::client::Session;
 use tessera::graph::Graph;
 use tessera::proto::master_service_client::MasterServiceClient;
@@ -61,6 +72,36 @@ fn trivial_graph() -> (Graph, String) {
     (g, y.name())
 }
 
+/// A scalar variable `v` on the ps and `AssignAddVariableOp(v, 1)` beside it, the 1 a
+/// constant on the worker; returns the graph, the initializer, the update and `v`'s read.
+fn assign_add_graph() -> (Graph, String, String, String) {
+    let mut g = Graph::new();
+    let v = g
+        .with_device("/job:ps/task:0", |g| {
+            let zero = g.scalar("zero", DType::Float, 0.0)?;
+            g.variable("v", &zero)
+        })
+        .expect("variable");
+    let one = g
+        .with_device("/job:worker/task:0", |g| g.scalar("one", DType::Float, 1.0))
+        .expect("const");
+    let add = g
+        .with_device("/job:ps/task:0", |g| g.assign_add_variable(&v.handle, &one))
+        .expect("assign_add");
+    let read = v.value.name();
+    (g, v.initializer, add, read)
+}
+
+/// The worker's client of a ps + worker cluster, reaching its master as `reach` says, with the
+/// assign-add graph initialised; returns it with the update and the read.
+fn assign_add_session(cluster: &LoopbackCluster, reach: Reach) -> (Session, String, String) {
+    let session = connect(&cluster.target("worker", 0), reach);
+    let (graph, init, add, read) = assign_add_graph();
+    session.extend(&graph.to_graph_def()).expect("extend");
+    session.run(&[], &[], &[&init]).expect("init");
+    (session, add, read)
+}
+
 fn bench(c: &mut Criterion) {
     let server = Server::local().expect("in-process daemon");
     let addr = server.local_addr();
@@ -80,7 +121,7 @@ fn bench(c: &mut Criterion) {
     let mut health = HealthClient::new(channel.clone());
     let mut master = MasterServiceClient::new(channel);
 
-    let session = Session::connect(&server.target()).expect("connect the session");
+    let session = connect(&server.target(), Reach::Grpc);
     let (graph, fetch) = trivial_graph();
     let runs_steps = match session.extend(&graph.to_graph_def()) {
         Ok(()) => {
@@ -138,6 +179,34 @@ fn bench(c: &mut Criterion) {
                 step_time
             })
         });
+        let cluster = LoopbackCluster::start(1, 1);
+        let (local, add, read) = assign_add_session(&cluster, Reach::InProcess);
+        let (grpc, _, _) = assign_add_session(&cluster, Reach::Grpc);
+        let mut steps = 0u64;
+        group.bench_function("interleaved (ps assign_add, client in process)", |b| {
+            b.iter_custom(|iters| {
+                let mut step_time = Duration::ZERO;
+                for _ in 0..iters {
+                    timed("ps echo", 1, || {
+                        rt.block_on(health.check(HealthCheckRequest {
+                            service: String::new(),
+                        }))
+                        .expect("health check");
+                    });
+                    step_time += timed("ps step in process", 1, || {
+                        local.run(&[], &[], &[&add]).expect("assign_add");
+                    });
+                    timed("ps step over gRPC", 1, || {
+                        grpc.run(&[], &[], &[&add]).expect("assign_add");
+                    });
+                    steps += 2;
+                }
+                step_time
+            })
+        });
+        let v = local.run(&[], &[&read], &[]).expect("read v");
+        let v = v[0].scalar_value::<f32>().expect("f32");
+        assert_eq!(v, steps as f32, "v should count every step");
     } else {
         group.bench_function("run_step_rpc (error answer)", |b| {
             b.iter_custom(|iters| {
@@ -172,6 +241,12 @@ fn bench(c: &mut Criterion) {
     println!("\nRunStep vs bare tonic echo (same run; target: ratio <= 2.0)");
     ratio("echo", "run_step", "back to back");
     ratio("interleaved echo", "interleaved run_step", "interleaved");
+    println!(
+        "\nThe worker's client adding 1 to a ps variable vs the same echo, interleaved (target: \
+         ratio <= 1.5)"
+    );
+    ratio("ps echo", "ps step in process", "client in process");
+    ratio("ps echo", "ps step over gRPC", "client over gRPC");
     drop(session);
     server.stop();
 }

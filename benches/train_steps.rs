@@ -2,31 +2,34 @@
 //! asynchronous between-graph replication over loopback with 1 ps and 1 or 2 workers.
 //!
 //! ```text
-//! local        Session::local()          one client thread, every op in process
-//! 1 worker     ps:0 + worker:0           the worker's client → its master; variables on ps
-//! 2 workers    ps:0 + worker:0, worker:1 two client threads, one per worker, steps counted
-//!                                        together (global steps per second)
+//! local            Session::local()          one client thread, every op in process
+//! 1 worker         ps:0 + worker:0           the worker's client → its master (in process,
+//!                                            as `tessera train`'s); variables on the ps
+//! 1 worker (gRPC)  ps:0 + worker:0           the same, the client reaching its master over
+//!                                            gRPC on loopback, as one in another process would
+//! 2 workers        ps:0 + worker:0, worker:1 two client threads, one per worker, steps counted
+//!                                            together (global steps per second)
 //! ```
 //!
 //! The tasks are in-process `Server`s on listeners bound to 127.0.0.1:0, so the distributed
-//! runs pay the real gRPC path (RunStep to the worker's master, RunGraph and RecvTensor to
-//! the ps) but no process start. Each step feeds one batch of 32 examples, runs forward,
+//! runs pay the real path between tasks (RunGraph to the ps, the variables and gradients over
+//! the tensor channel) but no process start. Each step feeds one batch of 32 examples, runs forward,
 //! backward and a GradientDescent update of the four variables (16→64→10, about 1,700
 //! floats) and fetches the loss. At the end it prints steps per second of each setup and
 //! their ratios to the in-process baseline.
 
-use std::net::TcpListener;
+mod support;
+
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use support::cluster::{connect, LoopbackCluster, Reach};
 use tessera::client::Session;
-use tessera::cluster::TaskConfig;
 use tessera::graph::scope::replica_device_setter;
 use tessera::graph::Graph;
 use tessera::proto::GraphDef;
-use tessera::server::Server;
 use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::train::optimizer::{get_or_create_global_step, Optimizer};
 
@@ -125,59 +128,6 @@ fn step(session: &Session, m: &Mlp, feed: &(Tensor, Tensor)) {
         .expect("training step");
 }
 
-/// In-process servers for `ps` × 1 and `workers` workers on loopback, stopped on drop.
-struct LoopbackCluster {
-    servers: Vec<Server>,
-}
-
-impl LoopbackCluster {
-    fn start(workers: usize) -> Self {
-        let jobs = [("ps", 1), ("worker", workers)];
-        let mut listeners = Vec::new();
-        let mut text = String::from("[cluster]\n");
-        for (job, count) in jobs {
-            let mut addrs = Vec::new();
-            for index in 0..count {
-                let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-                addrs.push(format!("\"{}\"", listener.local_addr().expect("address")));
-                listeners.push((job, index, listener));
-            }
-            text.push_str(&format!("{job} = [{}]\n", addrs.join(", ")));
-        }
-        text.push_str("[devices]\ngpu = 0\n");
-        let servers = listeners
-            .into_iter()
-            .map(|(job, index, listener)| {
-                let env = [
-                    ("TESSERA__TASK__JOB".to_string(), job.to_string()),
-                    ("TESSERA__TASK__INDEX".to_string(), index.to_string()),
-                ];
-                let config = TaskConfig::from_toml_with_env(&text, "bench cluster", env)
-                    .expect("cluster config");
-                Server::start_with_listener(config, listener).expect("start a task")
-            })
-            .collect();
-        Self { servers }
-    }
-
-    fn target(&self, job: &str, index: usize) -> String {
-        let server = self
-            .servers
-            .iter()
-            .find(|s| s.task().job == job && s.task().index as usize == index)
-            .expect("task");
-        format!("grpc://{}", server.local_addr())
-    }
-}
-
-impl Drop for LoopbackCluster {
-    fn drop(&mut self) {
-        for server in self.servers.drain(..) {
-            server.stop();
-        }
-    }
-}
-
 /// Seconds per step measured per setup, summed over criterion's calls.
 static RATES: Mutex<Vec<(&'static str, Duration, u64)>> = Mutex::new(Vec::new());
 
@@ -199,12 +149,12 @@ struct Replicas {
 }
 
 impl Replicas {
-    fn connect(cluster: &LoopbackCluster, workers: usize) -> Self {
+    fn connect(cluster: &LoopbackCluster, workers: usize, reach: Reach) -> Self {
         let mut sessions = Vec::new();
         let mut models = Vec::new();
         for task in 0..workers {
             let m = mlp(Some(task));
-            let session = Session::connect(&cluster.target("worker", task)).expect("connect");
+            let session = connect(&cluster.target("worker", task), reach);
             session.extend(&m.graph).expect("extend");
             if task == 0 {
                 session.run(&[], &[], &[&m.init]).expect("init");
@@ -249,10 +199,12 @@ fn bench(c: &mut Criterion) {
     local.run(&[], &[], &[&local_mlp.init]).expect("init local");
     let local_feed = batch(0);
 
-    let one = LoopbackCluster::start(1);
-    let one_replicas = Replicas::connect(&one, 1);
-    let two = LoopbackCluster::start(2);
-    let two_replicas = Replicas::connect(&two, 2);
+    let one = LoopbackCluster::start(1, 1);
+    let one_replicas = Replicas::connect(&one, 1, Reach::InProcess);
+    let one_grpc = LoopbackCluster::start(1, 1);
+    let one_grpc_replicas = Replicas::connect(&one_grpc, 1, Reach::Grpc);
+    let two = LoopbackCluster::start(1, 2);
+    let two_replicas = Replicas::connect(&two, 2, Reach::InProcess);
 
     let mut group = c.benchmark_group("train_steps");
     group
@@ -277,6 +229,13 @@ fn bench(c: &mut Criterion) {
             elapsed
         })
     });
+    group.bench_function("1 ps + 1 worker, client over gRPC", |b| {
+        b.iter_custom(|iters| {
+            let elapsed = one_grpc_replicas.run(iters);
+            record("1 worker (gRPC)", elapsed, iters);
+            elapsed
+        })
+    });
     group.bench_function("1 ps + 2 workers (steps of both)", |b| {
         b.iter_custom(|iters| {
             let elapsed = two_replicas.run(iters);
@@ -296,13 +255,19 @@ fn bench(c: &mut Criterion) {
     if let Some(base) = per_sec("local") {
         println!("\ntraining steps per second (MLP {INPUTS}-{HIDDEN}-{CLASSES}, batch {BATCH})");
         println!("  in-process (1 task)   {base:8.1} steps/s  (baseline)");
-        for name in ["1 worker", "2 workers"] {
+        for name in ["1 worker", "1 worker (gRPC)", "2 workers"] {
             if let Some(rate) = per_sec(name) {
                 println!(
-                    "  1 ps + {name:<10}    {rate:8.1} steps/s  ratio to baseline {:.2}",
+                    "  1 ps + {name:<16}    {rate:8.1} steps/s  ratio to baseline {:.2}",
                     rate / base
                 );
             }
+        }
+        if let (Some(local), Some(grpc)) = (per_sec("1 worker"), per_sec("1 worker (gRPC)")) {
+            println!(
+                "  1 worker: client in process / over gRPC {:.2}",
+                local / grpc
+            );
         }
     }
 }

@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, Arbiter, Recipient};
 use tokio::sync::watch;
@@ -95,7 +95,31 @@ pub struct Server {
     grpc_thread: Mutex<Option<JoinHandle<()>>>,
     /// The master's place among this process's in-process masters, until the task stops.
     in_process: Mutex<Option<local::Registration>>,
+    startup: Startup,
     stopped: Arc<Stopped>,
+}
+
+/// Where a task's start went, phase by phase (logged with "serving", and
+/// [`Server::startup`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Startup {
+    /// Finding the devices (the GPU probe included).
+    pub devices: Duration,
+    /// The metrics endpoint, TLS settings and checkpoint confinement.
+    pub setup: Duration,
+    /// The actor thread: a tower per device, a variable shard per device, the worker and the
+    /// master, until their mailboxes are ready.
+    pub actors: Duration,
+    /// The gRPC thread: its runtime, the services and the tensor channel, until calls are
+    /// accepted.
+    pub grpc: Duration,
+}
+
+impl Startup {
+    /// The whole start.
+    pub fn total(&self) -> Duration {
+        self.devices + self.setup + self.actors + self.grpc
+    }
 }
 
 /// What the gRPC front forwards to.
@@ -167,7 +191,9 @@ impl Server {
     /// harness that picked the port, or by systemd socket activation); `config.listen` is
     /// ignored. Returns once calls are accepted.
     pub fn start_with_listener(config: TaskConfig, listener: TcpListener) -> Result<Server> {
+        let began = Instant::now();
         let devices = device::discover(&config.task, &config.devices)?;
+        let devices_found = Instant::now();
         let local_addr = listener.local_addr().map_err(|e| {
             Status::internal(format!(
                 "{}: cannot read the listener's bound address: {e}",
@@ -203,7 +229,9 @@ impl Server {
             Some(dirs) => Files::confined(dirs).map_err(|e| e.context(config.task.to_string()))?,
             None => Files::ambient(),
         };
+        let prepared = Instant::now();
         let (system, actors_thread, mailboxes) = start_actors(&config, devices, files)?;
+        let actors_started = Instant::now();
         let probe = mailboxes.probe.clone();
         let in_process = LocalMaster::new(
             mailboxes.master.mailboxes().clone(),
@@ -251,12 +279,19 @@ impl Server {
                 )))
             }
         }
+        let startup = Startup {
+            devices: devices_found - began,
+            setup: prepared - devices_found,
+            actors: actors_started - prepared,
+            grpc: actors_started.elapsed(),
+        };
         info!(
             task = %config.task,
             addr = %local_addr,
             tls = tls,
             mutual_tls = config.security.tls.as_ref().is_some_and(|t| t.requires_client_cert()),
             token = config.security.token.is_some(),
+            startup = ?startup,
             "serving"
         );
         if let Some(warning) = exposure_warning(&config, local_addr) {
@@ -280,6 +315,7 @@ impl Server {
             shutdown,
             grpc_thread: Mutex::new(Some(grpc_thread)),
             in_process: Mutex::new(Some(in_process)),
+            startup,
             stopped,
         })
     }
@@ -287,6 +323,11 @@ impl Server {
     /// Starts a one-task server (`/job:localhost/task:0`) on an OS-chosen port of 127.0.0.1.
     pub fn local() -> Result<Server> {
         Server::start(TaskConfig::local())
+    }
+
+    /// How long each phase of this task's start took.
+    pub fn startup(&self) -> Startup {
+        self.startup
     }
 
     /// Returns the task this server runs.

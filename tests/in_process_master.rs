@@ -5,13 +5,15 @@
 //! are worked out by hand. Run in process and over gRPC (`rpc_options.
 //! use_rpc_for_inprocess_master`) on the same cluster, it gives the same answers; the worker's
 //! `tessera_received_bytes_total{rpc="RunStep"}` shows which way the steps went. A client the
-//! gRPC front would refuse (no token, a wrong one) is sent there and refused, and a stopped
-//! task fails an in-process session's next call with UNAVAILABLE, not a hang.
+//! gRPC front would refuse (no token, a wrong one, a certificate that is not the task's) is
+//! sent there and meets its checks, and a stopped task fails an in-process session's next
+//! call with UNAVAILABLE, not a hang.
 
 mod support;
 
 use std::time::Duration;
 
+use support::certs::Pki;
 use support::cluster::{InProcessCluster, TEST_TIMEOUTS};
 use support::prometheus::{parse, scrape, value};
 use support::training;
@@ -45,7 +47,9 @@ fn in_process(sess: &Session) -> bool {
 /// The RunStep bytes the worker's gRPC front received, from its metrics endpoint.
 fn run_step_bytes(cluster: &InProcessCluster) -> f64 {
     let worker = cluster.servers.iter().find(|s| s.task().job == "worker");
-    let endpoint = worker.and_then(|w| w.metrics_addr()).expect("metrics are on");
+    let endpoint = worker
+        .and_then(|w| w.metrics_addr())
+        .expect("metrics are on");
     let samples = parse(&scrape(endpoint));
     value(
         &samples,
@@ -93,7 +97,10 @@ fn a_client_the_front_would_refuse_goes_over_grpc_and_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("token");
     std::fs::write(&path, TOKEN).unwrap();
-    let extra = format!("{TEST_TIMEOUTS}\n[auth]\ntoken_file = \"{}\"\n", path.display());
+    let extra = format!(
+        "{TEST_TIMEOUTS}\n[auth]\ntoken_file = \"{}\"\n",
+        path.display()
+    );
     let cluster = InProcessCluster::start_with(&[("ps", 1), ("worker", 2)], &extra);
     let target = cluster.target("worker", 0);
     let job = training::job(2).unwrap();
@@ -111,6 +118,52 @@ fn a_client_the_front_would_refuse_goes_over_grpc_and_is_refused() {
     assert!(in_process(&sess));
     let seen = training::run_two_steps(&sess, &job).unwrap();
     assert_eq!(seen, training::expected_two_steps());
+}
+
+#[test]
+fn over_tls_only_a_client_holding_the_tasks_own_certificate_skips_the_front() {
+    let pki = Pki::new("cluster");
+    let leaf = pki.leaf("worker");
+    let extra = format!("{TEST_TIMEOUTS}{}", pki.tls_section(&leaf));
+    let cluster = InProcessCluster::start_with(&[("ps", 1), ("worker", 1)], &extra);
+    let target = format!("grpcs://{}", cluster.addr("worker", 0));
+    let job = training::job(1).unwrap();
+    let with_tls = |tls| ConnectOptions {
+        tls: Some(tls),
+        ..options(false, None)
+    };
+
+    // The task's own CA, certificate and key: the handshake would pass both ways.
+    let own = Session::connect_with(&target, with_tls(pki.client(Some(&leaf)))).unwrap();
+    assert!(in_process(&own));
+    let seen = training::run_two_steps(&own, &job).unwrap();
+    assert_eq!(seen, training::expected_two_steps());
+
+    // Another member's certificate goes through the handshake, and passes it.
+    let member = pki.leaf("member");
+    let other = Session::connect_with(&target, with_tls(pki.client(Some(&member)))).unwrap();
+    assert!(!in_process(&other));
+    assert_eq!(other.as_remote().unwrap().list_devices().unwrap().len(), 1);
+
+    // A stranger's goes through it too, and is refused there.
+    let strangers = Pki::new("other");
+    let stranger = strangers.leaf("stranger");
+    let tls = pki
+        .client(None)
+        .with_identity(&stranger.cert, &stranger.key)
+        .unwrap();
+    let err = Session::connect_with(&target, with_tls(tls))
+        .and_then(|s| s.as_remote().unwrap().list_devices().map(|_| ()))
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+
+    // Plain text to a TLS port is refused as before.
+    let plain = Session::connect_with(
+        &format!("grpc://{}", cluster.addr("worker", 0)),
+        options(false, None),
+    )
+    .and_then(|s| s.as_remote().unwrap().list_devices().map(|_| ()));
+    assert!(plain.is_err());
 }
 
 #[test]

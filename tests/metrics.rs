@@ -10,6 +10,7 @@
 
 mod support;
 
+use std::time::Duration;
 
 use prost::Message;
 use support::cluster::{InProcessCluster, TEST_TIMEOUTS};

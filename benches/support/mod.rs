@@ -2,6 +2,8 @@
 //! child processes that are killed with the bench, free loopback ports, medians.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -42,12 +42,11 @@ use crate::exec::TensorRef;
 use crate::master::{local, MasterMailboxes};
 use crate::proto::master_service_client::MasterServiceClient;
 use crate::proto::{
-    CallableOptions, CloseSessionRequest, CloseSessionResponse, ConfigProto,
-    CreateSessionRequest, CreateSessionResponse, DeviceAttributes, ExtendSessionRequest,
-    ExtendSessionResponse, GraphDef, ListDevicesRequest, ListDevicesResponse,
-    MakeCallableRequest, MakeCallableResponse, ReleaseCallableRequest, ReleaseCallableResponse,
-    RunCallableRequest, RunCallableResponse, RunMetadata, RunOptions, RunStepRequest,
-    RunStepResponse,
+    CallableOptions, CloseSessionRequest, CloseSessionResponse, ConfigProto, CreateSessionRequest,
+    CreateSessionResponse, DeviceAttributes, ExtendSessionRequest, ExtendSessionResponse, GraphDef,
+    ListDevicesRequest, ListDevicesResponse, MakeCallableRequest, MakeCallableResponse,
+    ReleaseCallableRequest, ReleaseCallableResponse, RunCallableRequest, RunCallableResponse,
+    RunMetadata, RunOptions, RunStepRequest, RunStepResponse,
 };
 use crate::security::{AuthChannel, ClusterToken, Security, TlsConfig};
 use crate::tensor::Tensor;
@@ -200,7 +199,8 @@ impl RemoteSession {
                     graph_def: Some(graph.clone()),
                     current_graph_version: handle.version,
                 };
-                let reply = self.call("ExtendSession", request, |link, r| link.extend_session(r))?;
+                let reply =
+                    self.call("ExtendSession", request, |link, r| link.extend_session(r))?;
                 handle.version = reply.new_graph_version;
                 Ok(())
             }
@@ -345,7 +345,9 @@ impl RemoteSession {
             session_handle: self.session()?,
             handle,
         };
-        self.call("ReleaseCallable", request, |link, r| link.release_callable(r))?;
+        self.call("ReleaseCallable", request, |link, r| {
+            link.release_callable(r)
+        })?;
         Ok(())
     }
 
@@ -558,7 +560,7 @@ fn in_process_master(address: &str, options: &ConnectOptions) -> Option<local::L
     if wants_rpc {
         return None;
     }
-    local::lookup(address).filter(|m| m.admits(options.tls.is_some(), options.token.as_ref()))
+    local::lookup(address).filter(|m| m.admits(options.tls.as_ref(), options.token.as_ref()))
 }
 
 /// Connects to the master at `address` over gRPC within `options.connect_timeout`.

@@ -13,9 +13,10 @@
 //!
 //! The calls are the same MasterService requests and answers, so the master sees what it would
 //! see over gRPC; what is skipped is the transport, and with it the transport's checks. So a
-//! client goes in process only when it would pass them: it asks for TLS exactly when the task
-//! serves TLS, and it holds the task's cluster token when the task checks one. Any other client
-//! goes over gRPC and meets the real checks and their errors. A session config with
+//! client goes in process only when it surely passes them: it asks for TLS exactly when the
+//! task serves TLS, then holding the task's own CA, certificate and key (the task's own
+//! client, as `tessera train`'s), and it holds the task's cluster token when the task checks
+//! one. Any other client goes over gRPC and meets the real checks and their errors. A session config with
 //! `rpc_options.use_rpc_for_inprocess_master` goes over gRPC whatever it holds.
 
 use std::collections::HashMap;
@@ -25,7 +26,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use super::mailboxes::MasterMailboxes;
 use crate::cluster::TaskId;
-use crate::security::{ClusterToken, Security};
+use crate::security::{ClusterToken, Security, TlsConfig};
 
 /// A master a client of this process may call directly.
 #[derive(Clone)]
@@ -38,8 +39,8 @@ pub struct LocalMaster {
 /// What the task's gRPC front checks of a client.
 #[derive(Clone)]
 struct Front {
-    /// Whether the port speaks TLS.
-    tls: bool,
+    /// The port's TLS, if it speaks TLS.
+    tls: Option<TlsConfig>,
     /// The cluster token, if the front checks one.
     token: Option<ClusterToken>,
 }
@@ -47,19 +48,24 @@ struct Front {
 impl Front {
     fn of(security: &Security) -> Self {
         Self {
-            tls: security.is_tls(),
+            tls: security.tls.clone(),
             token: security.token.clone(),
         }
     }
 
-    /// Whether a client asking for TLS (or not) and holding `token` gets through.
-    fn admits(&self, tls: bool, token: Option<&ClusterToken>) -> bool {
+    /// Whether a client with `tls` (or plain text) and holding `token` surely gets through.
+    fn admits(&self, tls: Option<&TlsConfig>, token: Option<&ClusterToken>) -> bool {
+        let tls_passes = match (&self.tls, tls) {
+            (None, None) => true,
+            (Some(served), Some(held)) => served.same_material(held),
+            _ => false,
+        };
         let token_passes = match (&self.token, token) {
             (None, _) => true,
             (Some(checked), Some(held)) => checked.matches(held.secret()),
             (Some(_), None) => false,
         };
-        tls == self.tls && token_passes
+        tls_passes && token_passes
     }
 }
 
@@ -83,9 +89,9 @@ impl LocalMaster {
         &self.task
     }
 
-    /// Whether a client asking for TLS (or not) and holding `token` would get through the
+    /// Whether a client with `tls` (or plain text) and holding `token` surely gets through the
     /// task's gRPC front: then it may skip it.
-    pub fn admits(&self, tls: bool, token: Option<&ClusterToken>) -> bool {
+    pub fn admits(&self, tls: Option<&TlsConfig>, token: Option<&ClusterToken>) -> bool {
         self.front.admits(tls, token)
     }
 }
@@ -210,22 +216,14 @@ mod tests {
         let token = ClusterToken::new("0123456789abcdef0123").unwrap();
         let other = ClusterToken::new("fedcba9876543210fedc").unwrap();
         let open = Front::of(&Security::default());
-        assert!(open.admits(false, None));
-        assert!(open.admits(false, Some(&token)));
-        // A client asking for TLS of a plain-text port fails over gRPC, and must here too.
-        assert!(!open.admits(true, None));
+        assert!(open.admits(None, None));
+        assert!(open.admits(None, Some(&token)));
         let guarded = Front::of(&Security {
             token: Some(token.clone()),
             ..Security::default()
         });
-        assert!(guarded.admits(false, Some(&token)));
-        assert!(!guarded.admits(false, Some(&other)));
-        assert!(!guarded.admits(false, None));
-        let tls = Front {
-            tls: true,
-            token: None,
-        };
-        assert!(tls.admits(true, None));
-        assert!(!tls.admits(false, None));
+        assert!(guarded.admits(None, Some(&token)));
+        assert!(!guarded.admits(None, Some(&other)));
+        assert!(!guarded.admits(None, None));
     }
 }

@@ -98,6 +98,17 @@ impl TlsConfig {
         self
     }
 
+    /// Whether `other` holds the same CA and the same certificate and key (or neither): a
+    /// client holding a task's own settings passes that task's handshake both ways.
+    pub fn same_material(&self, other: &TlsConfig) -> bool {
+        let identity = |c: &TlsConfig| {
+            c.identity
+                .as_ref()
+                .map(|pair| (pair.0.pem.clone(), pair.1.pem.clone()))
+        };
+        self.ca.pem == other.ca.pem && identity(self) == identity(other)
+    }
+
     /// Returns whether a server refuses callers without a certificate signed by the CA.
     pub fn requires_client_cert(&self) -> bool {
         self.require_client_cert
