@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::step::{dead_fetch, StepCommon};
-use super::{InlineLimits, Kind, Source};
+use super::{Kind, Source};
 use crate::device::memory::Charge;
 use crate::error::{Result, Status};
 use crate::kernels::Inline;
@@ -288,32 +288,19 @@ impl StepState {
     }
 }
 
-/// Runs node `first` on this pool thread, then the successors it makes ready, as
-/// TensorFlow's executor does: every successor that proved cheap and cannot wait (see
-/// [`StepState::runs_inline`]) runs here too, since a thread hop costs more than such a
-/// kernel; of the others, one stays here when nothing cheap is left and the rest go to the
-/// pool, to run beside this thread.
+/// Runs node `first`, then keeps running one successor it made ready on this thread and hands
+/// the other ready successors to the pool.
 pub(super) fn process(state: &Arc<StepState>, first: usize) {
-    let limit = InlineLimits::default().node;
-    let spawn = |n: usize| {
-        let pool = state.common.plan.device.pool();
-        let state = state.clone();
-        pool.spawn(move || process(&state, n));
-    };
-    let mut here = vec![first];
-    while let Some(n) = here.pop() {
-        let mut costly = None;
+    let mut next = Some(first);
+    while let Some(n) = next.take() {
         state.run_node(n, |s| {
-            if state.runs_inline(s, limit) {
-                here.push(s);
-            } else if let Some(other) = costly.replace(s) {
-                spawn(other);
+            if next.is_none() {
+                next = Some(s);
+            } else {
+                let pool = state.common.plan.device.pool();
+                let state = state.clone();
+                pool.spawn(move || process(&state, s));
             }
         });
-        match costly {
-            Some(s) if here.is_empty() => here.push(s),
-            Some(s) => spawn(s),
-            None => {}
-        }
     }
 }
