@@ -14,9 +14,12 @@
 //!
 //! Then the remote trivial step of a training job (target: within 1.5x of the echo): on a
 //! cluster of a ps and a worker, the worker's client adds 1 to a scalar variable on the ps
-//! (`AssignAddVariableOp`, the 1 a constant on the worker, as `replica_device_setter` places
-//! them), reaching its own task's master in process as `tessera train`'s client does, and
-//! over gRPC; interleaved with the echo, one of each in turn.
+//! (`AssignAddVariableOp`), reaching its own task's master in process as `tessera train`'s
+//! client does, and over gRPC; interleaved with the echo, one of each in turn. Two graphs:
+//! the 1 a constant without a device, which placement puts beside its consumer on the ps as
+//! TensorFlow's placer does (one RunGraph to the ps), and the 1 a constant on the worker, as
+//! `replica_device_setter` places it (the ps then pulls it from the worker: a RecvTensor on
+//! top of the RunGraph).
 //!
 //! When the daemon's master cannot run sessions yet, the RunStep side is measured as the
 //! RunStep RPC answered with its error by the master's gRPC front, and says so.
@@ -73,8 +76,9 @@ fn trivial_graph() -> (Graph, String) {
 }
 
 /// A scalar variable `v` on the ps and `AssignAddVariableOp(v, 1)` beside it, the 1 a
-/// constant on the worker; returns the graph, the initializer, the update and `v`'s read.
-fn assign_add_graph() -> (Graph, String, String, String) {
+/// constant on the worker when `one_on_worker`, else without a device; returns the graph, the
+/// initializer, the update and `v`'s read.
+fn assign_add_graph(one_on_worker: bool) -> (Graph, String, String, String) {
     let mut g = Graph::new();
     let v = g
         .with_device("/job:ps/task:0", |g| {
@@ -82,9 +86,12 @@ fn assign_add_graph() -> (Graph, String, String, String) {
             g.variable("v", &zero)
         })
         .expect("variable");
-    let one = g
-        .with_device("/job:worker/task:0", |g| g.scalar("one", DType::Float, 1.0))
-        .expect("const");
+    let one = if one_on_worker {
+        g.with_device("/job:worker/task:0", |g| g.scalar("one", DType::Float, 1.0))
+    } else {
+        g.scalar("one", DType::Float, 1.0)
+    }
+    .expect("const");
     let add = g
         .with_device("/job:ps/task:0", |g| g.assign_add_variable(&v.handle, &one))
         .expect("assign_add");
@@ -94,9 +101,13 @@ fn assign_add_graph() -> (Graph, String, String, String) {
 
 /// The worker's client of a ps + worker cluster, reaching its master as `reach` says, with the
 /// assign-add graph initialised; returns it with the update and the read.
-fn assign_add_session(cluster: &LoopbackCluster, reach: Reach) -> (Session, String, String) {
+fn assign_add_session(
+    cluster: &LoopbackCluster,
+    reach: Reach,
+    one_on_worker: bool,
+) -> (Session, String, String) {
     let session = connect(&cluster.target("worker", 0), reach);
-    let (graph, init, add, read) = assign_add_graph();
+    let (graph, init, add, read) = assign_add_graph(one_on_worker);
     session.extend(&graph.to_graph_def()).expect("extend");
     session.run(&[], &[], &[&init]).expect("init");
     (session, add, read)
@@ -180,8 +191,17 @@ fn bench(c: &mut Criterion) {
             })
         });
         let cluster = LoopbackCluster::start(1, 1);
-        let (local, add, read) = assign_add_session(&cluster, Reach::InProcess);
-        let (grpc, _, _) = assign_add_session(&cluster, Reach::Grpc);
+        // (name, session, update, read) for each way of reaching the master and each graph.
+        let variants = [
+            ("ps step in process", Reach::InProcess, false),
+            ("ps step over gRPC", Reach::Grpc, false),
+            ("ps step in process, 1 on the worker", Reach::InProcess, true),
+            ("ps step over gRPC, 1 on the worker", Reach::Grpc, true),
+        ]
+        .map(|(name, reach, one_on_worker)| {
+            let (session, add, read) = assign_add_session(&cluster, reach, one_on_worker);
+            (name, session, add, read)
+        });
         let mut steps = 0u64;
         group.bench_function("interleaved (ps assign_add, client in process)", |b| {
             b.iter_custom(|iters| {
@@ -193,20 +213,27 @@ fn bench(c: &mut Criterion) {
                         }))
                         .expect("health check");
                     });
-                    step_time += timed("ps step in process", 1, || {
-                        local.run(&[], &[], &[&add]).expect("assign_add");
-                    });
-                    timed("ps step over gRPC", 1, || {
-                        grpc.run(&[], &[], &[&add]).expect("assign_add");
-                    });
-                    steps += 2;
+                    for (i, (name, session, add, _)) in variants.iter().enumerate() {
+                        let took = timed(name, 1, || {
+                            session.run(&[], &[], &[add]).expect("assign_add");
+                        });
+                        if i == 0 {
+                            step_time += took;
+                        }
+                    }
+                    steps += 1;
                 }
                 step_time
             })
         });
-        let v = local.run(&[], &[&read], &[]).expect("read v");
-        let v = v[0].scalar_value::<f32>().expect("f32");
-        assert_eq!(v, steps as f32, "v should count every step");
+        // The ps keeps one `v` for every session (variables live in its container by name):
+        // initialised by each session as it started, then stepped by all four.
+        for (name, session, _, read) in &variants {
+            let v = session.run(&[], &[read], &[]).expect("read v");
+            let v = v[0].scalar_value::<f32>().expect("f32");
+            let expected = (variants.len() as u64 * steps) as f32;
+            assert_eq!(v, expected, "{name}: v should count every step");
+        }
     } else {
         group.bench_function("run_step_rpc (error answer)", |b| {
             b.iter_custom(|iters| {
@@ -245,8 +272,14 @@ fn bench(c: &mut Criterion) {
         "\nThe worker's client adding 1 to a ps variable vs the same echo, interleaved (target: \
          ratio <= 1.5)"
     );
-    ratio("ps echo", "ps step in process", "client in process");
-    ratio("ps echo", "ps step over gRPC", "client over gRPC");
+    for name in [
+        "ps step in process",
+        "ps step over gRPC",
+        "ps step in process, 1 on the worker",
+        "ps step over gRPC, 1 on the worker",
+    ] {
+        ratio("ps echo", name, name);
+    }
     drop(session);
     server.stop();
 }
