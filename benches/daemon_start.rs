@@ -100,9 +100,15 @@ fn main() {
         .enable_all()
         .build()
         .expect("a client runtime");
-    // One of each first: the process's first task loads what every later one reuses.
-    tessera_start(&rt);
-    tonic_start(&rt);
+    // One of each first: the process's first task loads what every later one reuses (the
+    // GPU probe, among others); printed apart, as a daemon's own start pays it once.
+    let (t, startup, first_call) = tessera_start(&rt);
+    let b = tonic_start(&rt);
+    println!(
+        "first start in this process (cold): bare tonic {b:.2?}, tessera {t:.2?} (devices \
+         {:.2?}, setup {:.2?}, actors {:.2?}, gRPC {:.2?}, first call {first_call:.2?})",
+        startup.devices, startup.setup, startup.actors, startup.grpc
+    );
     let (mut ours, mut bare) = (Vec::new(), Vec::new());
     let mut phases: [Vec<Duration>; 5] = Default::default();
     println!("daemon start to serving (in process, through the first health check answered)");

@@ -122,6 +122,9 @@ impl Startup {
     }
 }
 
+/// The running actors: their system, its thread and the mailboxes the gRPC front needs.
+type Actors = (actix::System, JoinHandle<()>, Mailboxes);
+
 /// What the gRPC front forwards to.
 struct Mailboxes {
     master: MasterGrpc,
@@ -230,35 +233,39 @@ impl Server {
             None => Files::ambient(),
         };
         let prepared = Instant::now();
-        let (system, actors_thread, mailboxes) = start_actors(&config, devices, files)?;
-        let actors_started = Instant::now();
-        let probe = mailboxes.probe.clone();
-        let in_process = LocalMaster::new(
-            mailboxes.master.mailboxes().clone(),
-            config.task.clone(),
-            &config.security,
-        );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let grace = config.timeouts.shutdown_grace;
         let tls = config.security.is_tls();
+        // The gRPC thread builds its runtime while the actors start, then serves their
+        // mailboxes; it stops the actors on its way out.
+        let (actors_tx, actors_rx) = mpsc::channel::<Actors>();
         let grpc_thread = {
             let stopped = Arc::clone(&stopped);
             let task = config.task.clone();
             thread::Builder::new()
                 .name("tessera-grpc".into())
                 .spawn(move || {
-                    let result = run_grpc(
-                        listener,
-                        mailboxes,
-                        operations,
-                        guards,
-                        shutdown_rx,
-                        grace,
-                        ready_tx,
-                    );
+                    let runtime = grpc_runtime();
+                    // No actors: they failed to start, and `start` returns that error.
+                    let Ok((system, actors_thread, mailboxes)) = actors_rx.recv() else {
+                        return;
+                    };
+                    let result = runtime.and_then(|runtime| {
+                        run_grpc(
+                            runtime,
+                            listener,
+                            mailboxes,
+                            operations,
+                            guards,
+                            shutdown_rx,
+                            grace,
+                            &ready_tx,
+                        )
+                    });
                     if let Err(e) = result {
+                        let _ = ready_tx.send(Err(e.clone()));
                         warn!(task = %task, error = %e, "grpc server failed");
                     }
                     system.stop();
@@ -269,6 +276,24 @@ impl Server {
                 })
                 .map_err(|e| Status::internal(format!("cannot spawn the grpc thread: {e}")))?
         };
+        let actors = match start_actors(&config, devices, files) {
+            Ok(actors) => actors,
+            Err(e) => {
+                drop(actors_tx);
+                let _ = grpc_thread.join();
+                return Err(e);
+            }
+        };
+        let actors_started = Instant::now();
+        let mailboxes = &actors.2;
+        let probe = mailboxes.probe.clone();
+        let in_process = LocalMaster::new(
+            mailboxes.master.mailboxes().clone(),
+            config.task.clone(),
+            &config.security,
+        );
+        // The thread waits on the other end until it has them.
+        let _ = actors_tx.send(actors);
         match ready_rx.recv_timeout(ACTORS_START_DEADLINE) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
@@ -421,7 +446,7 @@ fn start_actors(
     config: &TaskConfig,
     devices: Vec<DeviceAttributes>,
     files: Files,
-) -> Result<(actix::System, JoinHandle<()>, Mailboxes)> {
+) -> Result<Actors> {
     let task = config.task.clone();
     let master_state = MasterState::with_cluster(
         task.clone(),
@@ -602,30 +627,28 @@ impl Guards {
     }
 }
 
-/// Runs the tonic server on its own runtime until `shutdown` turns true, then gives in-flight
+/// The runtime the gRPC server and the tensor channel run on.
+fn grpc_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("tessera-grpc")
+        .enable_all()
+        .build()
+        .map_err(|e| Status::internal(format!("cannot build the grpc runtime: {e}")))
+}
+
+/// Runs the tonic server on `runtime` until `shutdown` turns true, then gives in-flight
 /// calls `grace` to finish. Reports on `ready` once the server accepts calls.
 fn run_grpc(
+    runtime: tokio::runtime::Runtime,
     listener: TcpListener,
     mailboxes: Mailboxes,
     operations: Operations,
     guards: Guards,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
-    ready: mpsc::Sender<Result<()>>,
+    ready: &mpsc::Sender<Result<()>>,
 ) -> Result<()> {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("tessera-grpc")
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            let status = Status::internal(format!("cannot build the grpc runtime: {e}"));
-            let _ = ready.send(Err(status.clone()));
-            return Err(status);
-        }
-    };
     let result = runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => listener,
