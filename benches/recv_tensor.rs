@@ -1,6 +1,8 @@
 //! RecvTensor throughput for 1, 16, 64 and 256 MiB float tensors, beside raw TCP on loopback
 //! moving the same bytes in the same run (goals: the tensor channel at least 0.9x raw TCP, gRPC
-//! at least 0.75x, and no size cliff: each path's 256 MiB rate at least 0.9x its 16 MiB rate).
+//! at least 0.75x, and no size cliff: each path's 256 MiB rate at least 0.9x its 16 MiB rate);
+//! and RecvTensor from a daemon serving mutual TLS beside a raw TLS stream (rustls, the same
+//! certificates, the same ring provider as tonic's) moving the same bytes (goal: at least 0.75x).
 //!
 //! ```text
 //! raw TCP:    client ── 8-byte length ──► server ── N bytes ──► client (read_exact)
@@ -11,6 +13,13 @@
 //!             with TLS or a TensorFlow task)
 //! tonic:      tonic's generated client ── RecvTensor ──► tonic's generated server answering a
 //!             prebuilt tensor (prost encoding into tonic's buffers: the path before `wire`)
+//!
+//! raw TLS:    rustls client ══ 8-byte length ══► rustls server ══ N bytes ══► client
+//!             (read_exact out of rustls's plaintext buffer)
+//! TLS daemon: the daemon's graphs as above, served with `[tls]` (mTLS, certificates made by
+//!             rcgen at start); GrpcPeer with the cluster's CA and a client certificate ──
+//!             RecvTensor over HTTP/2 over TLS ──► Tensor (the tensor channel is plain text
+//!             only, so a TLS cluster's tensors take this path)
 //! ```
 //!
 //! Each pulls the buffer from the server side over long-lived connections, as a worker's
@@ -19,18 +28,24 @@
 //! RunGraph that produces the tensor and the CleanupGraph after it are not. Responses decode
 //! into `Tensor`s sharing the received buffer.
 
+#[path = "../tests/support/certs.rs"]
+#[allow(dead_code)]
+mod certs;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tessera::cluster::TaskId;
+use tessera::cluster::{TaskConfig, TaskId};
 use tessera::graph::attr::value;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
 use tessera::proto::worker_service_client::WorkerServiceClient;
 use tessera::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use tessera::proto::*;
+use tessera::security::{Security, TlsConfig};
 use tessera::server::Server;
 use tessera::tensor::{DType, Tensor};
 use tessera::wire::channel::ChannelLimit;
@@ -72,6 +87,135 @@ fn raw_pull(stream: &mut TcpStream, into: &mut [u8]) {
     stream
         .write_all(&(into.len() as u64).to_le_bytes())
         .expect("request");
+    stream.read_exact(into).expect("response");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw TLS baseline: the raw TCP exchange inside a rustls session, with the daemon's certificates.
+
+/// What both TLS paths share: the CA and the certificates it signed, as files (for the daemon
+/// and its peer) and as rustls's configurations (for the raw stream).
+struct TlsMaterial {
+    _pki: certs::Pki,
+    /// The daemon's `[tls]`: its certificate, its key, the CA; mutual TLS.
+    task: TlsConfig,
+    /// The receiving side's: the CA and a client certificate.
+    client: TlsConfig,
+    raw_server: Arc<rustls::ServerConfig>,
+    raw_client: Arc<rustls::ClientConfig>,
+}
+
+fn pem_certificates(path: &std::path::Path) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).expect("read a certificate file");
+    rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .expect("PEM certificates")
+}
+
+fn pem_key(path: &std::path::Path) -> rustls::pki_types::PrivateKeyDer<'static> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).expect("read a key file");
+    rustls::pki_types::PrivateKeyDer::from_pem_slice(&pem).expect("a PEM private key")
+}
+
+impl TlsMaterial {
+    fn new() -> TlsMaterial {
+        let pki = certs::Pki::new("bench");
+        let task_leaf = pki.leaf("task");
+        let client_leaf = pki.leaf("receiver");
+        let task = TlsConfig::from_files(&task_leaf.cert, &task_leaf.key, &pki.ca)
+            .expect("the task's TLS files");
+        let client = pki.client(Some(&client_leaf));
+
+        // The provider tonic's `tls-ring` uses, with rustls's default suites and versions.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in pem_certificates(&pki.ca) {
+            roots.add(ca).expect("the CA as a root");
+        }
+        let roots = Arc::new(roots);
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.clone(),
+            provider.clone(),
+        )
+        .build()
+        .expect("client verifier");
+        let raw_server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(pem_certificates(&task_leaf.cert), pem_key(&task_leaf.key))
+            .expect("server certificate");
+        let raw_client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_root_certificates(roots)
+            .with_client_auth_cert(
+                pem_certificates(&client_leaf.cert),
+                pem_key(&client_leaf.key),
+            )
+            .expect("client certificate");
+        TlsMaterial {
+            _pki: pki,
+            task,
+            client,
+            raw_server: Arc::new(raw_server),
+            raw_client: Arc::new(raw_client),
+        }
+    }
+}
+
+type RawTlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A rustls server answering each 8-byte length with that many bytes of `buffer`.
+fn raw_tls_server(buffer: Vec<u8>, config: Arc<rustls::ServerConfig>) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let buffer = buffer.clone();
+            let config = Arc::clone(&config);
+            thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(600)));
+                let Ok(connection) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                let mut tls = rustls::StreamOwned::new(connection, stream);
+                let mut len = [0u8; 8];
+                while tls.read_exact(&mut len).is_ok() {
+                    let n = u64::from_le_bytes(len) as usize;
+                    if tls.write_all(&buffer[..n]).is_err() || tls.flush().is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Connects to the raw TLS server and finishes the handshake (a first 0-byte exchange).
+fn raw_tls_connect(addr: std::net::SocketAddr, config: Arc<rustls::ClientConfig>) -> RawTlsStream {
+    let stream = TcpStream::connect(addr).expect("connect raw TLS");
+    stream.set_nodelay(true).expect("nodelay");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("server name");
+    let connection = rustls::ClientConnection::new(config, name).expect("TLS client");
+    let mut tls = rustls::StreamOwned::new(connection, stream);
+    raw_tls_pull(&mut tls, &mut []);
+    tls
+}
+
+fn raw_tls_pull(stream: &mut RawTlsStream, into: &mut [u8]) {
+    stream
+        .write_all(&(into.len() as u64).to_le_bytes())
+        .expect("request");
+    stream.flush().expect("request");
     stream.read_exact(into).expect("response");
 }
 
@@ -295,14 +439,23 @@ fn call_options() -> CallOptions {
 }
 
 impl DaemonSource {
-    fn start(rt: &Runtime) -> DaemonSource {
-        let server = Server::local().expect("in-process daemon");
+    /// Starts the daemon, serving plain text or (with `tls`) mutual TLS, and registers its
+    /// graphs through a peer that speaks the same.
+    fn start(rt: &Runtime, tls: Option<&TlsMaterial>) -> DaemonSource {
+        let mut config = TaskConfig::local();
+        config.security.tls = tls.map(|t| t.task.clone());
+        let server = Server::start(config).expect("in-process daemon");
+        let security = Security {
+            tls: tls.map(|t| t.client.clone()),
+            token: None,
+        };
         let peer = {
             let _entered = rt.enter();
-            GrpcPeer::connect_lazy(
+            GrpcPeer::connect_lazy_with(
                 TaskId::new("localhost", 0),
                 &server.local_addr().to_string(),
                 Duration::from_secs(10),
+                &security,
             )
             .expect("peer")
         };
@@ -427,21 +580,25 @@ impl DaemonSource {
     }
 }
 
-/// The four ways of moving `n` bytes, each returning the time of the move alone.
+/// The six ways of moving `n` bytes, each returning the time of the move alone.
 struct Pullers {
     rt: Runtime,
     stream: TcpStream,
     into: Vec<u8>,
     daemon: DaemonSource,
     generated: WorkerServiceClient<Channel>,
+    tls_stream: RawTlsStream,
+    tls_daemon: DaemonSource,
 }
 
-/// The measured paths, in the order of the summary's columns.
-const PATHS: [&str; 4] = [
+/// The measured paths, in the order of the summaries' columns.
+const PATHS: [&str; 6] = [
     "raw_tcp (baseline)",
     "recv_tensor_channel",
     "recv_tensor_grpc",
     "recv_tensor_tonic_codec",
+    "raw_tls (baseline)",
+    "recv_tensor_grpc_tls",
 ];
 
 impl Pullers {
@@ -454,13 +611,19 @@ impl Pullers {
             }
             1 => self.daemon.pull(&self.rt, n, true),
             2 => self.daemon.pull(&self.rt, n, false),
-            _ => {
+            3 => {
                 let started = Instant::now();
                 let tensor = recv_tensor_generated(&self.rt, &self.generated, n);
                 let elapsed = started.elapsed();
                 assert_eq!(tensor.dims(), [n / 4]);
                 elapsed
             }
+            4 => {
+                let started = Instant::now();
+                raw_tls_pull(&mut self.tls_stream, &mut self.into[..n]);
+                started.elapsed()
+            }
+            _ => self.tls_daemon.pull(&self.rt, n, false),
         }
     }
 }
@@ -471,7 +634,9 @@ const SUMMARY_BYTES: usize = 1 << 30;
 fn bench(c: &mut Criterion) {
     let largest = SIZES_MIB[SIZES_MIB.len() - 1] * MIB;
     let buffer: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
+    let tls = TlsMaterial::new();
     let raw_addr = raw_server(buffer.clone());
+    let raw_tls_addr = raw_tls_server(buffer.clone(), Arc::clone(&tls.raw_server));
     let generated_addr = tonic_server(bytes::Bytes::from(buffer));
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -488,13 +653,27 @@ fn bench(c: &mut Criterion) {
     };
     let stream = TcpStream::connect(raw_addr).expect("connect raw");
     stream.set_nodelay(true).expect("nodelay");
-    let daemon = DaemonSource::start(&rt);
+    let daemon = DaemonSource::start(&rt, None);
+    let tls_daemon = DaemonSource::start(&rt, Some(&tls));
+    assert!(
+        tls_daemon.peer.tensor_channel().is_none(),
+        "a TLS peer has no plain-text tensor channel"
+    );
+    let tls_stream = raw_tls_connect(raw_tls_addr, Arc::clone(&tls.raw_client));
+    let suite = tls_stream
+        .conn
+        .negotiated_cipher_suite()
+        .map(|s| format!("{:?}", s.suite()))
+        .unwrap_or_default();
+    println!("raw TLS baseline: {suite} (rustls, ring provider, mutual TLS)");
     let mut pullers = Pullers {
         rt,
         stream,
         into: vec![0u8; largest],
         daemon,
         generated,
+        tls_stream,
+        tls_daemon,
     };
 
     let mut group = c.benchmark_group("recv_tensor");
@@ -545,7 +724,7 @@ fn bench(c: &mut Criterion) {
             }
         }
         let gib_per_s = |t: Duration| (n * rounds) as f64 / t.as_secs_f64() / (1u64 << 30) as f64;
-        let [raw, channel, grpc, generated] = totals.map(gib_per_s);
+        let [raw, channel, grpc, generated, raw_tls, grpc_tls] = totals.map(gib_per_s);
         println!(
             "{mib:>5} MiB  {raw:>13.2}  {channel:>13.2}  {:>6.2}  {grpc:>10.2}  {:>6.2}  \
              {generated:>17.2}  {:>6.2}",
@@ -553,21 +732,45 @@ fn bench(c: &mut Criterion) {
             grpc / raw,
             generated / raw
         );
-        rates.push((mib, [raw, channel, grpc, generated]));
+        rates.push((mib, [raw, channel, grpc, generated, raw_tls, grpc_tls]));
+    }
+    // The TLS pulls alternated with the others above; their table is printed apart.
+    println!(
+        "\nRecvTensor from a daemon serving mutual TLS vs a raw TLS stream (same run, \
+         interleaved; goal: ratio >= 0.75)"
+    );
+    println!(
+        "{:>8}  {:>13}  {:>14}  {:>6}  {:>6}",
+        "size", "raw TLS GiB/s", "TLS gRPC GiB/s", "ratio", "goal"
+    );
+    for (mib, rate) in &rates {
+        let (raw_tls, grpc_tls) = (rate[4], rate[5]);
+        let verdict = if grpc_tls / raw_tls >= 0.75 {
+            "met"
+        } else {
+            "missed"
+        };
+        println!(
+            "{mib:>5} MiB  {raw_tls:>13.2}  {grpc_tls:>14.2}  {:>6.3}  {verdict:>6}",
+            grpc_tls / raw_tls
+        );
     }
     // A size cliff: the largest tensor moving slower than a mid-sized one.
     let rate_at = |mib: usize| rates.iter().find(|(m, _)| *m == mib).map(|(_, r)| *r);
     if let (Some(mid), Some(large)) = (rate_at(16), rate_at(256)) {
         println!(
             "256 MiB rate / 16 MiB rate (goal >= 0.90): raw TCP {:.2}, channel {:.2}, gRPC {:.2}, \
-             tonic codec {:.2}",
+             tonic codec {:.2}, raw TLS {:.2}, TLS gRPC {:.2}",
             large[0] / mid[0],
             large[1] / mid[1],
             large[2] / mid[2],
-            large[3] / mid[3]
+            large[3] / mid[3],
+            large[4] / mid[4],
+            large[5] / mid[5]
         );
     }
     pullers.daemon.server.stop();
+    pullers.tls_daemon.server.stop();
 }
 
 criterion_group!(benches, bench);
