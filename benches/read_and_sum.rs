@@ -32,14 +32,13 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use support::cluster::LoopbackCluster;
+use support::raw_tcp::{raw_pull, raw_server};
 use support::{free_address, median, root, tensorflow_python, Task};
 use tessera::client::Session;
 use tessera::graph::Graph;
@@ -192,31 +191,6 @@ fn describe_trace(trace: &serde_json::Value) -> String {
 // ---------------------------------------------------------------------------------------------
 // The floor.
 
-/// A server answering each 8-byte length with that many bytes of `buffer` (as `recv_tensor`'s
-/// raw TCP baseline).
-fn raw_server(buffer: Vec<u8>) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let buffer = buffer.clone();
-            thread::spawn(move || {
-                let _ = stream.set_nodelay(true);
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(600)));
-                let mut len = [0u8; 8];
-                while stream.read_exact(&mut len).is_ok() {
-                    let n = u64::from_le_bytes(len) as usize;
-                    if stream.write_all(&buffer[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// Raw TCP into a tensor's buffer, then `Sum` of it in tessera's in-process session.
 struct Floor {
     stream: TcpStream,
@@ -246,14 +220,6 @@ fn lanes_sum(values: &[f32]) -> f32 {
         }
     }
     lanes.iter().sum::<f32>() + rest
-}
-
-/// Pulls `into.len()` bytes from the raw server straight into `into`.
-fn raw_pull(stream: &mut TcpStream, into: &mut [u8]) {
-    stream
-        .write_all(&(into.len() as u64).to_le_bytes())
-        .expect("request");
-    stream.read_exact(into).expect("response");
 }
 
 impl Floor {

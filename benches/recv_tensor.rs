@@ -31,6 +31,7 @@
 #[path = "../tests/support/certs.rs"]
 #[allow(dead_code)]
 mod certs;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -39,6 +40,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use support::raw_tcp::{raw_pull, raw_server};
 use tessera::cluster::{TaskConfig, TaskId};
 use tessera::graph::attr::value;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
@@ -59,36 +61,6 @@ const SIZES_MIB: [usize; 4] = [1, 16, 64, 256];
 
 // ---------------------------------------------------------------------------------------------
 // Raw TCP baseline.
-
-/// A server answering each 8-byte length with that many bytes of `buffer`.
-fn raw_server(buffer: Vec<u8>) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let buffer = buffer.clone();
-            thread::spawn(move || {
-                let _ = stream.set_nodelay(true);
-                let mut len = [0u8; 8];
-                while stream.read_exact(&mut len).is_ok() {
-                    let n = u64::from_le_bytes(len) as usize;
-                    if stream.write_all(&buffer[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
-fn raw_pull(stream: &mut TcpStream, into: &mut [u8]) {
-    stream
-        .write_all(&(into.len() as u64).to_le_bytes())
-        .expect("request");
-    stream.read_exact(into).expect("response");
-}
 
 // ---------------------------------------------------------------------------------------------
 // Raw TLS baseline: the raw TCP exchange inside a rustls session, with the daemon's certificates.

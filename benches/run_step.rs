@@ -195,7 +195,11 @@ fn bench(c: &mut Criterion) {
         let variants = [
             ("ps step in process", Reach::InProcess, false),
             ("ps step over gRPC", Reach::Grpc, false),
-            ("ps step in process, 1 on the worker", Reach::InProcess, true),
+            (
+                "ps step in process, 1 on the worker",
+                Reach::InProcess,
+                true,
+            ),
             ("ps step over gRPC, 1 on the worker", Reach::Grpc, true),
         ]
         .map(|(name, reach, one_on_worker)| {

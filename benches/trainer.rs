@@ -17,6 +17,11 @@
 //! each mode its medians and the ratio, against the goals: 3x TensorFlow with the same
 //! accuracy (>= 0.97) for the classic trainer, 1.5x for the regression.
 //!
+//! The regression also has a floor, measured in the same run: raw TCP on loopback moving one
+//! step's bytes (`W` to the worker and its gradient back, 32 MiB) plus the same step in one
+//! process (`Session::local()`, the same graph without the ps); tessera's global steps per
+//! second are printed as a fraction of its rate (goal: at least 0.8).
+//!
 //! Without TensorFlow only tessera's runs are printed, saying why.
 
 mod support;
@@ -24,9 +29,14 @@ mod support;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use support::raw_tcp::raw_tcp_time;
 use support::{free_address, median, root, tensorflow_python, Task};
+use tessera::client::Session;
+use tessera::graph::Graph;
+use tessera::tensor::{DType, PartialShape, Tensor};
+use tessera::train::optimizer::Optimizer;
 
 const ROUNDS: usize = 3;
 /// How long a task may take to start serving, or a chief to open its session.
@@ -230,6 +240,79 @@ fn medians(runs: &[Run]) -> (f64, Option<f64>) {
     (median(&mut rates), accuracy)
 }
 
+/// The regression's sizes: batch, inputs, outputs (as `tessera train`'s defaults).
+const REGRESSION: (usize, usize, usize) = (64, 1024, 4096);
+
+/// The regression's floor: the median time raw TCP moves one step's bytes, and the median
+/// time of the same step in one process.
+fn regression_floor() -> (Duration, Duration) {
+    let (batch, inputs, outputs) = REGRESSION;
+    let weights = inputs * outputs + outputs;
+    // `W` and `b` to the worker, their gradients back.
+    let bytes = 2 * weights * std::mem::size_of::<f32>();
+    let tcp = raw_tcp_time(bytes, 9);
+
+    let mut g = Graph::new();
+    let build = |g: &mut Graph| -> tessera::Result<(String, String, String, String)> {
+        let x = g.placeholder(
+            "x",
+            DType::Float,
+            PartialShape::new(vec![Some(batch), Some(inputs)]),
+        )?;
+        let y = g.placeholder(
+            "y",
+            DType::Float,
+            PartialShape::new(vec![Some(batch), Some(outputs)]),
+        )?;
+        let w = g.constant(&Tensor::from_vec(
+            vec![inputs, outputs],
+            vec![0.01f32; inputs * outputs],
+        )?)?;
+        let w = g.variable("w", &w)?;
+        let b = g.constant(&Tensor::from_vec(vec![outputs], vec![0f32; outputs])?)?;
+        let b = g.variable("b", &b)?;
+        let prediction = g.matmul(&x, &w.value)?;
+        let prediction = g.bias_add(&prediction, &b.value)?;
+        let error = g.sub(&prediction, &y)?;
+        let squared = g.mul(&error, &error)?;
+        let loss = g.mean(&squared, &[0, 1], false)?;
+        let train = Optimizer::adagrad(0.1).minimize(g, &loss, None)?;
+        let init = g.global_variables_initializer()?;
+        Ok((x.name(), y.name(), train, init))
+    };
+    let (x, y, train, init) = build(&mut g).expect("the regression's graph");
+    let session = Session::local();
+    session.extend(&g.to_graph_def()).expect("extend");
+    session.run(&[], &[], &[&init]).expect("init");
+    let feed_x = Tensor::from_vec(
+        vec![batch, inputs],
+        (0..batch * inputs).map(|i| (i % 7) as f32 * 0.1).collect(),
+    )
+    .expect("x");
+    let feed_y = Tensor::from_vec(
+        vec![batch, outputs],
+        (0..batch * outputs).map(|i| (i % 5) as f32 * 0.1).collect(),
+    )
+    .expect("y");
+    let step = || {
+        let started = Instant::now();
+        session
+            .run(
+                &[(x.as_str(), feed_x.clone()), (y.as_str(), feed_y.clone())],
+                &[],
+                &[&train],
+            )
+            .expect("a step");
+        started.elapsed()
+    };
+    for _ in 0..3 {
+        step();
+    }
+    let mut steps: Vec<Duration> = (0..15).map(|_| step()).collect();
+    steps.sort();
+    (tcp, steps[steps.len() / 2])
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a name filter is not supported (there is one bench).
     let tensorflow = tensorflow_python();
@@ -241,6 +324,14 @@ fn main() {
             "{}, 1 ps + 2 workers; {ROUNDS} rounds, the runtimes alternating",
             model.describe()
         );
+        let floor = (model == Model::Regression).then(|| {
+            let (tcp, step) = regression_floor();
+            println!(
+                "floor: raw TCP moves a step's 32 MiB in {tcp:.2?} (median of 9); the step in one \
+                 process takes {step:.2?} (median of 15)"
+            );
+            (tcp, step)
+        });
         for sync in [false, true] {
             let mode = if sync { "sync" } else { "async" };
             let (mut tf, mut ours) = (Vec::new(), Vec::new());
@@ -264,6 +355,14 @@ fn main() {
                 continue;
             }
             let (rate, ours_accuracy) = medians(&ours);
+            if let Some((tcp, step)) = floor {
+                let floor_rate = 1.0 / (tcp + step).as_secs_f64();
+                println!(
+                    "{mode}: floor {floor_rate:.1} steps/s (raw TCP {tcp:.2?} for a step's bytes + \
+                     the step in process {step:.2?}); tessera at {:.2} of it (goal >= 0.8)",
+                    rate / floor_rate
+                );
+            }
             let shown = |a: Option<f64>| a.map_or(String::new(), |a| format!(" (accuracy {a:.4})"));
             if tf.is_empty() {
                 println!(

@@ -143,6 +143,8 @@ struct Operations {
     task: String,
     limits: Limits,
     metrics: Option<TcpListener>,
+    /// How long in-flight calls may finish once the server stops.
+    grace: Duration,
 }
 
 /// A flag that turns true once, with a way to wait for it.
@@ -224,6 +226,7 @@ impl Server {
             task: label,
             limits: config.limits.clone(),
             metrics: metrics_listener,
+            grace: config.timeouts.shutdown_grace,
         };
 
         // TLS settings are checked before any thread starts, so a bad one leaves nothing behind.
@@ -260,7 +263,6 @@ impl Server {
                             operations,
                             guards,
                             shutdown_rx,
-                            grace,
                             &ready_tx,
                         )
                     });
@@ -638,7 +640,7 @@ fn grpc_runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Runs the tonic server on `runtime` until `shutdown` turns true, then gives in-flight
-/// calls `grace` to finish. Reports on `ready` once the server accepts calls.
+/// calls the operations' grace to finish. Reports on `ready` once the server accepts calls.
 fn run_grpc(
     runtime: tokio::runtime::Runtime,
     listener: TcpListener,
@@ -646,7 +648,6 @@ fn run_grpc(
     operations: Operations,
     guards: Guards,
     mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
     ready: &mpsc::Sender<Result<()>>,
 ) -> Result<()> {
     let result = runtime.block_on(async move {
@@ -662,6 +663,7 @@ fn run_grpc(
             task,
             limits,
             metrics: metrics_listener,
+            grace,
         } = operations;
         if let Some(listener) = metrics_listener {
             tokio::spawn(metrics::serve(listener, shutdown.clone()));

@@ -303,6 +303,38 @@ fn take_returns_the_average_of_accepted_gradients_and_advances_the_global_step()
 }
 
 #[test]
+fn gradients_are_summed_in_their_own_dtype_as_tensorflow_sums_them() {
+    // int64 beyond f64's 53 bits: a sum through f64 would round these to 2^60.
+    let big = 1i64 << 60;
+    let a = ConditionalAccumulator::new(
+        "steps",
+        DType::Int64,
+        PartialShape::unknown(),
+        Reduction::Mean,
+        LONG,
+    )
+    .unwrap();
+    a.apply(0, &Tensor::from_vec([2], vec![big + 1, -7]).unwrap())
+        .unwrap();
+    a.apply(0, &Tensor::from_vec([2], vec![big + 5, 2]).unwrap())
+        .unwrap();
+    // (2^60 + 3) exactly; (-7 + 2) / 2 truncates toward zero, as TensorFlow's division.
+    assert_eq!(
+        i64s(&a.take(2, &Wait::for_duration(LONG)).unwrap()),
+        [big + 3, -2]
+    );
+    // float32 gradients add in float32: 2^24 + 1 is not a float32, so the 1 is lost (in
+    // float64 the sum would be 2^24 + 1 + 1 = 2^24 + 2, a float32).
+    let f = accumulator(&[1]);
+    for g in [16_777_216.0f32, 1.0, 1.0] {
+        f.apply(0, &Tensor::from_vec([1], vec![g]).unwrap())
+            .unwrap();
+    }
+    let mean = f32s(&f.take(3, &Wait::for_duration(LONG)).unwrap());
+    assert_eq!(mean, [16_777_216.0f32 / 3.0]);
+}
+
+#[test]
 fn stale_gradients_are_dropped_and_counted() {
     let a = accumulator(&[1]);
     a.set_global_step(5);

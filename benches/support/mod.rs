@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod raw_tcp;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

@@ -9,10 +9,78 @@ use crate::tensor::{DType, Shape, Tensor};
 pub type ConditionalAccumulator = Accumulator<DenseSum>;
 
 /// The running sum of a [`ConditionalAccumulator`]: the shape of the gradients accepted since
-/// the last take and their sum, in f64 (exact for every gradient dtype's range that matters
-/// here).
+/// the last take and their sum, in the gradients' dtype, as TensorFlow's accumulator keeps it
+/// (integers wrap as its do).
 #[derive(Default)]
-pub struct DenseSum(Option<(Shape, Vec<f64>)>);
+pub struct DenseSum(Option<(Shape, Values)>);
+
+/// A running sum's values.
+enum Values {
+    Float(Vec<f32>),
+    Double(Vec<f64>),
+    Int32(Vec<i32>),
+    Int64(Vec<i64>),
+}
+
+impl Values {
+    /// A copy of `t`'s values, to add the next gradients to.
+    fn of(t: &Tensor) -> Result<Self> {
+        Ok(match t.dtype() {
+            DType::Float => Values::Float(t.values::<f32>()?.into_owned()),
+            DType::Double => Values::Double(t.values::<f64>()?.into_owned()),
+            DType::Int32 => Values::Int32(t.values::<i32>()?.into_owned()),
+            DType::Int64 => Values::Int64(t.values::<i64>()?.into_owned()),
+            other => return Err(unsupported(other)),
+        })
+    }
+
+    /// Adds `t`'s values, element by element, in place.
+    fn add(&mut self, t: &Tensor) -> Result<()> {
+        fn add<T: Copy>(sum: &mut [T], values: &[T], plus: impl Fn(T, T) -> T) {
+            for (s, &v) in sum.iter_mut().zip(values) {
+                *s = plus(*s, v);
+            }
+        }
+        match self {
+            Values::Float(sum) => add(sum, &t.values::<f32>()?, |a, b| a + b),
+            Values::Double(sum) => add(sum, &t.values::<f64>()?, |a, b| a + b),
+            Values::Int32(sum) => add(sum, &t.values::<i32>()?, i32::wrapping_add),
+            Values::Int64(sum) => add(sum, &t.values::<i64>()?, i64::wrapping_add),
+        }
+        Ok(())
+    }
+
+    /// The sum divided by `count` (integers truncate toward zero, as TensorFlow's integer
+    /// division does), as a tensor of `shape`.
+    fn into_mean(self, shape: Shape, count: usize) -> Result<Tensor> {
+        fn divide<T: Copy>(mut sum: Vec<T>, by: impl Fn(T) -> T) -> Vec<T> {
+            for v in &mut sum {
+                *v = by(*v);
+            }
+            sum
+        }
+        match self {
+            Values::Float(sum) => Tensor::from_vec(shape, divide(sum, |v| v / count as f32)),
+            Values::Double(sum) => Tensor::from_vec(shape, divide(sum, |v| v / count as f64)),
+            Values::Int32(sum) => Tensor::from_vec(shape, divide(sum, |v| v / count as i32)),
+            Values::Int64(sum) => Tensor::from_vec(shape, divide(sum, |v| v / count as i64)),
+        }
+    }
+
+    /// The sum as a tensor of `shape`.
+    fn into_tensor(self, shape: Shape) -> Result<Tensor> {
+        match self {
+            Values::Float(sum) => Tensor::from_vec(shape, sum),
+            Values::Double(sum) => Tensor::from_vec(shape, sum),
+            Values::Int32(sum) => Tensor::from_vec(shape, sum),
+            Values::Int64(sum) => Tensor::from_vec(shape, sum),
+        }
+    }
+}
+
+fn unsupported(dtype: DType) -> Status {
+    Status::invalid_argument(format!("an accumulator cannot hold {dtype} gradients"))
+}
 
 impl Sum for DenseSum {
     const KIND: &'static str = "accumulator";
@@ -59,7 +127,6 @@ impl Accumulator<DenseSum> {
                 self.shape
             )));
         }
-        let values = as_f64(gradient)?;
         self.accept(local_step, replica, |sum, count| {
             match &mut sum.0 {
                 Some((shape, sum)) if count > 0 => {
@@ -72,11 +139,9 @@ impl Accumulator<DenseSum> {
                             shape
                         )));
                     }
-                    for (s, v) in sum.iter_mut().zip(values) {
-                        *s += v;
-                    }
+                    sum.add(gradient)?;
                 }
-                _ => sum.0 = Some((gradient.shape().clone(), values)),
+                _ => sum.0 = Some((gradient.shape().clone(), Values::of(gradient)?)),
             }
             Ok(())
         })
@@ -94,37 +159,9 @@ impl Accumulator<DenseSum> {
             })?;
             Ok((count, shape, sum))
         })?;
-        let divisor = match self.reduction {
-            Reduction::Mean => count as f64,
-            Reduction::Sum => 1.0,
-        };
-        from_f64(self.dtype, shape, sum.into_iter().map(|v| v / divisor))
-    }
-}
-
-fn as_f64(t: &Tensor) -> Result<Vec<f64>> {
-    Ok(match t.dtype() {
-        DType::Float => t.values::<f32>()?.iter().map(|&v| f64::from(v)).collect(),
-        DType::Double => t.values::<f64>()?.into_owned(),
-        DType::Int32 => t.values::<i32>()?.iter().map(|&v| f64::from(v)).collect(),
-        DType::Int64 => t.values::<i64>()?.iter().map(|&v| v as f64).collect(),
-        other => {
-            return Err(Status::invalid_argument(format!(
-                "an accumulator cannot hold {other} gradients"
-            )))
+        match self.reduction {
+            Reduction::Mean => sum.into_mean(shape, count),
+            Reduction::Sum => sum.into_tensor(shape),
         }
-    })
-}
-
-fn from_f64(dtype: DType, shape: Shape, values: impl Iterator<Item = f64>) -> Result<Tensor> {
-    match dtype {
-        DType::Float => Tensor::from_vec(shape, values.map(|v| v as f32).collect()),
-        DType::Double => Tensor::from_vec(shape, values.collect()),
-        // Integer means truncate toward zero, as TensorFlow's integer division does.
-        DType::Int32 => Tensor::from_vec(shape, values.map(|v| v.trunc() as i32).collect()),
-        DType::Int64 => Tensor::from_vec(shape, values.map(|v| v.trunc() as i64).collect()),
-        other => Err(Status::invalid_argument(format!(
-            "an accumulator cannot hold {other} gradients"
-        ))),
     }
 }
