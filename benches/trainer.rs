@@ -314,12 +314,23 @@ fn regression_floor() -> (Duration, Duration) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a name filter is not supported (there is one bench).
+    // `cargo bench` passes `--bench`; `classic` or `regression` after `--` runs that model only.
+    let chosen: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let tensorflow = tensorflow_python();
     if let Err(why) = &tensorflow {
         println!("TensorFlow's side skipped: {why}");
     }
     for model in [Model::Classic, Model::Regression] {
+        let name = match model {
+            Model::Classic => "classic",
+            Model::Regression => "regression",
+        };
+        if !chosen.is_empty() && !chosen.iter().any(|c| c == name) {
+            continue;
+        }
         println!(
             "{}, 1 ps + 2 workers; {ROUNDS} rounds, the runtimes alternating",
             model.describe()
