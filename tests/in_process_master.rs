@@ -186,6 +186,11 @@ fn a_stopped_task_fails_in_process_calls_as_unavailable() {
         .run(&[(&job.x, training::batch())], &[], &[&job.train])
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(
+        err.message()
+            .contains("the master of /job:worker/replica:0/task:0"),
+        "{err}"
+    );
     // A stopped task is no longer in the registry: a new session goes over gRPC and finds
     // nobody there.
     let err = Session::connect_with(&target, options(false, None)).err();

@@ -31,6 +31,7 @@ impl MasterGrpc {
     /// The same front, labelling its metrics with `task` (`/job:ps/replica:0/task:0`).
     pub fn with_task(mut self, task: impl Into<String>) -> Self {
         self.task = task.into();
+        self.master = self.master.of_task(&self.task);
         self
     }
 
