@@ -16,8 +16,8 @@
 //! client goes in process only when it surely passes them: it asks for TLS exactly when the
 //! task serves TLS, then holding the task's own CA, certificate and key (the task's own
 //! client, as `tessera train`'s), and it holds the task's cluster token when the task checks
-//! one. Any other client goes over gRPC and meets the real checks and their errors. A session config with
-//! `rpc_options.use_rpc_for_inprocess_master` goes over gRPC whatever it holds.
+//! one. Any other client goes over gRPC and meets the real checks and their errors. A session
+//! config with `rpc_options.use_rpc_for_inprocess_master` goes over gRPC whatever it holds.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
