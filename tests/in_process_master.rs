@@ -77,8 +77,8 @@ fn a_client_beside_its_task_steps_through_the_master_without_grpc_with_the_same_
     );
     local.close().unwrap();
 
-    // The same job over gRPC, asked for by the session's config, on a fresh variable: the
-    // same answers, and this time the front counts the steps.
+    // The same job over gRPC, asked for by the session's config, from a fresh initialisation:
+    // the same answers, and this time the front counts the steps.
     let remote = Session::connect_with(&target, options(true, None)).unwrap();
     assert!(!in_process(&remote));
     let seen = training::run_two_steps(&remote, &job).unwrap();
