@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use support::cluster::LoopbackCluster;
 use support::raw_tcp::{raw_pull, raw_server};
-use support::{free_address, median, root, tensorflow_python, Task};
+use support::{free_address, median, root, tensorflow_or_skip, Task};
 use tessera::client::Session;
 use tessera::graph::Graph;
 use tessera::tensor::{DType, PartialShape, Tensor};
@@ -324,12 +324,8 @@ fn ms_summary(values: &[f64]) -> String {
 }
 
 fn main() {
-    let python = match tensorflow_python() {
-        Ok(python) => python,
-        Err(why) => {
-            println!("skipped: {why}");
-            return;
-        }
+    let Some(python) = tensorflow_or_skip() else {
+        return;
     };
     // 1 ps + 1 worker in this process; the client, in its own process, dials the worker.
     let tessera = LoopbackCluster::start(1, 1);

@@ -15,7 +15,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{free_address, median, root, tensorflow_python, Task};
+use support::{free_address, median, root, tensorflow_or_skip, Task};
 use tessera::server::Server;
 
 const ROUNDS: usize = 3;
@@ -41,12 +41,8 @@ fn client(python: &std::path::Path, where_: &[&str]) -> Result<f64, String> {
 }
 
 fn main() {
-    let python = match tensorflow_python() {
-        Ok(python) => python,
-        Err(why) => {
-            println!("skipped: {why}");
-            return;
-        }
+    let Some(python) = tensorflow_or_skip() else {
+        return;
     };
     let tessera = Server::local().expect("an in-process tessera task");
     let address = free_address();

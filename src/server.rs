@@ -115,13 +115,6 @@ pub struct Startup {
     pub grpc: Duration,
 }
 
-impl Startup {
-    /// The whole start.
-    pub fn total(&self) -> Duration {
-        self.devices + self.setup + self.actors + self.grpc
-    }
-}
-
 /// The running actors: their system, its thread and the mailboxes the gRPC front needs.
 type Actors = (actix::System, JoinHandle<()>, Mailboxes);
 
@@ -289,11 +282,7 @@ impl Server {
         let actors_started = Instant::now();
         let mailboxes = &actors.2;
         let probe = mailboxes.probe.clone();
-        let in_process = LocalMaster::new(
-            mailboxes.master.mailboxes().clone(),
-            config.task.clone(),
-            &config.security,
-        );
+        let in_process = LocalMaster::new(mailboxes.master.mailboxes().clone(), &config.security);
         // The thread waits on the other end until it has them.
         let _ = actors_tx.send(actors);
         match ready_rx.recv_timeout(ACTORS_START_DEADLINE) {
@@ -651,14 +640,10 @@ fn run_grpc(
     ready: &mpsc::Sender<Result<()>>,
 ) -> Result<()> {
     let result = runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(listener) => listener,
-            Err(e) => {
-                let status = Status::internal(format!("cannot register the listener: {e}"));
-                let _ = ready.send(Err(status.clone()));
-                return Err(status);
-            }
-        };
+        // A failure before serving reaches `start` through the gRPC thread, which reports
+        // every error of this function on `ready`.
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| Status::internal(format!("cannot register the listener: {e}")))?;
         let Operations {
             task,
             limits,

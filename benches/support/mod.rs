@@ -122,6 +122,14 @@ pub fn tensorflow_python() -> Result<PathBuf, String> {
     }
 }
 
+/// The Python with TensorFlow for a bench that has nothing to run without it; `None` after
+/// saying why it is skipped.
+pub fn tensorflow_or_skip() -> Option<PathBuf> {
+    tensorflow_python()
+        .map_err(|why| println!("skipped: {why}"))
+        .ok()
+}
+
 /// The median (of an even count, the mean of the middle two).
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);

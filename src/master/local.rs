@@ -25,14 +25,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use super::mailboxes::MasterMailboxes;
-use crate::cluster::TaskId;
 use crate::security::{ClusterToken, Security, TlsConfig};
 
 /// A master a client of this process may call directly.
 #[derive(Clone)]
 pub struct LocalMaster {
     mailboxes: MasterMailboxes,
-    task: TaskId,
     front: Front,
 }
 
@@ -70,11 +68,10 @@ impl Front {
 }
 
 impl LocalMaster {
-    /// The master of `task`, behind the port that `security` protects.
-    pub fn new(mailboxes: MasterMailboxes, task: TaskId, security: &Security) -> Self {
+    /// The master behind `mailboxes`, behind the port that `security` protects.
+    pub fn new(mailboxes: MasterMailboxes, security: &Security) -> Self {
         Self {
             mailboxes,
-            task,
             front: Front::of(security),
         }
     }
@@ -82,11 +79,6 @@ impl LocalMaster {
     /// The master's calls.
     pub fn mailboxes(&self) -> &MasterMailboxes {
         &self.mailboxes
-    }
-
-    /// The task whose master this is.
-    pub fn task(&self) -> &TaskId {
-        &self.task
     }
 
     /// Whether a client with `tls` (or plain text) and holding `token` surely gets through the
