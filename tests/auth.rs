@@ -9,16 +9,14 @@
 //! - `tessera status --token-file` gets through; without it the task's refusal is printed.
 //! - Token files are checked at load, and their errors name the file, never the token.
 
-mod support;
-
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use support::cluster::{InProcessCluster, BIN, TEST_TIMEOUTS};
-use support::training;
+use crate::support::cluster::{InProcessCluster, BIN, TEST_TIMEOUTS};
+use crate::support::training;
 use tessera::client::{ConnectOptions, Session};
 use tessera::cluster::TaskConfig;
 use tessera::proto::master_service_client::MasterServiceClient;
@@ -78,7 +76,7 @@ fn with_authorization<T>(message: T, value: Option<&str>) -> tonic::Request<T> {
     request
 }
 
-/// Every log line of this test binary, for the tests that read what was logged.
+/// Every log line of this test process, for the tests that read what was logged.
 fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOGS.get_or_init(|| {
@@ -185,7 +183,7 @@ async fn calls_without_the_right_token_are_unauthenticated_and_health_stays_open
         .lines()
         .filter(|l| l.contains("refused an unauthenticated call"))
         .collect();
-    // Two services × four refusals here (other tests of this binary may add theirs).
+    // Two services × four refusals here (other tests in the same process may add theirs).
     assert!(refusals.len() >= 2 * refused.len(), "{text}");
     for line in &refusals {
         assert!(line.contains("peer=127.0.0.1:"), "{line}");

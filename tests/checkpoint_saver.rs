@@ -3,13 +3,11 @@
 //! corrupt shards, TensorFlow's own saver graph (golden `graph_monitored.pb`), and the
 //! safetensors export.
 
-mod kernels_support;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::kernels_support::golden;
 use bytes::Bytes;
-use kernels_support::golden;
 use tessera::client::Session;
 use tessera::error::Code;
 use tessera::format::checkpoint::bundle::{data_filename, write_bundle, BundleReader};
@@ -501,7 +499,7 @@ fn export_writes_a_safetensors_file_readable_by_the_safetensors_crate() {
 
 /// Saves the golden graph's variables with the saver ops into `$TESSERA_CKPT_OUT` (for
 /// `tests/data/checkpoints/verify_with_tf.py PREFIX --list`):
-/// `TESSERA_CKPT_OUT=/tmp/x cargo test --test checkpoint_saver -- --ignored`.
+/// `TESSERA_CKPT_OUT=/tmp/x cargo test --test integration checkpoint_saver:: -- --ignored`.
 #[test]
 #[ignore]
 fn write_saver_checkpoint_for_tensorflow() {

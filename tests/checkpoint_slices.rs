@@ -14,8 +14,6 @@
 //! partitioning. Under CI a missing TensorFlow fails the live tests; elsewhere they skip,
 //! saying so.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -34,7 +32,7 @@ use tessera::tensor::{DType, Shape, Tensor};
 use tessera::train::checkpoint::{build_saver_ops_for, SavedVariable, Saver};
 use tessera::train::checkpoint::{ShapeAndSlice, TensorSlice};
 
-use support::tensorflow::{tensorflow_python, Client, Trained};
+use crate::support::tensorflow::{tensorflow_python, Client, Trained};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/checkpoint_slices_tf.py");
 
@@ -810,7 +808,7 @@ fn a_hostile_index_claiming_huge_slices_is_data_loss_without_allocating_them() {
 
 #[test]
 fn tensorflows_sharded_saver_on_tessera_ps_tasks_saves_and_restores_partitioned_variables() {
-    use support::cluster::Cluster;
+    use crate::support::cluster::Cluster;
     let Some(python) = tensorflow_python("TensorFlow's sharded saver on tessera ps tasks") else {
         return;
     };

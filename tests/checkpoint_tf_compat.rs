@@ -130,7 +130,7 @@ fn tessera_writes_the_same_bytes_as_tensorflow() {
 }
 
 /// Regenerates `tests/data/checkpoints/tessera_written/` (a two-shard checkpoint made by the
-/// saver ops) for `verify_with_tf.py`: `cargo test --test checkpoint_tf_compat -- --ignored`.
+/// saver ops) for `verify_with_tf.py`: `cargo test --test integration checkpoint_tf_compat:: -- --ignored`.
 #[test]
 #[ignore]
 fn write_fixture_for_tensorflow() {

@@ -9,12 +9,10 @@
 //!   under CI);
 //! - training on the built-in handwritten digits (8x8 images) to a held-out accuracy of 95 % (measured: 97.5 %).
 
-mod support;
-
 use std::process::Command;
 
+use crate::support::tensorflow::{python_with, Client};
 use rand::{Rng, SeedableRng};
-use support::tensorflow::{python_with, Client};
 use tessera::client::Session;
 use tessera::graph::{gradients, Graph, Output};
 use tessera::tensor::{DType, Element, PartialShape, Tensor};

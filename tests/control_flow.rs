@@ -14,7 +14,7 @@ use tessera::proto::{
 use tessera::tensor::{DType, Tensor};
 use tessera::Code;
 
-mod kernels_support;
+use crate::kernels_support;
 
 fn node(name: &str, op: &str, inputs: &[&str], attrs: &[(&str, AttrValue)]) -> NodeDef {
     NodeDef {

@@ -4,10 +4,8 @@
 //! the ps runs the loop's iterations as the worker does and each iteration's tensors cross
 //! with their own rendezvous key, both ways; the answer must equal the loop run in process.
 
-mod support;
-
-use support::cluster::Cluster;
-use support::v1_graph::{counting_loop, G};
+use crate::support::cluster::Cluster;
+use crate::support::v1_graph::{counting_loop, G};
 use tessera::client::Session;
 use tessera::proto::GraphDef;
 use tessera::tensor::{DType, Tensor};

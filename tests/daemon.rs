@@ -22,9 +22,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-mod support;
-
-use support::requirement;
+use crate::support::requirement;
 
 /// How long a daemon may take to print its readiness line (a cold debug binary on a busy
 /// two-core machine).

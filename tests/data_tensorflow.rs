@@ -4,13 +4,11 @@
 //! must read the same examples that `tf.io.parse_example` and `pandas.read_csv` read, and
 //! train on them.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use support::cluster::BIN;
-use support::tensorflow::{python_with, Client, Trained};
+use crate::support::cluster::BIN;
+use crate::support::tensorflow::{python_with, Client, Trained};
 use tessera::data::csv::{read_csv, CsvOptions, LabelColumn};
 use tessera::data::tfrecord::{read_tfrecord, TfRecordOptions};
 use tessera::data::Dataset;

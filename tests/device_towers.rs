@@ -4,11 +4,9 @@
 //! (`tessera-CPU:i-N`): all of them in the first step, when no node has proved cheap enough to
 //! run on the thread that starts the step, and never on the other tower's threads after.
 
-mod support;
-
 use std::collections::HashMap;
 
-use support::cluster::{InProcessCluster, TEST_TIMEOUTS};
+use crate::support::cluster::{InProcessCluster, TEST_TIMEOUTS};
 use tessera::client::Session;
 use tessera::graph::Graph;
 use tessera::proto::run_options::TraceLevel;

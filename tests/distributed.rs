@@ -9,11 +9,9 @@
 //! client, on worker 0's master, then sees the same variable values: they live on the ps,
 //! shared by every session. Bad requests fail with their code and leave the daemons serving.
 
-mod support;
-
 use std::time::Duration;
 
-use support::cluster::{killed_by, wait_with_deadline, Cluster, BIN};
+use crate::support::cluster::{killed_by, wait_with_deadline, Cluster, BIN};
 use tessera::client::Session;
 use tessera::graph::Graph;
 use tessera::proto::worker_service_client::WorkerServiceClient;

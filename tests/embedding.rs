@@ -7,12 +7,10 @@
 //! held-out log loss of predicting the training labels' mean for every example, which the
 //! chief prints beside the model's.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use support::cluster::BIN;
+use crate::support::cluster::BIN;
 
 /// Runs `tessera local` with `args` (its own `--timeout` bounds the job: past it every task
 /// is killed and the launcher exits); returns its output, asserting it exited 0.

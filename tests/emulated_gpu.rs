@@ -8,10 +8,8 @@
 
 use tessera::client::{Session, SessionOptions};
 
-mod support;
-
-use support::gpu_copies::{self, GPU};
-use support::mlp;
+use crate::support::gpu_copies::{self, GPU};
+use crate::support::mlp;
 
 fn emulated_session() -> Session {
     Session::local_with(SessionOptions {

@@ -5,12 +5,10 @@
 //! ends, cut at the step's deadline. The graphs are laid out as `tf.compat.v1.cond` and
 //! `tf.compat.v1.while_loop` write them.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::v1_graph::{counting_loop, step, G};
+use crate::support::v1_graph::{counting_loop, step, G};
 use tessera::graph::attr::value;
 use tessera::runtime::StepOptions;
 use tessera::tensor::{DType, Tensor};

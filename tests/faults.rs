@@ -14,8 +14,6 @@
 //!   client) dies, the other two finish. Without a backup (2 of 2), the survivor's wait ends
 //!   within the configured deadline with an error naming the missing replica.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -23,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use support::cluster::{killed_by, Cluster};
+use crate::support::cluster::{killed_by, Cluster};
 use tessera::client::{ConnectOptions, Session};
 use tessera::graph::scope::replica_device_setter;
 use tessera::graph::{Graph, Output, Variable};

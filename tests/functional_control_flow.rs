@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::InProcessCluster;
 use serde_json::Value;
-use support::cluster::InProcessCluster;
 use tessera::client::Session;
 use tessera::device::DeviceType;
 use tessera::exec::Executor;
@@ -24,8 +24,6 @@ use tessera::runtime::resource::ResourceMgr;
 use tessera::runtime::{CancellationToken, Device, StepOptions};
 use tessera::tensor::{DType, Tensor};
 use tessera::{Code, Result, Status};
-
-mod support;
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/functional")

@@ -2,7 +2,7 @@
 //! checked against the graph TensorFlow 2.21 built for the same model), unreachable and
 //! stopped paths, and numeric checks against central finite differences.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -5,9 +5,7 @@
 //!
 //! The check is `tests/support/finite_differences.rs`, the one `tests/gradients.rs` uses.
 
-mod support;
-
-use support::finite_differences::{check, inp, positive, unknown_dims};
+use crate::support::finite_differences::{check, inp, positive, unknown_dims};
 use tessera::client::Session;
 use tessera::graph::{gradients, Graph, Output};
 use tessera::tensor::{DType, PartialShape, Tensor};

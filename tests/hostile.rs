@@ -11,7 +11,7 @@
 //! The second half keeps what fuzzing (`fuzz/run.sh`) found as regression tests, each with its
 //! input also in `fuzz/corpus/<target>/`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -9,14 +9,12 @@
 //! sent there and meets its checks, and a stopped task fails an in-process session's next
 //! call with UNAVAILABLE, not a hang.
 
-mod support;
-
 use std::time::Duration;
 
-use support::certs::Pki;
-use support::cluster::{InProcessCluster, TEST_TIMEOUTS};
-use support::prometheus::{parse, scrape, value};
-use support::training;
+use crate::support::certs::Pki;
+use crate::support::cluster::{InProcessCluster, TEST_TIMEOUTS};
+use crate::support::prometheus::{parse, scrape, value};
+use crate::support::training;
 use tessera::client::{ConnectOptions, Session};
 use tessera::proto::{ConfigProto, RpcOptions};
 use tessera::security::ClusterToken;

@@ -11,15 +11,12 @@
 //!   the gradients TensorFlow registers for the gradient ops (`Relu6Grad`, `SoftplusGrad`,
 //!   `SeluGrad`, the depthwise backprops), for second derivatives.
 
-mod kernels_support;
-mod support;
-
 use std::process::Command;
 
-use kernels_support::*;
+use crate::kernels_support::*;
+use crate::support::tensorflow::{python_with, Client};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use support::tensorflow::{python_with, Client};
 use tessera::client::Session;
 use tessera::error::Code;
 use tessera::graph::{gradients, Graph, Output};

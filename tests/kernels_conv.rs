@@ -7,14 +7,11 @@
 //! another order differ in the last bits; oneDNN, which TensorFlow's CPU build uses, orders
 //! them its own way).
 
-mod kernels_support;
-mod support;
-
 use std::process::Command;
 
-use kernels_support::*;
+use crate::kernels_support::*;
+use crate::support::tensorflow::{python_with, Client};
 use serde_json::Value;
-use support::tensorflow::{python_with, Client};
 use tessera::error::Code;
 use tessera::proto::AttrValue;
 use tessera::tensor::{DType, Tensor};

@@ -12,14 +12,11 @@
 //!   list, and a `num_args` that does not fit it with INVALID_ARGUMENT, at kernel creation, so
 //!   a worker refuses them at RegisterGraph.
 
-mod kernels_support;
-mod support;
-
 use std::process::Command;
 
-use kernels_support::*;
+use crate::kernels_support::*;
+use crate::support::tensorflow::{python_with, Client};
 use serde_json::Value;
-use support::tensorflow::{python_with, Client};
 use tessera::cluster::TaskId;
 use tessera::error::Code;
 use tessera::graph::registry;

@@ -2,11 +2,9 @@
 //! training graph has a CPU kernel, and every node tessera has a kernel for builds one from
 //! TensorFlow's own attrs.
 
-mod kernels_support;
-
 use std::collections::BTreeSet;
 
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::device::DeviceType;
 use tessera::kernels::{create_kernel, functional, kernel_for};
 use tessera::proto::GraphDef;

@@ -4,9 +4,7 @@
 //! computed by stock TensorFlow (`tf.raw_ops` in a `tf.compat.v1.Session`, graph
 //! optimizations off) and pasted here.
 
-mod kernels_support;
-
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::error::Code;
 use tessera::graph::registry;
 use tessera::kernels::cpu::TensorList;

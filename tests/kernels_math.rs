@@ -1,8 +1,6 @@
 //! Element-wise math, AddN, Cast and matrix products, against values worked out by hand.
 
-mod kernels_support;
-
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::error::Code;
 use tessera::tensor::DType;
 

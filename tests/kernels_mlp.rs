@@ -2,9 +2,7 @@
 //! softmax cross-entropy, mean, then Adagrad) chained through the kernels, against the same step
 //! written out with plain f64 loops.
 
-mod kernels_support;
-
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};
 

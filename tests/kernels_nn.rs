@@ -1,9 +1,7 @@
 //! Activations, softmax, cross-entropy losses, bias ops, L2Loss and reductions, against closed
 //! forms computed in f64 in the tests.
 
-mod kernels_support;
-
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::error::Code;
 use tessera::tensor::DType;
 

@@ -7,11 +7,9 @@
 //! The executor hands a kernel the reference tensor of each `Ref(T)` input; these tests build
 //! those references themselves (`Tensor::reference`), as the executor would from `VariableV2`.
 
-mod kernels_support;
-
 use std::sync::Arc;
 
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::device::DeviceType;
 use tessera::error::Code;
 use tessera::graph::registry;

@@ -10,15 +10,12 @@
 //! (float64) of the largest magnitude in each output tensor, since sums may run in another
 //! order. An error must have TensorFlow's code and contain TensorFlow's message.
 
-mod kernels_support;
-mod support;
-
 use std::process::Command;
 use std::sync::Arc;
 
-use kernels_support::*;
+use crate::kernels_support::*;
+use crate::support::tensorflow::{python_with, Client};
 use serde_json::Value;
-use support::tensorflow::{python_with, Client};
 use tessera::error::Code;
 use tessera::graph::registry::dtype_named;
 use tessera::runtime::resource::{ResourceMgr, Var};

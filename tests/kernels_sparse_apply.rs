@@ -12,16 +12,13 @@
 //! TensorFlow's kernels write some formulas in another but equal order (`rsqrt` for `1 /
 //! sqrt`, `ms * rho + g^2 * (1 - rho)` for `ms + (g^2 - ms) * (1 - rho)`).
 
-mod kernels_support;
-mod support;
-
 use std::process::Command;
 use std::sync::Arc;
 
-use kernels_support::*;
+use crate::kernels_support::*;
+use crate::support::cluster::Cluster;
+use crate::support::tensorflow::{python_with, Client};
 use serde_json::Value;
-use support::cluster::Cluster;
-use support::tensorflow::{python_with, Client};
 use tessera::client::Session;
 use tessera::device::DeviceType;
 use tessera::error::Code;

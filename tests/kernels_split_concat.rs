@@ -2,9 +2,7 @@
 //! gradient of a concat), `Split` and `SplitV`. Values marked "TensorFlow 2.21" were computed
 //! by stock TensorFlow (`tf.raw_ops` in a `tf.compat.v1.Session`) and pasted here.
 
-mod kernels_support;
-
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::error::Code;
 use tessera::graph::builder::{Graph, NodeSpec};
 use tessera::tensor::{DType, PartialShape, Tensor};

@@ -1,11 +1,9 @@
 //! Kernels with state: random ops (seeding, ranges, moments), resource variables and the
 //! optimizer updates applied to them.
 
-mod kernels_support;
-
 use std::sync::Arc;
 
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::device::DeviceType;
 use tessera::error::Code;
 use tessera::kernels::{create_kernel, OpContext, OpKernel};

@@ -3,9 +3,7 @@
 //! the executor runs them; values marked "TensorFlow 2.21" were computed by stock TensorFlow
 //! (`tf.raw_ops` in a `tf.compat.v1.Session`, graph optimizations off) and pasted here.
 
-mod kernels_support;
-
-use kernels_support::*;
+use crate::kernels_support::*;
 use tessera::device::DeviceType;
 use tessera::error::{Code, Result};
 use tessera::graph::registry;

@@ -8,13 +8,11 @@
 //! that by hand (4 RunSteps, 3 RecvTensors of `w`'s 16 bytes over the tensor channel, one
 //! variable of 16 bytes, one session).
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::cluster::{InProcessCluster, TEST_TIMEOUTS};
+use crate::support::prometheus::{has, parse, scrape, value};
 use prost::Message;
-use support::cluster::{InProcessCluster, TEST_TIMEOUTS};
-use support::prometheus::{has, parse, scrape, value};
 use tessera::graph::builder::Graph;
 use tessera::proto::master_service_client::MasterServiceClient;
 use tessera::proto::*;

@@ -3,12 +3,10 @@
 //! simulated peer's scripts, records, drops, delays and restarts on paused time, and the peer
 //! cache.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::worker_service::worker_service;
+use crate::support::worker_service::worker_service;
 use tessera::cluster::{ClusterSpec, TaskId, Timeouts};
 use tessera::peer::{
     CallOptions, GrpcPeer, LocalPeer, Peer, PeerCache, SimulatedCluster, SimulatedPeer,

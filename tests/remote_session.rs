@@ -9,14 +9,12 @@
 //! `y = x · w`, `w = [[1, 2], [3, 4], [5, 6]]` (TensorFlow's `session` golden scenario):
 //! `x = [[1, 2, 3]]` gives `y = [[22, 28]]`; `x = [[2, 2, 2]]` gives `y = [[18, 24]]`.
 
-mod support;
-
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::fake_master::{Call, FakeMaster};
+use crate::support::fake_master::{Call, FakeMaster};
 use tessera::client::{ConnectOptions, Session};
 use tessera::graph::Graph;
 use tessera::proto::{CallableOptions, GraphDef};

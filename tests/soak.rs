@@ -19,17 +19,15 @@
 //! caches settle), descriptors by at most [`FD_SLACK`] (a connection being replaced).
 //!
 //! `soak_short` runs in CI (a few hundred steps). `soak_long` is ignored by default:
-//! `cargo test --release --test soak soak_long -- --ignored --nocapture`, with
+//! `cargo test --release --test integration soak::soak_long -- --ignored --nocapture`, with
 //! `SOAK_STEPS` (default 20000) steps in all; its table is in the README's "Soak" section.
-
-mod support;
 
 use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::cluster::Cluster;
-use support::regression::{batch, model, scalar, Model};
+use crate::support::cluster::Cluster;
+use crate::support::regression::{batch, model, scalar, Model};
 use tessera::client::Session;
 
 /// Fixed RSS growth allowed between the start and end samples.

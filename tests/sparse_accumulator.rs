@@ -13,15 +13,12 @@
 //! behaviour (staleness, repeated rows, the take's deadline and its error) and the op
 //! signatures need no TensorFlow.
 
-mod kernels_support;
-mod support;
-
 use std::process::Command;
 use std::time::Duration;
 
-use kernels_support::*;
+use crate::kernels_support::*;
+use crate::support::tensorflow::{python_with, Client};
 use serde_json::Value;
-use support::tensorflow::{python_with, Client};
 use tessera::error::Code;
 use tessera::graph::registry;
 use tessera::graph::{Graph, NodeSpec};

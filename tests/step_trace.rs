@@ -7,13 +7,11 @@
 //! outputs' dtypes, shapes and bytes; a `_Recv` has the tensor it received. A step without a
 //! trace returns empty metadata.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::support::cluster::InProcessCluster;
 use serde_json::Value;
-use support::cluster::InProcessCluster;
 use tessera::client::{chrome_trace, Session};
 use tessera::graph::Graph;
 use tessera::proto::run_options::TraceLevel;

@@ -24,10 +24,10 @@
 //! under the budget plus [`RSS_SLACK`].
 //!
 //! `storm_short` runs in CI (about a minute at most). `storm_long` is ignored by default:
-//! `cargo nextest run --test storm --run-ignored only --no-capture`, with `STORM_STEPS`
+//! `cargo nextest run storm::storm_long --run-ignored only --no-capture`, with `STORM_STEPS`
 //! (default 3000) steps per client; its table is in the README's "Storm" section.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -37,10 +37,10 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::{Cluster, TEST_TIMEOUTS};
+use crate::support::regression::{batch, model, scalar, Model};
 use bytes::Bytes;
 use prost::Message;
-use support::cluster::{Cluster, TEST_TIMEOUTS};
-use support::regression::{batch, model, scalar, Model};
 use tessera::client::Session;
 use tessera::graph::builder::NodeSpec;
 use tessera::graph::Graph;

@@ -13,16 +13,14 @@
 //! - malformed requests are answered INVALID_ARGUMENT, and neither they nor a connection that
 //!   stalls in its first bytes stop the port serving gRPC.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::certs::Pki;
-use support::worker_service::{recv_tensor_worker, worker_service};
+use crate::support::certs::Pki;
+use crate::support::worker_service::{recv_tensor_worker, worker_service};
 use tessera::cluster::{TaskConfig, TaskId};
 use tessera::graph::attr::value;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};

@@ -21,10 +21,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-mod support;
-
-use support::cluster::{Cluster, BIN};
-use support::tensorflow::{python_with, Client, Trained};
+use crate::support::cluster::{Cluster, BIN};
+use crate::support::tensorflow::{python_with, Client, Trained};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorboard_events.py");
 

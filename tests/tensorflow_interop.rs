@@ -27,11 +27,9 @@
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
-mod support;
-
-use support::cluster::{Bound, Cluster, TEST_TIMEOUTS};
-use support::mlp;
-use support::tensorflow::{tensorflow_python, Client, TfServer, Trained};
+use crate::support::cluster::{Bound, Cluster, TEST_TIMEOUTS};
+use crate::support::mlp;
+use crate::support::tensorflow::{tensorflow_python, Client, TfServer, Trained};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorflow_interop.py");
 /// The steps the script trains.

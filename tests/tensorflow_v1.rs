@@ -21,10 +21,8 @@
 
 use std::process::{Command, Stdio};
 
-mod support;
-
-use support::cluster::{Bound, Cluster, TEST_TIMEOUTS};
-use support::tensorflow::{python_with, Client, TfServer, Trained};
+use crate::support::cluster::{Bound, Cluster, TEST_TIMEOUTS};
+use crate::support::tensorflow::{python_with, Client, TfServer, Trained};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorflow_v1.py");
 

@@ -10,14 +10,12 @@
 //! - The cluster file's `[tls]` files are checked at load: a missing or wrong file is named
 //!   with its key.
 
-mod support;
-
 use std::process::Command;
 use std::time::Duration;
 
-use support::certs::Pki;
-use support::cluster::{Cluster, InProcessCluster, BIN, TEST_TIMEOUTS};
-use support::training;
+use crate::support::certs::Pki;
+use crate::support::cluster::{Cluster, InProcessCluster, BIN, TEST_TIMEOUTS};
+use crate::support::training;
 use tessera::client::{ConnectOptions, Session};
 use tessera::cluster::{TaskConfig, TaskId};
 use tessera::peer::{CallOptions, GrpcPeer, Peer};

@@ -26,9 +26,7 @@ use tessera::tensor::{DType, PartialShape, Tensor};
 use tessera::train::towers::{tower_devices, GradientSum, TowerOptions};
 use tessera::Code;
 
-mod support;
-
-use support::mlp::*;
+use crate::support::mlp::*;
 
 const TOLERANCE: f32 = 1e-5;
 

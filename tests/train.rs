@@ -11,7 +11,7 @@
 //! profile on two cores. The cnn's accuracy test runs its full 1000 steps (about 25 s alone);
 //! its IDX test trains on 28×28 images (about 30 s).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::cluster::{Cluster, BIN};
+use crate::support::cluster::{Cluster, BIN};
 use tessera::client::Session;
 use tessera::graph::attr::value;
 use tessera::ops::systemd::socket_activated;
@@ -783,7 +783,7 @@ fn a_chief_started_again_restores_the_latest_checkpoint_and_goes_on_from_its_ste
 
 #[test]
 fn the_chiefs_signals_reach_every_task_through_its_own_server_and_stay_set() {
-    use support::cluster::InProcessCluster;
+    use crate::support::cluster::InProcessCluster;
     use tessera::cluster::TaskId;
     use tessera::train::job::signal::{report_finished, wait_for_done, ChiefSignals};
 
@@ -828,7 +828,7 @@ fn the_chiefs_signals_reach_every_task_through_its_own_server_and_stay_set() {
 
 #[test]
 fn the_chiefs_wait_for_workers_that_never_report_is_bounded() {
-    use support::cluster::InProcessCluster;
+    use crate::support::cluster::InProcessCluster;
     use tessera::cluster::TaskId;
     use tessera::train::job::signal::ChiefSignals;
 

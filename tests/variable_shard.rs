@@ -10,13 +10,11 @@
 //! the n-th update leaves `accum = n` and `w = -n(n+1)/2` in every element (whole numbers, exact
 //! in float32), so a pair from different updates breaks `w = -accum(accum+1)/2`.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use support::v1_graph::{step, G};
+use crate::support::v1_graph::{step, G};
 use tessera::device::DeviceType;
 use tessera::format::checkpoint::BundleReader;
 use tessera::graph::attr::value;

@@ -3,14 +3,12 @@
 //! same tensor, errors keep their codes, and the hand framing writes byte for byte what
 //! TensorFlow wrote in a recorded RecvTensor response.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::worker_service::{recv_tensor_worker, worker_service};
 use bytes::Bytes;
 use prost::Message;
-use support::worker_service::{recv_tensor_worker, worker_service};
 use tessera::cluster::TaskId;
 use tessera::peer::{CallOptions, GrpcPeer, Peer};
 use tessera::proto::worker_service_client::WorkerServiceClient;

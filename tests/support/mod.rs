@@ -1,5 +1,5 @@
-//! Test support shared by the integration tests that need running tasks (`mod support;`).
-//! Each test binary uses only part of it.
+//! Test support shared by the integration tests that need running tasks (`crate::support` in
+//! tests/integration.rs; `mod support;` in the CUDA tests, which use only part of it).
 #![allow(dead_code)]
 
 pub mod certs;

@@ -10,7 +10,7 @@
 //! }
 //! ```
 
-// Test binaries that include `support` without a fake worker do not use it.
+// The CUDA test binaries include `support` without a fake worker.
 #![allow(unused_macros, unused_imports)]
 
 macro_rules! worker_service {
