@@ -42,6 +42,15 @@ fn in_process(sess: &Session) -> bool {
     sess.as_remote().expect("a remote session").is_in_process()
 }
 
+/// Threads of this process named as a session's client runtime names its thread.
+fn client_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "tessera-client")
+        .count()
+}
+
 /// The RunStep bytes the worker's gRPC front received, from its metrics endpoint.
 fn run_step_bytes(cluster: &InProcessCluster) -> f64 {
     let worker = cluster.servers.iter().find(|s| s.task().job == "worker");
@@ -65,6 +74,11 @@ fn a_client_beside_its_task_steps_through_the_master_without_grpc_with_the_same_
 
     let local = Session::connect_with(&target, options(false, None)).unwrap();
     assert!(in_process(&local));
+    assert_eq!(
+        client_threads(),
+        0,
+        "an in-process session runs its calls on the caller's thread"
+    );
     let before = run_step_bytes(&cluster);
     let seen = training::run_two_steps(&local, &job).unwrap();
     assert_eq!(seen, training::expected_two_steps());
@@ -79,6 +93,11 @@ fn a_client_beside_its_task_steps_through_the_master_without_grpc_with_the_same_
     // the same answers, and this time the front counts the steps.
     let remote = Session::connect_with(&target, options(true, None)).unwrap();
     assert!(!in_process(&remote));
+    assert_eq!(
+        client_threads(),
+        1,
+        "a gRPC session keeps its connection on a thread"
+    );
     let seen = training::run_two_steps(&remote, &job).unwrap();
     assert_eq!(seen, training::expected_two_steps());
     assert!(run_step_bytes(&cluster) > before);

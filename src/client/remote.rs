@@ -20,8 +20,9 @@
 //! who may skip the gRPC front; `rpc_options.use_rpc_for_inprocess_master` in the session's
 //! config turns it off).
 //!
-//! The API is synchronous. Each session owns a small tokio runtime (one worker thread, which
-//! also keeps the HTTP/2 connection alive) and blocks the calling thread on it. Calling it from
+//! The API is synchronous. Each session owns a small tokio runtime (over gRPC one worker
+//! thread, which also keeps the HTTP/2 connection alive; to a master in this process none,
+//! the calling thread runs the call) and blocks the calling thread on it. Calling it from
 //! inside an async context would block that runtime's thread, so every call checks first and
 //! fails with FAILED_PRECONDITION instead; async callers use `spawn_blocking`.
 //!
@@ -142,13 +143,21 @@ impl RemoteSession {
             token: options.token.clone(),
         };
         not_in_async("Session::connect")?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tessera-client")
-            .enable_all()
-            .build()
-            .map_err(|e| Status::internal(format!("cannot build the client runtime: {e}")))?;
-        let link = match in_process_master(&address, &options) {
+        let local = in_process_master(&address, &options);
+        // A master in this process needs no connection kept alive, so no thread of the
+        // session's own: the calling thread runs each call and its timer.
+        let runtime = match local {
+            Some(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build(),
+            None => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("tessera-client")
+                .enable_all()
+                .build(),
+        }
+        .map_err(|e| Status::internal(format!("cannot build the client runtime: {e}")))?;
+        let link = match local {
             Some(master) => Link::InProcess(master.mailboxes().clone()),
             None => Link::Grpc(connect_grpc(
                 &runtime, target, &address, &security, &options,
