@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Status;
 use crate::runtime::cancel::CancellationToken;
+use crate::runtime::pool;
 
 /// The wait of a blocking op that has neither its own timeout nor a step deadline.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -91,8 +92,7 @@ impl Wait {
             } else {
                 left
             };
-            guard = cv
-                .wait_timeout(guard, slice)
+            guard = pool::blocking(|| cv.wait_timeout(guard, slice))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }

@@ -11,8 +11,10 @@
 //!
 //! Scheduling: the thread that finishes a node runs the first successor it made ready itself
 //! and hands the others to its device's pool ([`crate::runtime::Device::pool`]), so a chain
-//! costs no thread hops and a fan-out runs in parallel. Kernels may block (a `_Recv` waiting for its rendezvous, with a
-//! deadline); the pool grows rather than starve. Two ways in:
+//! costs no thread hops and a fan-out runs in parallel. The pool runs about one thread per
+//! core; kernels may block (a `_Recv` waiting for its rendezvous, with a deadline), and a
+//! blocked thread, marked by [`crate::runtime::pool::blocking`], lets a queued node have a
+//! thread of its own rather than starve. Two ways in:
 //!
 //! - [`Executor::run`] blocks its caller until the step ends. The caller runs the first root
 //!   node itself, unless the step has a deadline: then it only waits, so that it can return at

@@ -15,6 +15,7 @@ use super::{name_node, Plan, StepOptions};
 use crate::device::memory::Charge;
 use crate::error::{Result, Status};
 use crate::kernels::OpContext;
+use crate::runtime::pool;
 use crate::runtime::stats::NodeTimes;
 use crate::tensor::Tensor;
 
@@ -165,7 +166,10 @@ impl StepCommon {
         let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
         while !*done {
             match self.options.deadline {
-                None => done = self.done_cv.wait(done).unwrap_or_else(|e| e.into_inner()),
+                None => {
+                    done = pool::blocking(|| self.done_cv.wait(done))
+                        .unwrap_or_else(|e| e.into_inner())
+                }
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
@@ -174,9 +178,8 @@ impl StepCommon {
                         self.fail(self.deadline_exceeded());
                         return;
                     }
-                    done = self
-                        .done_cv
-                        .wait_timeout(done, left.max(Duration::from_micros(1)))
+                    let slice = left.max(Duration::from_micros(1));
+                    done = pool::blocking(|| self.done_cv.wait_timeout(done, slice))
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
                 }

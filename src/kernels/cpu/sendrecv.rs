@@ -23,6 +23,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
+use crate::runtime::pool;
 use crate::runtime::rendezvous::rendezvous_key_of;
 use crate::runtime::rendezvous::ParsedKey;
 use crate::tensor::{DType, Tensor};
@@ -118,7 +119,8 @@ impl OpKernel for RecvKernel {
                     ))
                 })?;
                 let step = ctx.step().cloned().unwrap_or_default();
-                remote.recv(&step, &key, deadline, ctx.memory_room())?
+                let room = ctx.memory_room();
+                pool::blocking(|| remote.recv(&step, &key, deadline, room))?
             }
         };
         if is_dead {

@@ -395,11 +395,10 @@ impl BlockingSlot {
                 *state = SlotState::GaveUp;
                 return None;
             }
-            state = self
-                .filled
-                .wait_timeout(state, deadline - now)
-                .map(|(state, _)| state)
-                .unwrap_or_else(|e| e.into_inner().0);
+            state =
+                crate::runtime::pool::blocking(|| self.filled.wait_timeout(state, deadline - now))
+                    .map(|(state, _)| state)
+                    .unwrap_or_else(|e| e.into_inner().0);
         }
     }
 
