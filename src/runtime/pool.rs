@@ -10,15 +10,15 @@
 //!
 //! So a job goes to an idle thread when there is one, to a new thread while fewer threads than
 //! the machine has cores are active (not blocked), and otherwise waits in the queue for the
-//! next running thread to finish its job. A kernel that waits (a rendezvous, a
-//! queue, an accumulator, a remote tensor, a nested step) says so with [`blocking`]: while it
-//! waits, its thread does not count as running, and a queued job gets a thread of its own.
-//! Threads idle for [`KEEP_ALIVE`] exit.
+//! next running thread to finish its job. A kernel that waits (a rendezvous, a queue, an
+//! accumulator, a remote tensor, a nested step) says so with [`blocking`]: while it waits, its
+//! thread does not count as active, and a queued job gets a thread of its own. Threads idle
+//! for [`KEEP_ALIVE`] exit.
 //!
 //! Invariant (under the lock, below [`MAX_THREADS`]): a queued job beyond the idle threads has
-//! a running thread ahead of it that is not blocked, and will take the job when it is done. A wait that forgot to say so would
-//! break that, and its step could hang until its deadline; as a backstop, a queue that has not
-//! moved for [`STALL`] gets one more thread.
+//! a running thread ahead of it that is not blocked and takes the job when it is done. A wait
+//! that forgot to say so would break that, and its step could hang until its deadline; as a
+//! backstop, a queue that has not moved for [`STALL`] gets one more thread.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -151,7 +151,7 @@ impl ThreadPool {
 }
 
 /// Runs `wait` as a wait of the current pool thread: while it runs, the thread does not count
-/// as running, so a job queued behind it gets a thread. Every kernel wait that another job may
+/// as active, so a job queued behind it gets a thread. Every kernel wait that another job may
 /// end (a rendezvous, a queue, an accumulator, a remote tensor, a nested step) goes through
 /// here. On a thread of no pool it only runs `wait`.
 pub fn blocking<R>(wait: impl FnOnce() -> R) -> R {
@@ -163,7 +163,7 @@ pub fn blocking<R>(wait: impl FnOnce() -> R) -> R {
     queue.blocked += 1;
     supply(&shared, queue);
     BLOCKED.set(true);
-    /// Counts the thread as running again, however `wait` ends.
+    /// Counts the thread as active again, however `wait` ends.
     struct Unblock(Arc<Shared>);
     impl Drop for Unblock {
         fn drop(&mut self) {
@@ -199,12 +199,14 @@ fn supply(shared: &Arc<Shared>, mut queue: MutexGuard<'_, Queue>) {
         start_thread(shared, id);
     }
     if start_watch {
-        let shared = shared.clone();
+        let watched = shared.clone();
         let spawned = thread::Builder::new()
             .name(format!("{}-watch", shared.name))
-            .spawn(move || watch(&shared));
-        if spawned.is_err() {
-            tracing::warn!("the executor pool's backstop thread could not be started");
+            .spawn(move || watch(&watched));
+        if let Err(e) = spawned {
+            // The next job left waiting tries again.
+            shared.lock().watching = false;
+            tracing::warn!(error = %e, "the executor pool's backstop thread could not be started");
         }
     } else if left_waiting {
         shared.stalled.notify_one();

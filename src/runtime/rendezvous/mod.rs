@@ -33,6 +33,7 @@ pub use mgr::RendezvousMgr;
 
 use crate::error::{Code, Result, Status};
 use crate::runtime::collective::Collectives;
+use crate::runtime::pool;
 use crate::tensor::Tensor;
 
 /// A received value: the tensor and whether it is a dead value of an untaken control-flow
@@ -395,10 +396,9 @@ impl BlockingSlot {
                 *state = SlotState::GaveUp;
                 return None;
             }
-            state =
-                crate::runtime::pool::blocking(|| self.filled.wait_timeout(state, deadline - now))
-                    .map(|(state, _)| state)
-                    .unwrap_or_else(|e| e.into_inner().0);
+            state = pool::blocking(|| self.filled.wait_timeout(state, deadline - now))
+                .map(|(state, _)| state)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
     }
 
