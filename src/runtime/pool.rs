@@ -365,20 +365,20 @@ mod tests {
     }
 
     #[test]
-    fn a_job_blocked_in_a_job_of_its_own_pool_waits_once() {
-        // A wait inside a wait (a nested step's rendezvous) counts the thread once, and once
-        // both end it counts as blocked no more.
+    fn a_wait_within_a_wait_counts_the_thread_once() {
+        // A nested step's rendezvous waits inside the nested step's wait: the thread is one
+        // blocked thread, and none once both end.
         let pool = ThreadPool::with_limits("test-pool", 1, NEVER);
         let (tx, rx) = mpsc::channel();
-        let (go, gate) = mpsc::channel::<()>();
+        let inside = pool.clone();
         pool.spawn(move || {
-            blocking(|| blocking(|| gate.recv_timeout(Duration::from_secs(10))))
-                .expect("the gate opens");
-            tx.send(()).ok();
+            let counted = blocking(|| blocking(|| inside.shared.lock().blocked));
+            let after = inside.shared.lock().blocked;
+            tx.send((counted, after)).ok();
         });
-        go.send(()).unwrap();
-        rx.recv_timeout(Duration::from_secs(10))
+        let (counted, after) = rx
+            .recv_timeout(Duration::from_secs(10))
             .expect("the job finishes");
-        assert_eq!(pool.shared.lock().blocked, 0);
+        assert_eq!((counted, after), (1, 0));
     }
 }
