@@ -3,9 +3,9 @@
 //! One binary links tessera once: a binary per file linked it 86 times, which took most of a
 //! fresh build's time and about 9 GB of disk (86 binaries of about 108 MB). `cargo nextest`
 //! still runs every test in its own process, so tests that set process-wide state (a metrics
-//! recorder, the environment) stay apart. Run one file's tests by its module path: `cargo nextest run tensorflow_v1::`.
-//! The CUDA tests (`gpu.rs`, `gpu_emulated.rs`) are their own targets, built with `--features
-//! cuda`.
+//! recorder, the environment) stay apart. Run one file's tests by its module path: `cargo
+//! nextest run tensorflow_v1::`. The CUDA tests (`gpu.rs`, `gpu_emulated.rs`) are their own
+//! targets, built with `--features cuda`.
 
 mod kernels_support;
 mod support;
