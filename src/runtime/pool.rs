@@ -64,6 +64,14 @@ impl Queue {
     fn waiting(&self) -> usize {
         self.jobs.len().saturating_sub(self.idle)
     }
+
+    /// Counts `n` threads about to start (alive and idle, so that concurrent callers see them;
+    /// [`start_thread`] takes one back if it cannot start); returns the first one's number.
+    fn reserve(&mut self, n: usize) -> usize {
+        self.idle += n;
+        self.threads += n;
+        self.threads - n + 1
+    }
 }
 
 struct Shared {
@@ -190,10 +198,7 @@ fn supply(shared: &Arc<Shared>, mut queue: MutexGuard<'_, Queue>) {
     if start_watch {
         queue.watching = true;
     }
-    // Counted before they start, so that concurrent callers see them.
-    queue.idle += wanted;
-    queue.threads += wanted;
-    let first_id = queue.threads - wanted + 1;
+    let first_id = queue.reserve(wanted);
     drop(queue);
     for id in first_id..first_id + wanted {
         start_thread(shared, id);
@@ -213,7 +218,7 @@ fn supply(shared: &Arc<Shared>, mut queue: MutexGuard<'_, Queue>) {
     }
 }
 
-/// Starts a pool thread counted (idle, alive) by the caller.
+/// Starts a pool thread the caller counted with [`Queue::reserve`].
 fn start_thread(shared: &Arc<Shared>, id: usize) {
     let worker_shared = shared.clone();
     let spawned = thread::Builder::new()
@@ -284,9 +289,7 @@ fn watch(shared: &Arc<Shared>) {
                 "queued jobs waited {:?} without one starting; adding a thread",
                 shared.stall
             );
-            queue.idle += 1;
-            queue.threads += 1;
-            let id = queue.threads;
+            let id = queue.reserve(1);
             drop(queue);
             start_thread(shared, id);
             queue = shared.lock();
