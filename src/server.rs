@@ -67,6 +67,7 @@ use crate::peer::{LocalPeer, PeerCache, RemoteFetcher};
 use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::proto::{DeviceAttributes, ListDevicesRequest};
+use crate::runtime::intra::IntraPool;
 use crate::security::Security;
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
@@ -448,6 +449,7 @@ fn start_actors(
     .with_limits(config.limits.clone());
     let limits = config.limits.clone();
     let cpu_memory_limit = config.devices.cpu_memory_budget();
+    let intra_op_threads = config.devices.intra_op_threads();
     let timeouts = config.timeouts.clone();
     let security = config.security.clone();
     let (tx, rx) = mpsc::channel();
@@ -459,9 +461,13 @@ fn start_actors(
                 let mut arbiters = Vec::new();
                 let mut towers = Vec::new();
                 let mut tower_handles = Vec::new();
+                // One intra-op pool for the task's devices, as TensorFlow sizes one per
+                // server from intra_op_parallelism_threads.
+                let intra = IntraPool::new("tessera-intra", intra_op_threads);
                 for device in &devices {
                     let arbiter = Arbiter::new();
-                    let (tower, handle) = Tower::start_on(&arbiter.handle(), device.clone());
+                    let (tower, handle) =
+                        Tower::start_on(&arbiter.handle(), device.clone(), Arc::clone(&intra));
                     towers.push(tower);
                     tower_handles.push(handle);
                     arbiters.push(arbiter);

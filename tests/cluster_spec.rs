@@ -481,12 +481,14 @@ fn device_config_round_trips_through_config_proto() {
         visible_devices: vec![3, 1],
         soft_placement: false,
         cpu_memory_limit: None,
+        intra_op_threads: Some(6),
     };
     let config = session_config(&devices);
     assert_eq!(
         config.gpu_options.as_ref().unwrap().visible_device_list,
         "3,1"
     );
+    assert_eq!(config.intra_op_parallelism_threads, 6);
     assert_eq!(device_config(Some(&config)).unwrap(), devices);
     let unified = ConfigProto {
         gpu_options: Some(GpuOptions {

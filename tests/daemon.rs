@@ -145,7 +145,10 @@ fn write_cluster(dir: &Path) -> (PathBuf, PathBuf) {
     let cluster = "[cluster]\nps = [\"127.0.0.1:0\"]\nworker = [\"127.0.0.1:0\"]\n";
     let write = |job: &str| {
         let path = dir.join(format!("{job}0.toml"));
-        let text = format!("{cluster}\n[task]\njob = \"{job}\"\nindex = 0\n");
+        // A CPU budget of 3 GiB, which `tessera status` must show.
+        let text = format!(
+            "{cluster}\n[task]\njob = \"{job}\"\nindex = 0\n[devices]\ncpu_memory_limit = 3221225472\n"
+        );
         std::fs::write(&path, text).expect("write cluster file");
         path
     };
@@ -203,7 +206,11 @@ async fn two_daemons_serve_their_devices_and_stop_on_sigterm() {
     let worker_devices = get_status(&worker).await;
     assert_eq!(ps_devices[0].name, "/job:ps/replica:0/task:0/device:CPU:0");
     assert_eq!(ps_devices[0].device_type, "CPU");
-    assert_eq!(ps_devices[0].memory_limit, 256 * 1024 * 1024);
+    assert_eq!(
+        ps_devices[0].memory_limit,
+        3 << 30,
+        "the device reports its budget, [devices] cpu_memory_limit"
+    );
     assert_eq!(
         worker_devices[0].name,
         "/job:worker/replica:0/task:0/device:CPU:0"
@@ -279,7 +286,7 @@ async fn two_daemons_serve_their_devices_and_stop_on_sigterm() {
         .find(|l| l.starts_with("/job:ps/replica:0/task:0/device:CPU:0 "))
         .unwrap_or_else(|| panic!("no CPU:0 row in:\n{stdout}"));
     assert!(row.contains(" CPU "), "{row}");
-    assert!(row.contains("256.0 MiB"), "{row}");
+    assert!(row.contains("3.0 GiB"), "the budget of [devices] cpu_memory_limit: {row}");
     assert!(
         row.ends_with(&format!("{:#018x}", ps_devices[0].incarnation)),
         "{row}"

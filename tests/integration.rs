@@ -74,6 +74,7 @@ mod peer;
 mod placement;
 mod queues;
 mod readme;
+mod readme_commands;
 mod remote_session;
 mod rendezvous;
 mod session;

@@ -270,6 +270,51 @@ fn partitioning_needs_placed_nodes_and_known_incarnations() {
 }
 
 #[test]
+fn control_inputs_on_pure_nodes_are_dropped_and_what_only_they_needed_is_pruned() {
+    // A gradient tuple as TensorFlow 1 writes it: `group_deps` waits for both gradients, and
+    // the update reads one of them through an identity that waits for `group_deps`. The
+    // input gradient `dx` is read by nothing; the initializer's `Assign` writes a variable.
+    let graph = GraphDef {
+        node: vec![
+            node("x", "Placeholder", W0, &[], &[("dtype", float())]),
+            node("w", "Const", W0, &[], &[("dtype", float())]),
+            node("dy", "Const", W0, &[], &[("dtype", float())]),
+            node("dx", "MatMul", W0, &["dy", "w"], &[("T", float())]),
+            node("dw", "MatMul", W0, &["x", "dy"], &[("T", float())]),
+            node("group_deps", "NoOp", W0, &["^dx", "^dw"], &[]),
+            node("dw_dep", "Identity", W0, &["dw", "^group_deps"], &[("T", float())]),
+            node("v", "VariableV2", W0, &[], &[("dtype", float())]),
+            node("assign", "Assign", W0, &["v", "w"], &[("T", float())]),
+            node("init", "NoOp", W0, &["^assign"], &[]),
+            node("after_init", "Identity", W0, &["dw_dep", "^init"], &[("T", float())]),
+        ],
+        ..Default::default()
+    };
+    let (feeds, fetches) = (["x:0".to_string()], ["after_init:0".to_string()]);
+    let signature = ClientSignature {
+        feeds: &feeds,
+        fetches: &fetches,
+        targets: &[],
+        client_device: W0,
+        client_incarnation: W0_INC,
+    };
+    let rewritten = rewrite_for_client(&graph, &signature, &output_dtype).unwrap();
+    let names: Vec<&str> = rewritten.node.iter().map(|n| n.name.as_str()).collect();
+    assert!(!names.contains(&"dx") && !names.contains(&"group_deps"), "{names:?}");
+    for kept in ["dw", "assign", "init", "v"] {
+        assert!(names.contains(&kept), "{kept} must stay: {names:?}");
+    }
+    let after = rewritten.node.iter().find(|n| n.name == "after_init").unwrap();
+    assert!(after.input.contains(&"^init".to_string()), "{:?}", after.input);
+
+    // With v1 control flow in the graph every control edge stays.
+    let mut looped = graph.clone();
+    looped.node.push(node("s", "Switch", W0, &["w", "w"], &[("T", float())]));
+    let rewritten = rewrite_for_client(&looped, &signature, &output_dtype).unwrap();
+    assert!(rewritten.node.iter().any(|n| n.name == "dx"));
+}
+
+#[test]
 fn client_feeds_and_fetches_become_client_terminated_pairs() {
     let graph = GraphDef {
         node: vec![
@@ -309,7 +354,8 @@ fn client_feeds_and_fetches_become_client_terminated_pairs() {
         graph.node[1].clone(),
         node("y", "MatMul", W0, &["_recv_x_0", "w"], &[("T", float())]),
         graph.node[3].clone(),
-        graph.node[5].clone(),
+        // Its control input on a constant orders nothing and is dropped, as grappler does.
+        node("train", "NoOp", W0, &[], &[]),
         node(
             "_recv_x_0",
             "_Recv",

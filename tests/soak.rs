@@ -20,7 +20,7 @@
 //!
 //! `soak_short` runs in CI (a few hundred steps). `soak_long` is ignored by default:
 //! `cargo test --release --test integration soak::soak_long -- --ignored --nocapture`, with
-//! `SOAK_STEPS` (default 20000) steps in all; its table is in the README's "Soak" section.
+//! `SOAK_STEPS` (default 20000) steps in all; its table is in BENCHES.md ("Soak").
 
 use std::fs;
 use std::thread;

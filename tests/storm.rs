@@ -25,7 +25,7 @@
 //!
 //! `storm_short` runs in CI (about a minute at most). `storm_long` is ignored by default:
 //! `cargo nextest run storm::storm_long --run-ignored only --no-capture`, with `STORM_STEPS`
-//! (default 3000) steps per client; its table is in the README's "Storm" section.
+//! (default 3000) steps per client; its table is in BENCHES.md ("Storm").
 
 use crate::support;
 

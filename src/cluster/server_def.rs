@@ -236,6 +236,10 @@ pub fn device_config(config: Option<&ConfigProto>) -> Result<DeviceConfig> {
         visible_devices,
         soft_placement: config.allow_soft_placement,
         cpu_memory_limit: None,
+        // TensorFlow's 0 (and a negative value) lets the runtime pick: one per core.
+        intra_op_threads: u32::try_from(config.intra_op_parallelism_threads)
+            .ok()
+            .filter(|&n| n > 0),
     })
 }
 
@@ -263,6 +267,9 @@ pub fn session_config(devices: &DeviceConfig) -> ConfigProto {
         ..GpuOptions::default()
     });
     config.allow_soft_placement = devices.soft_placement;
+    config.intra_op_parallelism_threads = devices
+        .intra_op_threads
+        .map_or(0, |n| n.min(i32::MAX as u32) as i32);
     config
 }
 

@@ -44,11 +44,6 @@ impl DeviceType {
     }
 }
 
-/// The memory limit every CPU device reports: TensorFlow's CPU devices report 256 MiB
-/// (`ThreadPoolDevice` is created with `Bytes(256 << 20)`), not the host's memory, and
-/// placement code and tools compare against that figure. tessera's CPU allocations are not
-/// capped by it.
-pub const CPU_MEMORY_LIMIT: i64 = 256 << 20;
 
 /// One GPU as the driver describes it.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,7 +132,9 @@ pub fn build_devices(
         .map(|i| DeviceAttributes {
             name: format!("{prefix}/device:CPU:{i}"),
             device_type: "CPU".into(),
-            memory_limit: CPU_MEMORY_LIMIT,
+            // The budget the device's steps and variables are held to (TensorFlow's CPU devices
+            // report a nominal 256 MiB; `tessera status` and the metrics show the real one).
+            memory_limit: i64::try_from(config.cpu_memory_budget()).unwrap_or(i64::MAX),
             locality: Some(DeviceLocality {
                 bus_id: 1,
                 ..Default::default()
@@ -337,7 +334,7 @@ mod tests {
         );
         for d in &devices {
             assert_eq!(d.device_type, "CPU");
-            assert_eq!(d.memory_limit, 268_435_456); // 256 * 1024 * 1024
+            assert_eq!(d.memory_limit as u64, config.cpu_memory_budget());
             assert_eq!(d.xla_global_id, -1);
             assert_ne!(d.incarnation, 0);
         }

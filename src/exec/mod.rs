@@ -13,5 +13,6 @@ pub mod executor;
 pub mod partition;
 pub mod placement;
 pub mod subgraph;
+pub mod support;
 
 pub use executor::{Executor, InlineLimits, TensorRef};

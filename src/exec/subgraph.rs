@@ -157,11 +157,106 @@ pub fn rewrite_for_client(
         }
         roots.push(name.to_string());
     }
-    let rewritten = GraphDef {
+    let mut rewritten = GraphDef {
         node: nodes,
         ..graph.clone()
     };
+    if drop_pure_control_inputs(&mut rewritten)? {
+        // A feed stays even when nothing reads it any more: the client sends it either way.
+        roots.extend(fed.into_values());
+    }
     prune(&rewritten, &roots)
+}
+
+/// The v1 control-flow ops: a control edge from a node inside a cond or loop carries
+/// deadness and frames, so graphs with any of them keep every control edge.
+const CONTROL_FLOW: &[&str] = &[
+    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit",
+    "NextIteration", "RefNextIteration", "LoopCond", "ControlTrigger",
+];
+
+/// Ops that run functions, whose bodies may have effects whatever the op's flag says.
+const FUNCTIONAL: &[&str] = &[
+    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
+    "PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient",
+];
+
+/// Stateful ops that only read: running them or not changes nothing another node sees.
+const READ_ONLY: &[&str] = &["VarHandleOp", "ReadVariableOp", "VariableV2", "Variable", "_Recv"];
+
+/// Drops the control inputs that name a side-effect-free node, as TensorFlow's grappler
+/// (its dependency optimizer) does before a graph runs: such an edge only orders two
+/// computations that touch no state, so without it the results are the same, and a node
+/// that only such edges needed is then pruned. The gradient tuples TensorFlow 1 writes
+/// (`tuple/group_deps`, a `NoOp` with control inputs on every gradient of one op) are what
+/// this is for: they keep alive the gradient of a fed input (a first layer's input gradient,
+/// a convolution's image gradient), which nothing reads. A node is side-effect free when its
+/// op is stateless (or only reads: a variable read, a feed) and every node it depends on is
+/// too; function calls and functional ops count as having effects. Returns whether it
+/// changed anything; graphs with v1 control flow are left as they are.
+fn drop_pure_control_inputs(graph: &mut GraphDef) -> Result<bool> {
+    if graph.node.iter().any(|n| CONTROL_FLOW.contains(&n.op.as_str())) {
+        return Ok(false);
+    }
+    let edges = GraphEdges::new(graph)?;
+    let registry = crate::graph::registry::global();
+    // An op is pure when it is stateless, runs no function, and takes no reference (which it
+    // may write: `Assign` is stateless in TensorFlow's registry too) and no resource handle.
+    let op_is_pure = |node: &NodeDef| {
+        READ_ONLY.contains(&node.op.as_str())
+            || registry.get(&node.op).is_some_and(|def| {
+                !def.stateful
+                    && !FUNCTIONAL.contains(&node.op.as_str())
+                    && !def.inputs.iter().any(|a| a.is_ref)
+                    && def
+                        .input_types(node)
+                        .is_ok_and(|types| !types.contains(&DType::Resource))
+            })
+    };
+    // Whether each node and everything it depends on is pure, in one post-order walk. A
+    // node met again while its inputs are being walked (a cycle, which a graph without
+    // control flow should not have) counts as impure.
+    let n = graph.node.len();
+    let mut pure: Vec<Option<bool>> = vec![None; n];
+    let mut visiting = vec![false; n];
+    for start in 0..n {
+        let mut stack = vec![(start, false)];
+        while let Some((i, inputs_done)) = stack.pop() {
+            if pure[i].is_some() {
+                continue;
+            }
+            if inputs_done {
+                let inputs_pure = edges.in_edges[i]
+                    .iter()
+                    .all(|&e| pure[edges.edges[e].src] == Some(true));
+                pure[i] = Some(inputs_pure && op_is_pure(&graph.node[i]));
+                continue;
+            }
+            if std::mem::replace(&mut visiting[i], true) {
+                pure[i] = Some(false);
+                continue;
+            }
+            stack.push((i, true));
+            for &e in &edges.in_edges[i] {
+                let src = edges.edges[e].src;
+                if pure[src].is_none() {
+                    stack.push((src, false));
+                }
+            }
+        }
+    }
+    let mut changed = false;
+    for node in &mut graph.node {
+        node.input.retain(|input| {
+            let Some(name) = input.strip_prefix('^') else {
+                return true;
+            };
+            let drop = edges.by_name.get(name).is_some_and(|&i| pure[i] == Some(true));
+            changed |= drop;
+            !drop
+        });
+    }
+    Ok(changed)
 }
 
 /// Keeps only the nodes that `roots` need through data and control inputs, in graph order.

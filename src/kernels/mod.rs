@@ -19,6 +19,7 @@ use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::format::files::{Files, AMBIENT};
 use crate::proto::NodeDef;
+use crate::runtime::intra::IntraPool;
 use crate::runtime::rendezvous::Rendezvous;
 use crate::runtime::resource::ResourceMgr;
 use crate::runtime::step::{RemoteRecv, StepOptions};
@@ -43,6 +44,8 @@ pub struct OpContext<'a> {
     space: Option<&'a Arc<dyn MemorySpace>>,
     /// The paths the checkpoint and summary kernels may touch.
     files: &'a Files,
+    /// The device's intra-op threads, which a kernel splits large work over.
+    intra: &'a IntraPool,
     /// The frame and iteration the node runs in: `(0, 0)` outside while loops. Rendezvous keys
     /// of `_Send`/`_Recv` inside a loop carry it, so each iteration's tensor has its own key.
     frame_iter: (u64, i64),
@@ -71,6 +74,7 @@ impl<'a> OpContext<'a> {
             memory: None,
             space: None,
             files: &AMBIENT,
+            intra: IntraPool::global(),
             frame_iter: (0, 0),
             input_dead: false,
         }
@@ -90,6 +94,7 @@ impl<'a> OpContext<'a> {
             memory: self.memory,
             space: self.space,
             files: self.files,
+            intra: self.intra,
             frame_iter: self.frame_iter,
             input_dead: false,
         }
@@ -155,6 +160,17 @@ impl<'a> OpContext<'a> {
     pub fn with_memory(mut self, memory: Option<&'a Arc<MemoryBudget>>) -> Self {
         self.memory = memory;
         self
+    }
+
+    /// The same context splitting large work over `intra`, the device's intra-op threads.
+    pub fn with_intra(mut self, intra: &'a IntraPool) -> Self {
+        self.intra = intra;
+        self
+    }
+
+    /// The device's intra-op threads: large work splits over them (`IntraPool::parallel_for`).
+    pub fn intra(&self) -> &'a IntraPool {
+        self.intra
     }
 
     /// The same context on a device whose kernels may touch only the paths `files` allows.

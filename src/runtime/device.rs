@@ -13,6 +13,7 @@ use crate::device::space::MemorySpace;
 use crate::device::DeviceType;
 use crate::error::Result;
 use crate::format::files::Files;
+use crate::runtime::intra::IntraPool;
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::resource::ResourceMgr;
 
@@ -30,6 +31,9 @@ pub struct Device {
     pool: Option<ThreadPool>,
     /// Its own memory, when its tensors live apart from the host's (a GPU).
     space: Option<Arc<dyn MemorySpace>>,
+    /// The threads its kernels split large work over: its tower's in a daemon, the process's
+    /// shared ones when it has none.
+    intra: Option<Arc<IntraPool>>,
 }
 
 impl Device {
@@ -52,6 +56,7 @@ impl Device {
             files: Files::ambient(),
             pool: None,
             space: None,
+            intra: None,
         }
     }
 
@@ -70,6 +75,7 @@ impl Device {
             files: self.files.clone(),
             pool: self.pool.clone(),
             space: self.space.clone(),
+            intra: self.intra.clone(),
         }
     }
 
@@ -93,6 +99,17 @@ impl Device {
     /// The threads the device's executors run nodes on.
     pub fn pool(&self) -> &ThreadPool {
         self.pool.as_ref().unwrap_or_else(|| ThreadPool::global())
+    }
+
+    /// The same device splitting its kernels' large work over `intra` (its tower's).
+    pub fn with_intra(mut self, intra: Arc<IntraPool>) -> Self {
+        self.intra = Some(intra);
+        self
+    }
+
+    /// The threads the device's kernels split large work over.
+    pub fn intra(&self) -> &IntraPool {
+        self.intra.as_deref().unwrap_or_else(|| IntraPool::global())
     }
 
     /// The same device, its checkpoint and summary kernels confined to `files`.

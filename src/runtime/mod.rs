@@ -11,6 +11,7 @@ pub mod accumulator;
 pub mod cancel;
 pub mod collective;
 pub mod device;
+pub mod intra;
 pub mod pool;
 pub mod queue;
 pub mod rendezvous;

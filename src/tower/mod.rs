@@ -24,6 +24,7 @@ use crate::error::Result;
 use crate::exec::executor::RunningStep;
 use crate::exec::Executor;
 use crate::proto::DeviceAttributes;
+use crate::runtime::intra::IntraPool;
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::StepOptions;
 
@@ -54,6 +55,11 @@ impl TowerHandle {
     /// Returns the threads of the device's executors.
     pub fn pool(&self) -> &ThreadPool {
         self.state.pool()
+    }
+
+    /// The threads the device's kernels split large work over.
+    pub fn intra(&self) -> &Arc<IntraPool> {
+        self.state.intra()
     }
 
     /// Starts `executor`'s part of a step on the tower and returns the step running.
@@ -87,8 +93,9 @@ impl Tower {
     pub fn start_on(
         arbiter: &actix::ArbiterHandle,
         device: DeviceAttributes,
+        intra: Arc<IntraPool>,
     ) -> (Recipient<DescribeDevice>, TowerHandle) {
-        let state = Arc::new(TowerState::new(device));
+        let state = Arc::new(TowerState::new(device).with_intra(intra));
         let handle = TowerHandle::new(Arc::clone(&state));
         let tower = Tower::start_in_arbiter(arbiter, move |_| Tower { state });
         (tower.recipient(), handle)

@@ -14,13 +14,16 @@ use crate::error::{Result, Status};
 use crate::exec::executor::RunningStep;
 use crate::exec::Executor;
 use crate::proto::DeviceAttributes;
+use crate::runtime::intra::IntraPool;
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::StepOptions;
 
-/// One device's state: its attributes (name, type, incarnation, memory limit) and its threads.
+/// One device's state: its attributes (name, type, incarnation, memory limit) and its threads:
+/// the executor's, which pick nodes, and the intra-op pool its kernels split large work over.
 pub struct TowerState {
     device: DeviceAttributes,
     pool: ThreadPool,
+    intra: Arc<IntraPool>,
 }
 
 impl TowerState {
@@ -31,7 +34,25 @@ impl TowerState {
             .rsplit_once("/device:")
             .map_or(device.name.as_str(), |(_, short)| short);
         let pool = ThreadPool::new(format!("tessera-{short}"));
-        Self { device, pool }
+        Self {
+            device,
+            pool,
+            intra: Arc::clone(IntraPool::global()),
+        }
+    }
+
+    /// The same tower splitting its kernels' work over `intra` (a daemon's devices share one
+    /// sized by `[devices] intra_op_threads`, so that towers side by side do not oversubscribe
+    /// the cores).
+    pub fn with_intra(mut self, intra: Arc<IntraPool>) -> Self {
+        self.intra = intra;
+        self
+    }
+
+    /// Returns the threads the device's kernels split large work over; the worker builds the
+    /// device with them (`runtime::Device::with_intra`).
+    pub fn intra(&self) -> &Arc<IntraPool> {
+        &self.intra
     }
 
     /// Returns the device's full name (`/job:J/replica:0/task:T/device:CPU:0`).
@@ -69,6 +90,7 @@ impl std::fmt::Debug for TowerState {
         f.debug_struct("TowerState")
             .field("device", &self.device.name)
             .field("threads", &self.pool.threads())
+            .field("intra_op_threads", &self.intra.threads())
             .finish()
     }
 }

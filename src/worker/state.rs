@@ -175,13 +175,15 @@ impl WorkerState {
                 let mut device = Device::with_resources(&d.name, device_type, resources)
                     .with_files(options.files.clone());
                 if let Some(tower) = towers.iter().find(|t| t.device() == d.name) {
-                    device = device.with_pool(tower.pool().clone());
+                    device = device
+                        .with_pool(tower.pool().clone())
+                        .with_intra(Arc::clone(tower.intra()));
                 }
                 if let Some(memory) = crate::kernels::memory_space(device_type, &d.name) {
                     device = device.with_memory_space(memory);
                 }
                 // A GPU's limit comes from gpu_memory_fraction; a CPU's from the options (the
-                // 256 MiB its attributes report is only what TensorFlow reports).
+                // daemon gives the same figure its attributes report).
                 let budget = match device_type {
                     DeviceType::Gpu => Some(MemoryBudget::with_key(
                         &d.name,

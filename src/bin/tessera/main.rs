@@ -12,6 +12,7 @@
 //! tessera serve --ps_hosts=h0:2222 --worker_hosts=h1:2222 --job_name=ps --task_index=0
 //! TF_CONFIG='{"cluster": ..., "task": ...}' tessera serve
 //! tessera validate /etc/tessera/ps0.toml
+//! tessera validate --graph graph.pb     (what of a TensorFlow graph tessera cannot run)
 //! tessera status grpc://h0:2222 [--timeout 5s]
 //! tessera status grpcs://h0:2222 --ca ca.pem [--cert me.pem --key me.key] [--token-file token]
 //! tessera export --safetensors model.safetensors /tmp/train/model.ckpt-1000
@@ -33,11 +34,13 @@ mod status;
 mod train;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
+use prost::Message as _;
 use tessera::cluster::TaskConfig;
 use tessera::ops::systemd;
 
@@ -59,18 +62,26 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Trains the MLP on the built-in handwritten digits with the embedded cluster (1 ps, 2
-    /// workers as child processes on loopback ports) and reports its accuracy.
+    /// Trains a model (--model: mlp by default, softmax, cnn, embedding, regression) on the
+    /// embedded cluster (1 ps and 2 workers by default, child processes on loopback ports),
+    /// reports how well it does on held-out data, and exits when every task did (or after
+    /// --timeout, 10 minutes by default).
     Local(LocalArgs),
     /// Runs this task of a training job: its daemon, and (for a worker) its training client.
     /// Exits 0 when the chief says training is over.
     Train(TrainArgs),
     /// Runs this task's daemon (MasterService and WorkerService on one port) until SIGTERM.
     Serve(ServeArgs),
-    /// Checks a cluster file and names this task; exits 1 with the error when it is bad.
+    /// Checks a cluster file and names this task, and/or lists what of a TensorFlow graph
+    /// tessera cannot run (ops, kernels, dtypes); exits 1 when either is bad.
     Validate {
         /// The TOML cluster file.
-        file: PathBuf,
+        #[arg(required_unless_present = "graph")]
+        file: Option<PathBuf>,
+        /// A binary GraphDef, as TensorFlow writes it:
+        /// `tf.io.write_graph(sess.graph_def, DIR, "graph.pb", as_text=False)`.
+        #[arg(long, value_name = "GRAPH.pb")]
+        graph: Option<PathBuf>,
     },
     /// Asks a running task for its devices (WorkerService GetStatus).
     Status {
@@ -108,7 +119,7 @@ fn main() -> ExitCode {
         Command::Local(args) => local(args),
         Command::Train(args) => train(args),
         Command::Serve(args) => serve(args),
-        Command::Validate { file } => validate(&file),
+        Command::Validate { file, graph } => validate(file.as_deref(), graph.as_deref()),
         Command::Status {
             target,
             timeout,
@@ -158,17 +169,47 @@ fn init_logging() {
     }
 }
 
-/// `tessera validate FILE`: loads the file and names the task it describes.
-fn validate(file: &std::path::Path) -> anyhow::Result<()> {
-    let config = TaskConfig::from_file(file)?;
-    let tasks = config.cluster.all_tasks().count();
-    println!(
-        "{}: ok (job {} task {} of {tasks} tasks)",
-        file.display(),
-        config.task.job,
-        config.task.index
-    );
-    Ok(())
+/// `tessera validate [FILE] [--graph GRAPH.pb]`: loads the cluster file and names the task it
+/// describes; reads the graph and lists every op of it tessera cannot run.
+fn validate(file: Option<&Path>, graph: Option<&Path>) -> anyhow::Result<()> {
+    if let Some(file) = file {
+        let config = TaskConfig::from_file(file)?;
+        let tasks = config.cluster.all_tasks().count();
+        println!(
+            "{}: ok (job {} task {} of {tasks} tasks)",
+            file.display(),
+            config.task.job,
+            config.task.index
+        );
+    }
+    let Some(graph) = graph else {
+        return Ok(());
+    };
+    let bytes = std::fs::read(graph).with_context(|| format!("cannot read {}", graph.display()))?;
+    let def = tessera::proto::GraphDef::decode(bytes.as_slice()).with_context(|| {
+        format!(
+            "{} is not a binary GraphDef (write it with tf.io.write_graph(..., as_text=False))",
+            graph.display()
+        )
+    })?;
+    let findings = tessera::exec::support::unsupported(&def);
+    if findings.is_empty() {
+        println!(
+            "{}: ok (every op of its {} nodes runs on tessera)",
+            graph.display(),
+            def.node.len()
+        );
+        return Ok(());
+    }
+    for finding in &findings {
+        println!("{}: {finding}", graph.display());
+    }
+    bail!(
+        "{}: {} op(s) tessera cannot run yet (the README's table of what does not run lists the \
+         known ones)",
+        graph.display(),
+        findings.len()
+    )
 }
 
 /// Parses `5s`, `500ms`, `2m`, `1h` or a bare number of seconds.

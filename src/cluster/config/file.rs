@@ -83,6 +83,7 @@ struct RawDevices {
     visible_gpus: Option<GpuList>,
     soft_placement: Option<bool>,
     cpu_memory_limit: Option<i64>,
+    intra_op_threads: Option<i64>,
 }
 
 /// `visible_gpus`: a list in the file; a single id or `"0,1"` from the environment.
@@ -641,6 +642,19 @@ impl RawDevices {
                         format!(
                             "{n} bytes is not positive; set the bytes each CPU device's steps \
                              and variables may take, or remove it for 80% of the host's memory"
+                        ),
+                    ))
+                }
+            },
+            intra_op_threads: match self.intra_op_threads {
+                None => None,
+                Some(n) if (1..=4096).contains(&n) => Some(n as u32),
+                Some(n) => {
+                    return Err(invalid(
+                        "devices.intra_op_threads",
+                        format!(
+                            "{n} threads is out of range; set 1 to 4096 threads for a kernel to \
+                             split its work over, or remove it for one per core"
                         ),
                     ))
                 }

@@ -72,6 +72,10 @@ pub struct DeviceConfig {
     /// (`devices.cpu_memory_limit`); `None` means 80% of the host's memory
     /// ([`DeviceConfig::cpu_memory_budget`]).
     pub cpu_memory_limit: Option<u64>,
+    /// Threads a kernel splits its work over (`devices.intra_op_threads`, TensorFlow's
+    /// `intra_op_parallelism_threads`); `None` means one per core
+    /// ([`DeviceConfig::intra_op_threads`]).
+    pub intra_op_threads: Option<u32>,
 }
 
 /// Deadlines for the waits a task makes.
@@ -97,6 +101,7 @@ impl Default for DeviceConfig {
             visible_devices: Vec::new(),
             soft_placement: true,
             cpu_memory_limit: None,
+            intra_op_threads: None,
         }
     }
 }
@@ -107,6 +112,15 @@ impl DeviceConfig {
     pub fn cpu_memory_budget(&self) -> u64 {
         self.cpu_memory_limit
             .unwrap_or_else(|| host_memory().unwrap_or(16 << 30) / 5 * 4)
+    }
+
+    /// The threads of the task's intra-op pool: `intra_op_threads`, or one per core this
+    /// process may run on.
+    pub fn intra_op_threads(&self) -> usize {
+        self.intra_op_threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |n| n as usize,
+        )
     }
 }
 

@@ -30,6 +30,7 @@ pub(super) const DEVICE_KEYS: &[&str] = &[
     "visible_gpus",
     "soft_placement",
     "cpu_memory_limit",
+    "intra_op_threads",
 ];
 pub(super) const TIMEOUT_KEYS: &[&str] = &["connect", "rpc", "create_session", "shutdown_grace"];
 pub(super) const TLS_KEYS: &[&str] = &["cert", "key", "ca", "require_client_cert", "server_name"];
@@ -52,7 +53,9 @@ impl Kind {
     fn of(section: &str, key: &str) -> Option<Self> {
         Some(match (section, key) {
             ("task", "job" | "listen") => Kind::Text,
-            ("task", "index") | ("devices", "cpu" | "gpu" | "cpu_memory_limit") => Kind::Integer,
+            ("task", "index") | ("devices", "cpu" | "gpu" | "cpu_memory_limit" | "intra_op_threads") => {
+                Kind::Integer
+            }
             ("devices", "gpu_memory_fraction") => Kind::Number,
             ("devices", "allow_growth" | "soft_placement") => Kind::Bool,
             ("devices", "visible_gpus") => Kind::GpuIds,

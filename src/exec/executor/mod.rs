@@ -48,6 +48,7 @@
 //! Invariant: a step's node `n` runs at most once per frame iteration, after every
 //! predecessor's outputs are set (once per step outside loops).
 
+mod admit;
 mod frame_plan;
 mod frames;
 mod plain;
@@ -213,6 +214,9 @@ struct PlanNode {
     inline: Inline,
     /// What the kernel took the last time it succeeded.
     cost: Cost,
+    /// The check of its outputs against the device's memory before it runs, for the ops
+    /// whose outputs can dwarf their inputs.
+    admission: Option<admit::Admission>,
 }
 
 /// A node's last successful run: nanoseconds in its kernel and the bytes of its inputs
@@ -439,6 +443,7 @@ impl Executor {
                 _ => Box::new([]),
             };
             nodes.push(PlanNode {
+                admission: admit::Admission::of(&def),
                 kind: Kind::of(&def.op),
                 ref_inputs,
                 fetched: false,

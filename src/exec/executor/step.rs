@@ -276,6 +276,12 @@ impl StepCommon {
         }
         let input_bytes = inputs.iter().map(|t| t.byte_size() as u64).sum();
         let device = &self.plan.device;
+        if let (Some(admission), Some(budget)) = (&node.admission, device.memory()) {
+            if let Err(e) = admission.check(&node.def, &inputs, budget) {
+                self.fail(e);
+                return None;
+            }
+        }
         let mut ctx = OpContext::new(
             &node.def,
             inputs,
@@ -287,6 +293,7 @@ impl StepCommon {
         .with_memory(device.memory())
         .with_memory_space(device.memory_space())
         .with_files(device.files())
+        .with_intra(device.intra())
         .with_frame_iter(frame_iter)
         .with_dead_input(dead);
         let started = Instant::now();

@@ -8,7 +8,7 @@
 
 use ndarray::{ArrayViewD, IxDyn, Zip};
 
-use super::Items;
+use super::{split, Items};
 use crate::error::Result;
 use crate::kernels::OpContext;
 use crate::tensor::{Element, Shape, Tensor};
@@ -44,25 +44,33 @@ pub fn incompatible(ctx: &OpContext<'_>, a: &Shape, b: &Shape) -> crate::Status 
 }
 
 /// Applies `f` element-wise to `x` and `y` (both of element type `T`), broadcasting them.
+/// Same shapes, a scalar, and a row repeated over the leading dimensions (a bias) split over
+/// the device's intra-op threads; other broadcasts run on the calling thread.
 pub fn binary<T: Element, U: Element>(
     ctx: &OpContext<'_>,
     x: &Tensor,
     y: &Tensor,
-    f: impl Fn(T, T) -> U,
+    f: impl Fn(T, T) -> U + Sync,
 ) -> Result<Tensor> {
     let xs = x.values::<T>()?;
     let ys = y.values::<T>()?;
+    let intra = ctx.intra();
     if x.dims() == y.dims() {
-        let out = xs.iter().zip(ys.iter()).map(|(&a, &b)| f(a, b)).collect();
-        return Tensor::from_vec(x.shape().clone(), out);
+        return Tensor::from_vec(x.shape().clone(), split::zip(intra, &xs, &ys, f));
     }
     if ys.len() == 1 && y.rank() <= x.rank() {
         let b = ys[0];
-        return Tensor::from_vec(x.shape().clone(), xs.iter().map(|&a| f(a, b)).collect());
+        return Tensor::from_vec(x.shape().clone(), split::map(intra, &xs, |a| f(a, b)));
     }
     if xs.len() == 1 && x.rank() <= y.rank() {
         let a = xs[0];
-        return Tensor::from_vec(y.shape().clone(), ys.iter().map(|&b| f(a, b)).collect());
+        return Tensor::from_vec(y.shape().clone(), split::map(intra, &ys, |b| f(a, b)));
+    }
+    if let Some(out) = rows(intra, x.dims(), &xs, y.dims(), &ys, &f) {
+        return Tensor::from_vec(x.shape().clone(), out);
+    }
+    if let Some(out) = rows(intra, y.dims(), &ys, x.dims(), &xs, &|b, a| f(a, b)) {
+        return Tensor::from_vec(y.shape().clone(), out);
     }
     let shape = broadcast_shape(x.dims(), y.dims())
         .ok_or_else(|| incompatible(ctx, x.shape(), y.shape()))?;
@@ -73,6 +81,24 @@ pub fn binary<T: Element, U: Element>(
     };
     let out = Zip::from(&xb).and(&yb).map_collect(|&a, &b| f(a, b));
     Ok(Tensor::from_array(out))
+}
+
+/// `f(a, row[j])` over `a` of dimensions `a_dims` when `row`'s dimensions are its trailing
+/// ones (leading 1s allowed): the row repeated over every leading index, as a bias is added;
+/// `None` for any other broadcast.
+fn rows<T: Element, U: Element>(
+    intra: &crate::runtime::intra::IntraPool,
+    a_dims: &[usize],
+    a: &[T],
+    row_dims: &[usize],
+    row: &[T],
+    f: &(impl Fn(T, T) -> U + Sync),
+) -> Option<Vec<U>> {
+    let row_dims = &row_dims[row_dims.iter().take_while(|&&d| d == 1).count()..];
+    if row.is_empty() || row_dims.len() > a_dims.len() || !a_dims.ends_with(row_dims) {
+        return None;
+    }
+    Some(split::rows(intra, a, row, f))
 }
 
 /// Like [`binary`], for element types moved by reference ([`Items`], strings included).

@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use ndarray::{s, ArrayView2, ArrayViewMut2};
 
-use super::gemm::{matmul, pieces, ranges};
+use super::gemm::{matmul, Threads};
+use crate::runtime::intra::{split, IntraPool};
 use super::numeric::Real;
 use super::{checked_elements, input, int_values, same_dtype};
 use crate::error::Result;
@@ -259,7 +260,9 @@ impl Convolution for Conv2D {
         let fv = f.values::<T>()?;
         let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
         let mut out = vec![T::zero(); g.batch * m_img * oc];
-        in_pieces(&g, &mut out, m_img * oc, |n0, n1, part| {
+        let intra = ctx.intra();
+        let threads = product_threads(&g, intra);
+        in_pieces(&g, intra, &mut out, m_img * oc, |n0, n1, part| {
             let mut patches = Vec::new();
             let first = n0 * m_img;
             for_blocks(&g, n0, n1, PATCH_ELEMENTS, |r0, r1| {
@@ -273,7 +276,7 @@ impl Convolution for Conv2D {
                     let o =
                         ArrayViewMut2::from_shape((rows, oc), &mut *chunk).expect("output rows");
                     let mut o = o.slice_move(s![.., group * og..(group + 1) * og]);
-                    matmul(&a, &w, &mut o, false);
+                    matmul(&a, &w, &mut o, false, threads);
                 }
             });
         });
@@ -308,7 +311,9 @@ impl Convolution for Conv2D {
         let (k, oc, og) = (g.k(), g.out_c(), g.group_out());
         let image = g.in_h * g.in_w * g.in_c;
         let mut dx = vec![T::zero(); g.batch * image];
-        in_pieces(&g, &mut dx, image, |n0, n1, part| {
+        let intra = ctx.intra();
+        let threads = product_threads(&g, intra);
+        in_pieces(&g, intra, &mut dx, image, |n0, n1, part| {
             let mut patches = Vec::new();
             for_blocks(&g, n0, n1, PATCH_ELEMENTS, |r0, r1| {
                 let rows = r1 - r0;
@@ -321,7 +326,7 @@ impl Convolution for Conv2D {
                     patches.resize(rows * k, T::zero());
                     let mut p = ArrayViewMut2::from_shape((rows, k), &mut patches[..])
                         .expect("patch matrix");
-                    matmul(&d.slice(cols), &w.slice(cols).t(), &mut p, false);
+                    matmul(&d.slice(cols), &w.slice(cols).t(), &mut p, false, threads);
                     col2im(&patches, &g, r0, r1, group, part, n0);
                 }
             });
@@ -357,7 +362,9 @@ impl Convolution for Conv2D {
         let dys = to_nhwc(format, dy.dims(), &dyv);
         let (k, oc, og) = (g.k(), g.out_c(), g.group_out());
         // Each range of images sums its part of the gradient; the parts are added.
-        let mut parts = map_pieces(&g, |n0, n1| {
+        let intra = ctx.intra();
+        let threads = product_threads(&g, intra);
+        let mut parts = map_pieces(&g, intra, |n0, n1| {
             let mut dw = vec![T::zero(); k * oc];
             let mut patches = Vec::new();
             for_blocks(&g, n0, n1, FILTER_PATCH_ELEMENTS, |r0, r1| {
@@ -370,7 +377,7 @@ impl Convolution for Conv2D {
                     let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
                     let w = ArrayViewMut2::from_shape((k, oc), &mut dw[..]).expect("filter matrix");
                     let mut w = w.slice_move(cols);
-                    matmul(&a.t(), &d.slice(cols), &mut w, true);
+                    matmul(&a.t(), &d.slice(cols), &mut w, true, threads);
                 }
             });
             dw
@@ -404,61 +411,55 @@ pub(super) fn sizes_of(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<Ve
     Ok(values.into_iter().map(|v| v as usize).collect())
 }
 
-/// The ranges of images the convolution of `g` runs in, one per thread
-/// ([`super::gemm::pieces`]).
-fn image_ranges(g: &Geometry) -> Vec<(usize, usize)> {
-    let multiply_adds = g.batch * g.out_h() * g.out_w() * g.k() * g.out_c();
-    ranges(g.batch, pieces(g.batch, multiply_adds))
+/// Cycles one multiply-add of a convolution costs, patch copies included, for the pool's
+/// cost model.
+const CYCLES_PER_MULTIPLY_ADD: f64 = 0.25;
+
+/// The ranges of images the convolution of `g` runs in: one per intra-op thread its work is
+/// worth, at most one per image.
+fn image_ranges(g: &Geometry, intra: &IntraPool) -> Vec<(usize, usize)> {
+    let per_image = g.out_h() * g.out_w() * g.k() * g.out_c();
+    let pieces = intra.pieces(g.batch, per_image as f64 * CYCLES_PER_MULTIPLY_ADD);
+    split(g.batch, pieces).map(|r| (r.start, r.end)).collect()
+}
+
+/// How the products inside a convolution use the threads: split over the pool when the
+/// images are not (a batch of one large image), else one thread each.
+fn product_threads<'a>(g: &Geometry, intra: &'a IntraPool) -> Threads<'a> {
+    if image_ranges(g, intra).len() > 1 {
+        Threads::One
+    } else {
+        Threads::Pool(intra)
+    }
 }
 
 /// Cuts `out` (`per_image` values per image of `g`'s batch) at [`image_ranges`] and runs
-/// `f(n0, n1, part)` for each range on [`on_threads`], `part` holding images `n0..n1`.
+/// `f(n0, n1, part)` for each range on the intra-op pool, `part` holding images `n0..n1`.
 fn in_pieces<T: Send>(
     g: &Geometry,
+    intra: &IntraPool,
     out: &mut [T],
     per_image: usize,
     f: impl Fn(usize, usize, &mut [T]) + Sync,
 ) {
     let mut rest = out;
     let mut parts = Vec::new();
-    for (n0, n1) in image_ranges(g) {
+    for (n0, n1) in image_ranges(g, intra) {
         let (part, tail) = rest.split_at_mut((n1 - n0) * per_image);
         parts.push((n0, n1, part));
         rest = tail;
     }
-    on_threads(parts, |(n0, n1, part)| f(n0, n1, part));
+    intra.map(parts, |(n0, n1, part)| f(n0, n1, part));
 }
 
-/// Runs `f(n0, n1)` for each of [`image_ranges`] on [`on_threads`]; returns their results in
-/// order.
-fn map_pieces<R: Send>(g: &Geometry, f: impl Fn(usize, usize) -> R + Sync) -> Vec<R> {
-    on_threads(image_ranges(g), |(n0, n1)| f(n0, n1))
-}
-
-/// `f` of each item, the last on this thread and the others on threads of their own (none
-/// for a single item); the results in the items' order. A panic on another thread goes on
-/// here.
-fn on_threads<I: Send, R: Send>(mut items: Vec<I>, f: impl Fn(I) -> R + Sync) -> Vec<R> {
-    let Some(last) = items.pop() else {
-        return Vec::new();
-    };
-    let f = &f;
-    std::thread::scope(|scope| {
-        let others: Vec<_> = items
-            .into_iter()
-            .map(|item| scope.spawn(move || f(item)))
-            .collect();
-        let mine = f(last);
-        let mut results: Vec<R> = others
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect();
-        results.push(mine);
-        results
-    })
+/// Runs `f(n0, n1)` for each of [`image_ranges`] on the intra-op pool; returns their results
+/// in order.
+fn map_pieces<R: Send>(
+    g: &Geometry,
+    intra: &IntraPool,
+    f: impl Fn(usize, usize) -> R + Sync,
+) -> Vec<R> {
+    intra.map(image_ranges(g, intra), |(n0, n1)| f(n0, n1))
 }
 
 /// Calls `f(r0, r1)` for consecutive blocks of the patch rows (output pixels, numbered over

@@ -1,8 +1,10 @@
-//! The matrix product of the convolutions: `c = a·b` or `c += a·b` on 2-D views of any
-//! strides, float32 and float64 through the `gemm` crate (its kernels use the widest vector
-//! unit the CPU has, AVX-512 included, where `matrixmultiply` stops at AVX2), other element
-//! types through ndarray's `general_mat_mul`; and the split of a convolution's images over
-//! the host's cores.
+//! The matrix product of every kernel that multiplies matrices (MatMul, BatchMatMul, the
+//! convolutions and their gradients): `c = a·b` or `c += a·b` on 2-D views of any strides.
+//! float32 and float64 go through the `gemm` crate, whose kernels use the widest vector unit
+//! the CPU has (AVX-512 included, where `matrixmultiply` stops at AVX2) and which splits a
+//! large product over the device's intra-op threads (`Parallelism::Rayon` inside the pool);
+//! other element types through ndarray's `general_mat_mul`. BENCHES.md has the comparison
+//! that chose it.
 
 use std::any::TypeId;
 
@@ -10,11 +12,26 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::numeric::Real;
-use crate::graph::partitioned::part_lengths;
+use crate::runtime::intra::IntraPool;
 
-/// Multiply-adds below which a convolution runs on the calling thread alone: spawning
-/// threads costs tens of microseconds, the work of a few million multiply-adds.
-const PARALLEL_MULTIPLY_ADDS: usize = 1 << 22;
+/// Cycles one multiply-add costs in a GEMM's inner kernel, for the pool's cost model: about
+/// 1/16 cycle per lane on a core with AVX-512 FMA, counted high so that a product splits only
+/// when each piece keeps a core busy for the piece's minimum.
+const CYCLES_PER_MULTIPLY_ADD: f64 = 0.125;
+
+/// Multiply-adds below which a product runs on the calling thread alone, even with threads
+/// to spare: the GEMM's own split costs about as much as the product (32 x 64 x 128 and the
+/// like stay inline).
+const PARALLEL_MULTIPLY_ADDS: usize = 1 << 20;
+
+/// How a product may use the device's threads.
+#[derive(Clone, Copy)]
+pub(super) enum Threads<'a> {
+    /// On the calling thread (a piece of work already split over the pool).
+    One,
+    /// Over the pool, when the product is large enough to gain from it.
+    Pool(&'a IntraPool),
+}
 
 /// `c = a·b`, or `c += a·b` with `accumulate`. The shapes must agree (`[m, k]·[k, n]` into
 /// `[m, n]`): callers build the views from one geometry.
@@ -23,6 +40,7 @@ pub(super) fn matmul<T: Real>(
     b: &ArrayView2<'_, T>,
     c: &mut ArrayViewMut2<'_, T>,
     accumulate: bool,
+    threads: Threads<'_>,
 ) {
     let (m, k) = a.dim();
     let n = b.dim().1;
@@ -31,27 +49,42 @@ pub(super) fn matmul<T: Real>(
         return;
     }
     let id = TypeId::of::<T>();
-    if id == TypeId::of::<f32>() || id == TypeId::of::<f64>() {
-        let (a_rs, a_cs) = (a.strides()[0], a.strides()[1]);
-        let (b_rs, b_cs) = (b.strides()[0], b.strides()[1]);
-        let (c_rs, c_cs) = (c.strides()[0], c.strides()[1]);
+    if id != TypeId::of::<f32>() && id != TypeId::of::<f64>() {
+        let beta = if accumulate { T::one() } else { T::zero() };
+        general_mat_mul(T::one(), a, b, beta, c);
+        return;
+    }
+    let multiply_adds = m.saturating_mul(n).saturating_mul(k);
+    let pool = match threads {
+        Threads::Pool(pool) if multiply_adds >= PARALLEL_MULTIPLY_ADDS => Some(pool),
+        _ => None,
+    };
+    let pieces = pool.map_or(1, |pool| {
+        pool.pieces(multiply_adds, CYCLES_PER_MULTIPLY_ADD)
+    });
+    let (a_rs, a_cs) = (a.strides()[0], a.strides()[1]);
+    let (b_rs, b_cs) = (b.strides()[0], b.strides()[1]);
+    let (c_rs, c_cs) = (c.strides()[0], c.strides()[1]);
+    let (a_ptr, b_ptr, c_ptr) = (a.as_ptr() as usize, b.as_ptr() as usize, c.as_mut_ptr() as usize);
+    let product = move |parallelism| {
         // SAFETY: the pointers and strides are those of live views whose shapes agree (m×k,
-        // k×n, m×n), `c` is borrowed mutably and does not alias `a` or `b` (distinct
-        // borrows), and T is f32 or f64, which `gemm` implements. `gemm`'s `alpha` scales the
-        // old `c` (read only with `read_dst`), its `beta` the product.
+        // k×n, m×n), borrowed for this whole call (the pool runs the product before `install`
+        // returns); `c` is borrowed mutably and does not alias `a` or `b` (distinct borrows),
+        // and T is f32 or f64, which `gemm` implements. `gemm`'s `alpha` scales the old `c`
+        // (read only with `read_dst`), its `beta` the product.
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                c.as_mut_ptr(),
+                c_ptr as *mut T,
                 c_cs,
                 c_rs,
                 accumulate,
-                a.as_ptr(),
+                a_ptr as *const T,
                 a_cs,
                 a_rs,
-                b.as_ptr(),
+                b_ptr as *const T,
                 b_cs,
                 b_rs,
                 T::one(),
@@ -59,36 +92,16 @@ pub(super) fn matmul<T: Real>(
                 false,
                 false,
                 false,
-                gemm::Parallelism::None,
+                parallelism,
             );
         }
-        return;
+    };
+    match pool {
+        Some(pool) if pieces > 1 => {
+            pool.install(|| product(gemm::Parallelism::Rayon(pieces)));
+        }
+        _ => product(gemm::Parallelism::None),
     }
-    let beta = if accumulate { T::one() } else { T::zero() };
-    general_mat_mul(T::one(), a, b, beta, c);
-}
-
-/// How many pieces to split `images` images of `multiply_adds` in all over: one per core (at
-/// most one per image), or 1 for work too small to gain from threads.
-pub(super) fn pieces(images: usize, multiply_adds: usize) -> usize {
-    if multiply_adds < PARALLEL_MULTIPLY_ADDS {
-        return 1;
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.min(images).max(1)
-}
-
-/// Images `0..images` cut into `pieces` consecutive ranges as equal as can be (the first ones
-/// one longer, as a partitioned variable's parts are).
-pub(super) fn ranges(images: usize, pieces: usize) -> Vec<(usize, usize)> {
-    let mut at = 0;
-    part_lengths(images, pieces.clamp(1, images.max(1)))
-        .into_iter()
-        .map(|len| {
-            at += len;
-            (at - len, at)
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -109,31 +122,45 @@ mod tests {
         let want = a.dot(&b);
         // Row-major, a transposed view, a column-major output.
         let mut c = Array2::<f64>::zeros((37, 23));
-        matmul(&a.view(), &b.view(), &mut c.view_mut(), false);
+        matmul(&a.view(), &b.view(), &mut c.view_mut(), false, Threads::One);
         assert_eq!(c, want);
         let at = a.t().to_owned();
         let mut f = Array2::<f64>::zeros((37, 23).f());
-        matmul(&at.t(), &b.view(), &mut f.view_mut(), false);
+        matmul(&at.t(), &b.view(), &mut f.view_mut(), false, Threads::One);
         assert_eq!(f, want);
-        matmul(&at.t(), &b.view(), &mut f.view_mut(), true);
+        matmul(&at.t(), &b.view(), &mut f.view_mut(), true, Threads::One);
         assert_eq!(f, &want * 2.0);
         // float32 and an integer type (ndarray's path).
         let (a32, b32) = (a.mapv(|v| v as f32), b.mapv(|v| v as f32));
         let mut c32 = Array2::<f32>::zeros((37, 23));
-        matmul(&a32.view(), &b32.view(), &mut c32.view_mut(), false);
+        matmul(&a32.view(), &b32.view(), &mut c32.view_mut(), false, Threads::One);
         assert_eq!(c32, want.mapv(|v| v as f32));
         let (ai, bi) = (a.mapv(|v| v as i32), b.mapv(|v| v as i32));
         let mut ci = Array2::<i32>::zeros((37, 23));
-        matmul(&ai.view(), &bi.view(), &mut ci.view_mut(), false);
+        matmul(&ai.view(), &bi.view(), &mut ci.view_mut(), false, Threads::One);
         assert_eq!(ci, want.mapv(|v| v as i32));
     }
 
     #[test]
-    fn images_split_into_near_equal_ranges() {
-        assert_eq!(ranges(32, 3), vec![(0, 11), (11, 22), (22, 32)]);
-        assert_eq!(ranges(2, 4), vec![(0, 1), (1, 2)]);
-        assert_eq!(ranges(0, 2), vec![(0, 0)]);
-        assert_eq!(pieces(32, 100), 1, "too little work for threads");
-        assert!(pieces(1, usize::MAX) == 1);
+    fn a_product_split_over_the_pool_matches_one_thread() {
+        let pool = IntraPool::new("test-gemm", 4);
+        for (m, k, n) in [(256, 784, 64), (31, 1000, 257), (2, 4096, 300)] {
+            let a = filled(m, k, 3).mapv(|v| v as f32 / 7.0);
+            let b = filled(k, n, 4).mapv(|v| v as f32 / 5.0);
+            let mut one = Array2::<f32>::zeros((m, n));
+            matmul(&a.view(), &b.view(), &mut one.view_mut(), false, Threads::One);
+            let mut split = Array2::<f32>::zeros((m, n));
+            matmul(&a.view(), &b.view(), &mut split.view_mut(), false, Threads::Pool(&pool));
+            // A tolerance scaled by each entry's sum of |a||b| (the products may be summed in
+            // another order).
+            let scale = a.mapv(f32::abs).dot(&b.mapv(f32::abs));
+            for ((x, y), s) in one.iter().zip(&split).zip(&scale) {
+                assert!((x - y).abs() <= 1e-5 * s.max(1.0), "{m}x{k}x{n}: {x} vs {y}");
+            }
+            let want = a.dot(&b);
+            for ((x, y), s) in want.iter().zip(&split).zip(&scale) {
+                assert!((x - y).abs() <= 1e-5 * s.max(1.0), "{m}x{k}x{n}: {x} vs {y}");
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use num_traits::AsPrimitive;
 
-use super::broadcast;
+use super::{broadcast, split};
 use super::numeric::{int_pow, Real};
 use super::{input, same_dtype, stateless};
 use crate::error::Result;
@@ -76,7 +76,7 @@ macro_rules! unary_kernel {
             let x = input(ctx, 0)?;
             let out = $dispatch!(ctx, x.dtype(), T => {
                 let values = x.values::<T>()?;
-                Tensor::from_vec(x.shape().clone(), values.iter().map(|&$x: &T| $body).collect())?
+                Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &values, |$x: T| $body))?
             });
             ctx.set_output(0, out);
             Ok(())

@@ -1,13 +1,14 @@
-//! Matrix products through ndarray (`dot` / `general_mat_mul`, which use the `matrixmultiply`
-//! GEMM for floats): MatMul with `transpose_a` / `transpose_b`, and BatchMatMulV2 with
-//! `adj_x` / `adj_y` and numpy-style broadcasting of the batch dimensions.
+//! Matrix products through the kernels' GEMM (`super::gemm`: the `gemm` crate for floats,
+//! split over the device's intra-op threads): MatMul with `transpose_a` / `transpose_b`, and
+//! BatchMatMulV2 with `adj_x` / `adj_y` and numpy-style broadcasting of the batch dimensions,
+//! whose matrices are split over the threads when there are several.
 
 use std::sync::Arc;
 
-use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2, Ix2};
 
 use super::broadcast::{broadcast_shape, broadcast_to, view};
+use super::gemm::{matmul, Threads};
 use super::numeric::Real;
 use super::{input, same_dtype};
 use crate::error::Result;
@@ -66,7 +67,11 @@ impl MatMul {
                 self.transpose_b
             )));
         }
-        Ok(Tensor::from_array(am.dot(&bm).into_dyn()))
+        let (m, n) = (am.nrows(), bm.ncols());
+        let mut out = vec![T::zero(); m * n];
+        let mut om = ArrayViewMut2::from_shape((m, n), &mut out[..]).expect("output matrix");
+        matmul(&am, &bm, &mut om, false, Threads::Pool(ctx.intra()));
+        Tensor::from_vec(Shape::new(vec![m, n]), out)
     }
 }
 
@@ -139,7 +144,13 @@ impl BatchMatMul {
         let yv = y.values::<T>()?;
         let mut out = vec![T::zero(); xi.len() * m * n];
         if m * n > 0 {
-            for (b, chunk) in out.chunks_mut(m * n).enumerate() {
+            // The batch's matrices split over the threads when there are several; a batch
+            // of one splits its product instead.
+            let intra = ctx.intra();
+            let matrices = xi.len();
+            let pieces = intra.pieces(matrices, (m * n * k) as f64 / 8.0);
+            let threads = if pieces > 1 { Threads::One } else { Threads::Pool(intra) };
+            let product = |b: usize, chunk: &mut [T]| {
                 let xs = &xv[xi[b] * xr * xc..(xi[b] + 1) * xr * xc];
                 let ys = &yv[yi[b] * yr * yc..(yi[b] + 1) * yr * yc];
                 let a = ArrayView2::from_shape((xr, xc), xs).expect("matrix slice");
@@ -147,8 +158,20 @@ impl BatchMatMul {
                 let a = if self.adj_x { a.reversed_axes() } else { a };
                 let c = if self.adj_y { c.reversed_axes() } else { c };
                 let mut o = ArrayViewMut2::from_shape((m, n), chunk).expect("output slice");
-                general_mat_mul(T::one(), &a, &c, T::zero(), &mut o);
+                matmul(&a, &c, &mut o, false, threads);
+            };
+            let mut chunks: Vec<(usize, &mut [T])> = out.chunks_mut(m * n).enumerate().collect();
+            let per_piece = matrices.div_ceil(pieces);
+            let mut groups = Vec::new();
+            while !chunks.is_empty() {
+                let rest = chunks.split_off(per_piece.min(chunks.len()));
+                groups.push(std::mem::replace(&mut chunks, rest));
             }
+            intra.map(groups, |group| {
+                for (b, chunk) in group {
+                    product(b, chunk);
+                }
+            });
         }
         let mut dims = batch;
         dims.extend([m, n]);

@@ -113,6 +113,7 @@ mod rows;
 mod segment;
 mod sendrecv;
 mod slicing;
+mod split;
 mod sparse_training;
 mod stack;
 pub mod summary;

@@ -16,6 +16,7 @@ use super::conv::{self, Conv2D, Pass};
 use super::depthwise::Depthwise;
 use super::lrn::Lrn;
 use super::pool::Pool;
+use super::split;
 use num_traits::Zero;
 
 use super::numeric::{Float, Real};
@@ -84,7 +85,7 @@ fn relu(ctx: &mut OpContext<'_>) -> Result<()> {
     let out = dispatch_real!(ctx, x.dtype(), T => {
         let v = x.values::<T>()?;
         let zero = T::zero();
-        Tensor::from_vec(x.shape().clone(), v.iter().map(|&e| if e > zero { e } else { zero }).collect())?
+        Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &v, |e| if e > zero { e } else { zero }))?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -195,14 +196,11 @@ fn same_shape_binary<T: Real>(
     ctx: &OpContext<'_>,
     a: &Tensor,
     b: &Tensor,
-    f: impl Fn(T, T) -> T,
+    f: impl Fn(T, T) -> T + Sync,
 ) -> Result<Tensor> {
     same_shape(ctx, a, b)?;
     let (av, bv) = (a.values::<T>()?, b.values::<T>()?);
-    Tensor::from_vec(
-        a.shape().clone(),
-        av.iter().zip(bv.iter()).map(|(&x, &y)| f(x, y)).collect(),
-    )
+    Tensor::from_vec(a.shape().clone(), split::zip(ctx.intra(), &av, &bv, f))
 }
 
 /// ReluGrad(gradients, features): the gradient where the feature is positive, else 0.
@@ -377,6 +375,11 @@ impl BiasAdd {
     fn add<T: Real>(&self, ctx: &OpContext<'_>, value: &Tensor, bias: &Tensor) -> Result<Tensor> {
         let (outer, channels, inner) = self.layout.check_bias(ctx, value.shape(), bias.shape())?;
         let (v, b) = (value.values::<T>()?, bias.values::<T>()?);
+        if inner == 1 && channels > 0 {
+            // Channels last: the bias is a row added to every row.
+            let out = split::rows(ctx.intra(), &v, &b, |e, bc| Real::add(e, bc));
+            return Tensor::from_vec(value.shape().clone(), out);
+        }
         let mut out = Vec::with_capacity(v.len());
         for o in 0..outer {
             for (c, &bc) in b.iter().enumerate() {
@@ -390,13 +393,34 @@ impl BiasAdd {
     fn grad<T: Real>(&self, ctx: &OpContext<'_>, backprop: &Tensor) -> Result<Tensor> {
         let (outer, channels, inner) = self.layout.split(ctx, backprop.shape())?;
         let v = backprop.values::<T>()?;
-        let mut sums = vec![T::zero(); channels];
-        for o in 0..outer {
-            for (c, sum) in sums.iter_mut().enumerate() {
-                let start = (o * channels + c) * inner;
-                *sum = v[start..start + inner]
-                    .iter()
-                    .fold(*sum, |s, &e| Real::add(s, e));
+        let block = channels * inner;
+        // Each piece of the outer rows sums into sums of its own; the pieces' sums are added.
+        let intra = ctx.intra();
+        let pieces = intra.pieces(outer, block as f64 * split::ELEMENT_CYCLES);
+        let ranges: Vec<_> = crate::runtime::intra::split(outer, pieces).collect();
+        let parts = intra.map(ranges, |range| {
+            let mut sums = vec![T::zero(); channels];
+            if block == 0 {
+                return sums;
+            }
+            for rows in v[range.start * block..range.end * block].chunks_exact(block) {
+                if inner == 1 {
+                    for (s, &e) in sums.iter_mut().zip(rows) {
+                        *s = Real::add(*s, e);
+                    }
+                } else {
+                    for (s, plane) in sums.iter_mut().zip(rows.chunks_exact(inner)) {
+                        *s = plane.iter().fold(*s, |s, &e| Real::add(s, e));
+                    }
+                }
+            }
+            sums
+        });
+        let mut parts = parts.into_iter();
+        let mut sums = parts.next().unwrap_or_else(|| vec![T::zero(); channels]);
+        for part in parts {
+            for (s, p) in sums.iter_mut().zip(part) {
+                *s = Real::add(*s, p);
             }
         }
         Tensor::from_vec([channels], sums)

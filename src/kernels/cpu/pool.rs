@@ -134,24 +134,73 @@ impl Geometry {
     }
 }
 
-/// Max pooling of `NHWC` values: the maxima, and for each the input index it came from (the
-/// first maximum in window order; `usize::MAX` for a window wholly in the padding).
-fn max_with_argmax<T: Real>(x: &[T], g: &Geometry) -> (Vec<T>, Vec<usize>) {
-    let len = g.out_nhwc().iter().product();
-    let mut out = vec![T::LOWEST; len];
-    let mut arg = vec![usize::MAX; len];
-    g.for_each_tap(|o, i| {
-        for c in 0..g.depth {
-            let v = x[i + c];
-            // TensorFlow's test: `output < input || unset`, so ties keep the earlier position.
-            if out[o + c] < v || arg[o + c] == usize::MAX {
-                out[o + c] = v;
-                arg[o + c] = i + c;
+/// Max pooling of images `n0..` of `NHWC` values `x` into `out` (as many images' outputs as it
+/// holds): the maxima, and in `arg` (when given, as long as `out`) for each the index in `x`
+/// it came from (the first maximum in window order; `usize::MAX` for a window wholly in the
+/// padding, whose output stays `T::LOWEST`). Each output pixel takes its first tap's channels
+/// whole, then each later tap's where they are greater: TensorFlow's test `output < input ||
+/// unset`, so ties keep the earlier position.
+fn max_images<T: Real>(
+    x: &[T],
+    g: &Geometry,
+    n0: usize,
+    out: &mut [T],
+    mut arg: Option<&mut [usize]>,
+) {
+    let [_, oh, ow, c] = g.out_nhwc();
+    let per_image = oh * ow * c;
+    if per_image == 0 || c == 0 {
+        return;
+    }
+    out.fill(T::LOWEST);
+    if let Some(arg) = arg.as_deref_mut() {
+        arg.fill(usize::MAX);
+    }
+    for b in 0..out.len() / per_image {
+        for y in 0..oh {
+            for xo in 0..ow {
+                let o = ((b * oh + y) * ow + xo) * c;
+                let dst = &mut out[o..o + c];
+                let mut first = true;
+                for i in 0..g.dims[0].window {
+                    let Some(iy) = g.dims[0].tap(y, i) else {
+                        continue;
+                    };
+                    for j in 0..g.dims[1].window {
+                        let Some(ix) = g.dims[1].tap(xo, j) else {
+                            continue;
+                        };
+                        let at = (((n0 + b) * g.in_h + iy) * g.in_w + ix) * c;
+                        let src = &x[at..at + c];
+                        match arg.as_deref_mut() {
+                            Some(arg) => {
+                                let arg = &mut arg[o..o + c];
+                                for (k, ((d, a), &v)) in dst.iter_mut().zip(arg).zip(src).enumerate() {
+                                    if first || *d < v {
+                                        *d = v;
+                                        *a = at + k;
+                                    }
+                                }
+                            }
+                            None if first => dst.copy_from_slice(src),
+                            None => {
+                                for (d, &v) in dst.iter_mut().zip(src) {
+                                    if *d < v {
+                                        *d = v;
+                                    }
+                                }
+                            }
+                        }
+                        first = false;
+                    }
+                }
             }
         }
-    });
-    (out, arg)
+    }
 }
+
+/// Cycles per output value of max pooling, per window tap, for the pool's cost model.
+const CYCLES_PER_TAP: f64 = 1.0;
 
 /// The number of window positions inside the input, per output pixel.
 fn window_counts(g: &Geometry) -> Vec<usize> {
@@ -185,7 +234,17 @@ impl Pool {
     }
 
     fn max<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor) -> Result<Tensor> {
-        self.forward(ctx, x, |xs: &[T], g| max_with_argmax(xs, g).0)
+        let intra = ctx.intra();
+        self.forward(ctx, x, |xs: &[T], g| {
+            let [_, oh, ow, c] = g.out_nhwc();
+            let per_image = oh * ow * c;
+            let mut out = vec![T::LOWEST; g.out_nhwc().iter().product()];
+            let taps = (g.dims[0].window * g.dims[1].window) as f64;
+            intra.for_chunks(&mut out, per_image, per_image as f64 * taps * CYCLES_PER_TAP, |n0, part| {
+                max_images(xs, g, n0, part, None)
+            });
+            out
+        })
     }
 
     fn max_grad<T: Real>(
@@ -210,15 +269,30 @@ impl Pool {
             }
         }
         let xv = x.values::<T>()?;
-        let (_, arg) = max_with_argmax(&to_nhwc(attrs.format, x.dims(), &xv), &g);
+        let xs = to_nhwc(attrs.format, x.dims(), &xv);
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(attrs.format, dy.dims(), &dyv);
         let mut dx = vec![T::zero(); x.num_elements()];
-        for (&a, &d) in arg.iter().zip(dys.iter()) {
-            if a != usize::MAX {
-                dx[a] = Real::add(dx[a], d);
+        // Each image's gradient goes to its own inputs: images split over the threads, each
+        // piece finding its windows' maxima and adding the output gradient there.
+        let [_, oh, ow, c] = g.out_nhwc();
+        let (out_image, in_image) = (oh * ow * c, g.in_h * g.in_w * g.depth);
+        let taps = (g.dims[0].window * g.dims[1].window) as f64;
+        let cost = out_image as f64 * (taps + 1.0) * CYCLES_PER_TAP;
+        ctx.intra().for_chunks(&mut dx, in_image.max(1), cost, |n0, part| {
+            let images = part.len() / in_image.max(1);
+            let outputs = images * out_image;
+            let mut maxima = vec![T::LOWEST; outputs];
+            let mut arg = vec![usize::MAX; outputs];
+            max_images(&xs, &g, n0, &mut maxima, Some(&mut arg));
+            let base = n0 * in_image;
+            let grads = &dys[n0 * out_image..n0 * out_image + outputs];
+            for (&a, &d) in arg.iter().zip(grads) {
+                if a != usize::MAX {
+                    part[a - base] = Real::add(part[a - base], d);
+                }
             }
-        }
+        });
         Tensor::from_vec(x.shape().clone(), from_nhwc(attrs.format, g.in_nhwc(), dx))
     }
 

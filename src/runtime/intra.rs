@@ -1,0 +1,235 @@
+//! The intra-op pool: the threads one kernel splits its work over (a matrix product's blocks,
+//! a convolution's images, an element-wise op's ranges), one pool per device, as TensorFlow
+//! gives each device an intra-op thread pool beside its inter-op executor threads.
+//!
+//! The executor's threads (`runtime::pool`) pick nodes; a kernel whose work is large enough
+//! hands pieces of it to this pool and waits for them. The split follows a cost per unit of
+//! work, as Eigen's `parallelFor` does: work under [`MIN_PIECE_CYCLES`] in all runs inline on
+//! the calling thread, so the many tiny nodes of a small model's step never pay for a hand-off;
+//! larger work is cut into at most one piece per thread, each of at least that cost.
+//!
+//! The pool is a rayon pool of fixed size (about one thread per core). Its jobs only compute:
+//! they never wait for another node, a rendezvous or a lock another step holds, so a fixed
+//! size cannot starve (the executor's pool, whose jobs may block, is the one that grows). A
+//! kernel waiting for its pieces is not marked `pool::blocking`: its pieces keep the cores
+//! busy meanwhile, and starting another executor thread would only oversubscribe them.
+
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+/// Cycles of work below which a kernel runs inline, and the least work a piece is given: a
+/// hand-off to a pool thread and back costs a few microseconds, about this much work.
+pub const MIN_PIECE_CYCLES: f64 = 40_000.0;
+
+/// A device's intra-op threads.
+pub struct IntraPool {
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+impl std::fmt::Debug for IntraPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntraPool")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+impl IntraPool {
+    /// A pool of `threads` threads (at least one) named `{name}-{i}`.
+    pub fn new(name: &str, threads: usize) -> Arc<Self> {
+        let threads = threads.max(1);
+        let prefix = name.to_string();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(move |i| format!("{prefix}-{i}"))
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the intra-op threads `{name}`: {e}"));
+        Arc::new(Self { pool, threads })
+    }
+
+    /// The process's pool for devices that have none of their own (an in-process session's),
+    /// one thread per core.
+    pub fn global() -> &'static Arc<IntraPool> {
+        static GLOBAL: OnceLock<Arc<IntraPool>> = OnceLock::new();
+        GLOBAL.get_or_init(|| IntraPool::new("tessera-intra", default_threads()))
+    }
+
+    /// How many threads the pool has.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// How many pieces `units` units of `cycles_per_unit` each are worth cutting into: 1 for
+    /// work under [`MIN_PIECE_CYCLES`], else at most one per thread and per unit.
+    pub fn pieces(&self, units: usize, cycles_per_unit: f64) -> usize {
+        let total = units as f64 * cycles_per_unit.max(0.0);
+        if total < MIN_PIECE_CYCLES || self.threads == 1 || units < 2 {
+            return 1;
+        }
+        let worth = (total / MIN_PIECE_CYCLES) as usize;
+        worth.clamp(1, self.threads).min(units)
+    }
+
+    /// Runs `f` over `0..units`, cut into [`Self::pieces`] consecutive ranges run on the pool
+    /// (inline when one piece). Returns when every piece has run; a panic in a piece goes on
+    /// here.
+    pub fn parallel_for(
+        &self,
+        units: usize,
+        cycles_per_unit: f64,
+        f: impl Fn(Range<usize>) + Sync,
+    ) {
+        let pieces = self.pieces(units, cycles_per_unit);
+        if pieces <= 1 {
+            if units > 0 {
+                f(0..units);
+            }
+            return;
+        }
+        let f = &f;
+        self.pool.scope(|scope| {
+            for range in split(units, pieces) {
+                scope.spawn(move |_| f(range));
+            }
+        });
+    }
+
+    /// Runs `f(first, chunk)` over `data` cut into [`Self::pieces`] chunks of whole units of
+    /// `unit` elements (`first`: the index of the chunk's first unit), on the pool (inline
+    /// when one piece). `data.len()` must be a multiple of `unit`.
+    pub fn for_chunks<T: Send>(
+        &self,
+        data: &mut [T],
+        unit: usize,
+        cycles_per_unit: f64,
+        f: impl Fn(usize, &mut [T]) + Sync,
+    ) {
+        let unit = unit.max(1);
+        debug_assert_eq!(data.len() % unit, 0, "whole units");
+        let units = data.len() / unit;
+        let pieces = self.pieces(units, cycles_per_unit);
+        if pieces <= 1 {
+            f(0, data);
+            return;
+        }
+        let f = &f;
+        self.pool.scope(|scope| {
+            let mut rest = data;
+            for range in split(units, pieces) {
+                let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(range.len() * unit);
+                rest = tail;
+                scope.spawn(move |_| f(range.start, chunk));
+            }
+        });
+    }
+
+    /// `f` of each item on the pool (inline when there is one); the results in order.
+    pub fn map<I: Send, R: Send>(&self, items: Vec<I>, f: impl Fn(I) -> R + Sync) -> Vec<R> {
+        if items.len() <= 1 {
+            return items.into_iter().map(f).collect();
+        }
+        let f = &f;
+        let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+        self.pool.scope(|scope| {
+            for (item, slot) in items.into_iter().zip(results.iter_mut()) {
+                scope.spawn(move |_| *slot = Some(f(item)));
+            }
+        });
+        results
+            .into_iter()
+            .map(|r| r.expect("every piece ran"))
+            .collect()
+    }
+
+    /// Runs `f` on the pool, so that rayon-parallel code inside it (the GEMM's) uses these
+    /// threads.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+}
+
+/// One thread per core (what `std::thread::available_parallelism` reports: the cores this
+/// process may run on, `taskset` and cgroup quotas included).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `0..units` cut into `pieces` consecutive ranges as equal as can be, the first ones one
+/// longer.
+pub fn split(units: usize, pieces: usize) -> impl Iterator<Item = Range<usize>> {
+    let pieces = pieces.clamp(1, units.max(1));
+    let (base, extra) = (units / pieces, units % pieces);
+    (0..pieces).scan(0, move |at, i| {
+        let len = base + usize::from(i < extra);
+        let range = *at..*at + len;
+        *at += len;
+        Some(range)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    #[test]
+    fn small_work_runs_inline_and_large_work_splits_over_the_threads() {
+        let pool = IntraPool::new("test-intra", 4);
+        assert_eq!(pool.pieces(10, 1.0), 1, "10 adds stay inline");
+        assert_eq!(pool.pieces(1 << 20, 1.0), 4);
+        assert_eq!(pool.pieces(3, 1e9), 3, "never more pieces than units");
+        assert_eq!(pool.pieces(100, 800.0), 2, "80,000 cycles: two pieces' worth");
+
+        let caller = std::thread::current().id();
+        let seen = Mutex::new(Vec::new());
+        pool.parallel_for(10, 1.0, |r| seen.lock().unwrap().push((r, std::thread::current().id())));
+        assert_eq!(*seen.lock().unwrap(), vec![(0..10, caller)]);
+
+        let covered = AtomicUsize::new(0);
+        let names = Mutex::new(std::collections::BTreeSet::new());
+        pool.parallel_for(1 << 20, 1.0, |r| {
+            covered.fetch_add(r.len(), Ordering::Relaxed);
+            let name = std::thread::current().name().map(str::to_string);
+            names.lock().unwrap().insert(name.unwrap_or_default());
+        });
+        assert_eq!(covered.load(Ordering::Relaxed), 1 << 20);
+        assert!(names.lock().unwrap().iter().all(|n| n.starts_with("test-intra-")));
+    }
+
+    #[test]
+    fn map_keeps_the_order_and_split_covers_every_unit() {
+        let pool = IntraPool::new("test-map", 2);
+        assert_eq!(pool.map((0..9).collect(), |i| i * i), (0..9).map(|i| i * i).collect::<Vec<_>>());
+        let ranges: Vec<_> = split(32, 3).collect();
+        assert_eq!(ranges, vec![0..11, 11..22, 22..32]);
+        assert_eq!(split(2, 4).collect::<Vec<_>>(), vec![0..1, 1..2]);
+        assert_eq!(split(0, 2).collect::<Vec<_>>(), vec![0..0]);
+    }
+
+    #[test]
+    fn chunks_cover_the_data_in_whole_units() {
+        let pool = IntraPool::new("test-chunks", 3);
+        let mut data = vec![0usize; 3 * 100_000];
+        pool.for_chunks(&mut data, 3, 10.0, |first, chunk| {
+            assert_eq!(chunk.len() % 3, 0);
+            for (i, v) in chunk.iter_mut().enumerate() {
+                *v = first * 3 + i;
+            }
+        });
+        assert!(data.iter().enumerate().all(|(i, &v)| i == v));
+        let mut small = vec![1u8; 12];
+        pool.for_chunks(&mut small, 4, 1.0, |first, chunk| {
+            assert_eq!((first, chunk.len()), (0, 12), "one piece, inline");
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "piece failed")]
+    fn a_panic_in_a_piece_reaches_the_caller() {
+        IntraPool::new("test-panic", 2).parallel_for(1 << 20, 1.0, |r| {
+            assert!(r.start != 0, "piece failed");
+        });
+    }
+}
