@@ -3,7 +3,7 @@
 (TensorFlow's or tessera's): the steps per second it makes and the loss it reaches.
 
 Usage:
-  compute_steps.py MODEL --target grpc://HOST:PORT [--steps N] [--warm_up N]
+  compute_steps.py MODEL --target grpc://HOST:PORT [--steps N] [--warm_up N] [--trace N]
   compute_steps.py server --listen 127.0.0.1:PORT
       Serves a one-task TensorFlow cluster (job worker) at that address; prints
       "tensorflow: serving grpc://HOST:PORT", then serves until stdin closes.
@@ -21,7 +21,9 @@ MODEL is one of:
 Every model trains with Momentum 0.9 (learning rate 0.01) from seeded initial weights, fed
 fixed seeded numpy batches; the variables and the step run on the target's one task. After
 the warm-up steps, N steps are timed; prints one JSON line: {"model": ..., "steps_per_sec":
-..., "loss": ..., "first_loss": ...}. Exits 2 when TensorFlow cannot be imported.
+..., "loss": ..., "first_loss": ...}. With --trace N, N more steps run with FULL_TRACE and the
+line also holds "ops": each op's milliseconds per step summed over its nodes, largest first
+(where a step's time goes, on either runtime). Exits 2 when TensorFlow cannot be imported.
 """
 
 import argparse
@@ -142,7 +144,7 @@ MODELS = {
 }
 
 
-def steps(model, target, count, warm_up):
+def steps(model, target, count, warm_up, trace=0):
     tf.compat.v1.disable_eager_execution()
     graph = tf.Graph()
     with graph.as_default():
@@ -160,8 +162,23 @@ def steps(model, target, count, warm_up):
         for i in range(count):
             value, _ = session.run([loss, train], feeds[(warm_up + i) % len(feeds)])
         seconds = time.perf_counter() - started
-    return dict(model=model, steps_per_sec=count / seconds, loss=float(value),
-                first_loss=float(first) if first is not None else None)
+        ops = {}
+        for i in range(trace):
+            metadata = tf.compat.v1.RunMetadata()
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            session.run([loss, train], feeds[i % len(feeds)], options=options,
+                        run_metadata=metadata)
+            for device in metadata.step_stats.dev_stats:
+                for node in device.node_stats:
+                    label = node.timeline_label.split("=")[-1].split("(")[0].strip()
+                    op = label or node.node_name
+                    ops[op] = ops.get(op, 0.0) + node.all_end_rel_micros / 1000.0 / trace
+    result = dict(model=model, steps_per_sec=count / seconds, loss=float(value),
+                  first_loss=float(first) if first is not None else None)
+    if trace:
+        result["ops"] = dict(sorted(((k, round(v, 3)) for k, v in ops.items()),
+                                    key=lambda kv: -kv[1]))
+    return result
 
 
 def main():
@@ -176,8 +193,10 @@ def main():
     parser.add_argument("--target", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warm_up", type=int, default=3)
+    parser.add_argument("--trace", type=int, default=0)
     args = parser.parse_args()
-    print(json.dumps(steps(args.model, args.target, args.steps, args.warm_up)), flush=True)
+    print(json.dumps(steps(args.model, args.target, args.steps, args.warm_up, args.trace)),
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -402,16 +402,21 @@ async fn a_step_over_the_in_flight_limit_is_refused_while_another_runs() {
     stop(server).await;
 }
 
-#[tokio::test]
-async fn kernels_and_variables_past_the_cpu_memory_budget_are_refused_and_the_task_serves_on() {
+/// A local task whose CPU device may hold `bytes`, and a master client of it.
+async fn start_with_cpu_budget(bytes: u64) -> (Server, MasterServiceClient<Channel>) {
     let mut config = TaskConfig::local();
-    config.devices.cpu_memory_limit = Some(1 << 20);
+    config.devices.cpu_memory_limit = Some(bytes);
     let server = tokio::task::spawn_blocking(|| Server::start(config))
         .await
         .unwrap()
         .unwrap();
-    let channel = channel(&server).await;
-    let mut master = MasterServiceClient::new(channel);
+    let master = MasterServiceClient::new(channel(&server).await);
+    (server, master)
+}
+
+#[tokio::test]
+async fn kernels_and_variables_past_the_cpu_memory_budget_are_refused_and_the_task_serves_on() {
+    let (server, mut master) = start_with_cpu_budget(1 << 20).await;
     // `huge`: Fill of 2^30 floats (4 GiB) from a fed shape, over the 1 MiB budget; `first`: a
     // variable of a fed 600 KB value, and `second` a copy of it: one fits, two do not.
     let mut g = Graph::new();
@@ -493,6 +498,67 @@ async fn kernels_and_variables_past_the_cpu_memory_budget_are_refused_and_the_ta
     let filled = Tensor::from_proto(small.tensor[0].tensor.as_ref().unwrap()).unwrap();
     assert_eq!(filled.values::<f32>().unwrap().as_ref(), &[1.0; 4]);
     still_serves(&mut master, &handle).await;
+    stop(server).await;
+}
+
+#[tokio::test]
+async fn outputs_that_would_dwarf_their_inputs_are_refused_before_they_are_allocated() {
+    // A 1 MiB budget; each input fits (a fed [100, 1000] float tensor, 400 KB), but a Concat
+    // of 100 of them (40 MB), a Tile by a fed multiple and a product of two fed matrices do
+    // not. Each step is refused naming the node and its shape, and the task serves on.
+    let (server, mut master) = start_with_cpu_budget(1 << 20).await;
+    let mut g = Graph::new();
+    let x = g
+        .placeholder("x", DType::Float, PartialShape::unknown())
+        .unwrap();
+    let parts = vec![x.clone(); 100];
+    g.concat(&parts, 0).unwrap();
+    let multiples = g
+        .placeholder("multiples", DType::Int32, PartialShape::unknown())
+        .unwrap();
+    g.tile(&x, &multiples).unwrap();
+    let xt = g.transpose(&x, &[1, 0]).unwrap();
+    g.matmul(&xt, &x).unwrap();
+    let def = g.to_graph_def();
+    let names: Vec<(String, String)> = def
+        .node
+        .iter()
+        .filter(|n| matches!(n.op.as_str(), "ConcatV2" | "Tile" | "MatMul"))
+        .map(|n| (n.op.clone(), n.name.clone()))
+        .collect();
+    let handle = create(&mut master, def).await.unwrap();
+    let x_value = Tensor::from_vec(vec![100, 1000], vec![0.5f32; 100_000]).unwrap();
+    let step = |fetch: &str| RunStepRequest {
+        session_handle: handle.clone(),
+        feed: vec![
+            x_value.to_named_proto("x:0"),
+            Tensor::from_vec(vec![2], vec![100i32, 1])
+                .unwrap()
+                .to_named_proto("multiples:0"),
+        ],
+        fetch: vec![format!("{fetch}:0")],
+        ..Default::default()
+    };
+    for (op, name) in &names {
+        let shape = match op.as_str() {
+            "ConcatV2" | "Tile" => "[10000,1000]",
+            _ => "[1000,1000]",
+        };
+        let err = master.run_step(step(name)).await.unwrap_err();
+        assert_exhausted(
+            &err,
+            &[&format!("`{name}` (op {op})"), &format!("output shape {shape}")],
+        );
+    }
+    // The same session runs a step that fits.
+    let fine = master
+        .run_step(RunStepRequest {
+            fetch: vec!["x:0".into()],
+            ..step("x")
+        })
+        .await
+        .unwrap();
+    assert_eq!(fine.into_inner().tensor.len(), 1);
     stop(server).await;
 }
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::broadcast::{gather_dims, view};
+use super::broadcast::gather_dims;
 use super::Items;
 use super::{input, int_scalar, int_values, normalize_axis, stateless};
 use crate::error::Result;
@@ -59,11 +59,53 @@ fn transpose(ctx: &mut OpContext<'_>) -> Result<()> {
     let dims: Vec<usize> = axes.iter().map(|&d| x.dims()[d]).collect();
     let out = dispatch_items!(ctx, x.dtype(), T => {
         let values = T::items(&x)?;
-        let permuted = view(x.dims(), &values).permuted_axes(ndarray::IxDyn(&axes));
-        T::tensor(dims, permuted.iter().cloned().collect())?
+        T::tensor(dims, permute(&values, x.dims(), &axes))?
     });
     ctx.set_output(0, out);
     Ok(())
+}
+
+/// `src` (row-major, dimensions `dims`) with its axes permuted: output axis `i` is input axis
+/// `axes[i]`. The output is written row by row of its last dimension, each row a slice copy
+/// when that dimension is the input's last too (the common case: batch and time swapped).
+fn permute<T: Clone>(src: &[T], dims: &[usize], axes: &[usize]) -> Vec<T> {
+    let rank = dims.len();
+    let total: usize = dims.iter().product();
+    if total == 0 || axes.iter().enumerate().all(|(i, &a)| i == a) {
+        return src.to_vec();
+    }
+    let mut strides = vec![1usize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * dims[d + 1];
+    }
+    let out_dims: Vec<usize> = axes.iter().map(|&a| dims[a]).collect();
+    let out_strides: Vec<usize> = axes.iter().map(|&a| strides[a]).collect();
+    let (inner, inner_stride) = (out_dims[rank - 1], out_strides[rank - 1]);
+    let mut out = Vec::with_capacity(total);
+    // An odometer over the output's leading dimensions, with the source offset it points at.
+    let mut index = vec![0usize; rank - 1];
+    let mut offset = 0usize;
+    loop {
+        if inner_stride == 1 {
+            out.extend_from_slice(&src[offset..offset + inner]);
+        } else {
+            out.extend((0..inner).map(|j| src[offset + j * inner_stride].clone()));
+        }
+        let mut d = rank - 1;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            index[d] += 1;
+            offset += out_strides[d];
+            if index[d] < out_dims[d] {
+                break;
+            }
+            offset -= out_strides[d] * out_dims[d];
+            index[d] = 0;
+        }
+    }
 }
 
 /// Concatenates `parts` (row-major, all with `outer` rows of their own chunk length).
@@ -819,5 +861,28 @@ impl OpKernel for StridedSliceGrad {
         });
         ctx.set_output(0, out);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permute;
+    use crate::kernels::cpu::broadcast::view;
+
+    #[test]
+    fn every_permutation_matches_ndarrays() {
+        let dims = [3, 4, 2, 5];
+        let src: Vec<usize> = (0..120).collect();
+        let perms = [[0, 1, 2, 3], [1, 0, 2, 3], [3, 2, 1, 0], [0, 2, 3, 1], [2, 0, 3, 1]];
+        for axes in perms {
+            let want: Vec<usize> = view(&dims, &src)
+                .permuted_axes(ndarray::IxDyn(&axes))
+                .iter()
+                .copied()
+                .collect();
+            assert_eq!(permute(&src, &dims, &axes), want, "{axes:?}");
+        }
+        assert_eq!(permute(&[7], &[], &[]), vec![7]);
+        assert!(permute::<u8>(&[], &[0, 3], &[1, 0]).is_empty());
     }
 }
