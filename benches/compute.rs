@@ -164,7 +164,11 @@ fn main() {
     let picked = std::env::var("COMPUTE_MODELS").ok();
     let models: Vec<Model> = models()
         .into_iter()
-        .filter(|m| picked.as_deref().is_none_or(|p| p.split(',').any(|n| n == m.name)))
+        .filter(|m| {
+            picked
+                .as_deref()
+                .is_none_or(|p| p.split(',').any(|n| n == m.name))
+        })
         .collect();
 
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -207,7 +211,9 @@ fn main() {
     println!(
         "compute: a TensorFlow client's training steps through a tessera task and a TensorFlow \
          task, {rounds} rounds interleaved, tasks on {}",
-        cores.as_deref().map_or("every core".to_string(), |c| format!("cores {c}"))
+        cores
+            .as_deref()
+            .map_or("every core".to_string(), |c| format!("cores {c}"))
     );
     println!("peak: {how}");
     let targets = [

@@ -286,7 +286,10 @@ async fn two_daemons_serve_their_devices_and_stop_on_sigterm() {
         .find(|l| l.starts_with("/job:ps/replica:0/task:0/device:CPU:0 "))
         .unwrap_or_else(|| panic!("no CPU:0 row in:\n{stdout}"));
     assert!(row.contains(" CPU "), "{row}");
-    assert!(row.contains("3.0 GiB"), "the budget of [devices] cpu_memory_limit: {row}");
+    assert!(
+        row.contains("3.0 GiB"),
+        "the budget of [devices] cpu_memory_limit: {row}"
+    );
     assert!(
         row.ends_with(&format!("{:#018x}", ps_devices[0].incarnation)),
         "{row}"

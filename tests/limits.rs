@@ -547,7 +547,10 @@ async fn outputs_that_would_dwarf_their_inputs_are_refused_before_they_are_alloc
         let err = master.run_step(step(name)).await.unwrap_err();
         assert_exhausted(
             &err,
-            &[&format!("`{name}` (op {op})"), &format!("output shape {shape}")],
+            &[
+                &format!("`{name}` (op {op})"),
+                &format!("output shape {shape}"),
+            ],
         );
     }
     // The same session runs a step that fits.

@@ -282,11 +282,23 @@ fn control_inputs_on_pure_nodes_are_dropped_and_what_only_they_needed_is_pruned(
             node("dx", "MatMul", W0, &["dy", "w"], &[("T", float())]),
             node("dw", "MatMul", W0, &["x", "dy"], &[("T", float())]),
             node("group_deps", "NoOp", W0, &["^dx", "^dw"], &[]),
-            node("dw_dep", "Identity", W0, &["dw", "^group_deps"], &[("T", float())]),
+            node(
+                "dw_dep",
+                "Identity",
+                W0,
+                &["dw", "^group_deps"],
+                &[("T", float())],
+            ),
             node("v", "VariableV2", W0, &[], &[("dtype", float())]),
             node("assign", "Assign", W0, &["v", "w"], &[("T", float())]),
             node("init", "NoOp", W0, &["^assign"], &[]),
-            node("after_init", "Identity", W0, &["dw_dep", "^init"], &[("T", float())]),
+            node(
+                "after_init",
+                "Identity",
+                W0,
+                &["dw_dep", "^init"],
+                &[("T", float())],
+            ),
         ],
         ..Default::default()
     };
@@ -300,16 +312,29 @@ fn control_inputs_on_pure_nodes_are_dropped_and_what_only_they_needed_is_pruned(
     };
     let rewritten = rewrite_for_client(&graph, &signature, &output_dtype).unwrap();
     let names: Vec<&str> = rewritten.node.iter().map(|n| n.name.as_str()).collect();
-    assert!(!names.contains(&"dx") && !names.contains(&"group_deps"), "{names:?}");
+    assert!(
+        !names.contains(&"dx") && !names.contains(&"group_deps"),
+        "{names:?}"
+    );
     for kept in ["dw", "assign", "init", "v"] {
         assert!(names.contains(&kept), "{kept} must stay: {names:?}");
     }
-    let after = rewritten.node.iter().find(|n| n.name == "after_init").unwrap();
-    assert!(after.input.contains(&"^init".to_string()), "{:?}", after.input);
+    let after = rewritten
+        .node
+        .iter()
+        .find(|n| n.name == "after_init")
+        .unwrap();
+    assert!(
+        after.input.contains(&"^init".to_string()),
+        "{:?}",
+        after.input
+    );
 
     // With v1 control flow in the graph every control edge stays.
     let mut looped = graph.clone();
-    looped.node.push(node("s", "Switch", W0, &["w", "w"], &[("T", float())]));
+    looped
+        .node
+        .push(node("s", "Switch", W0, &["w", "w"], &[("T", float())]));
     let rewritten = rewrite_for_client(&looped, &signature, &output_dtype).unwrap();
     assert!(rewritten.node.iter().any(|n| n.name == "dx"));
 }

@@ -186,13 +186,7 @@ fn listed_ops(text: &str) -> Vec<String> {
         if matches!(area, "area" | "dtypes" | "services" | "GPUs") || area.starts_with("---") {
             continue;
         }
-        ops.extend(
-            cells[2]
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string),
-        );
+        ops.extend(cells[2].split('`').skip(1).step_by(2).map(str::to_string));
     }
     ops
 }
@@ -288,6 +282,9 @@ fn the_ops_the_readme_says_do_not_run_are_refused_and_reported() {
             Ok(_) => panic!("the README says `{op}` does not run, but a task ran it"),
             Err(e) => e.to_string(),
         };
-        assert!(err.contains(op.as_str()), "`{op}` refused without naming it: {err}");
+        assert!(
+            err.contains(op.as_str()),
+            "`{op}` refused without naming it: {err}"
+        );
     }
 }

@@ -44,7 +44,6 @@ impl DeviceType {
     }
 }
 
-
 /// One GPU as the driver describes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuInfo {

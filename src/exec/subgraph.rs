@@ -171,18 +171,41 @@ pub fn rewrite_for_client(
 /// The v1 control-flow ops: a control edge from a node inside a cond or loop carries
 /// deadness and frames, so graphs with any of them keep every control edge.
 const CONTROL_FLOW: &[&str] = &[
-    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit",
-    "NextIteration", "RefNextIteration", "LoopCond", "ControlTrigger",
+    "Switch",
+    "RefSwitch",
+    "Merge",
+    "RefMerge",
+    "Enter",
+    "RefEnter",
+    "Exit",
+    "RefExit",
+    "NextIteration",
+    "RefNextIteration",
+    "LoopCond",
+    "ControlTrigger",
 ];
 
 /// Ops that run functions, whose bodies may have effects whatever the op's flag says.
 const FUNCTIONAL: &[&str] = &[
-    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
-    "PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient",
+    "If",
+    "StatelessIf",
+    "While",
+    "StatelessWhile",
+    "Case",
+    "StatelessCase",
+    "PartitionedCall",
+    "StatefulPartitionedCall",
+    "SymbolicGradient",
 ];
 
 /// Stateful ops that only read: running them or not changes nothing another node sees.
-const READ_ONLY: &[&str] = &["VarHandleOp", "ReadVariableOp", "VariableV2", "Variable", "_Recv"];
+const READ_ONLY: &[&str] = &[
+    "VarHandleOp",
+    "ReadVariableOp",
+    "VariableV2",
+    "Variable",
+    "_Recv",
+];
 
 /// Drops the control inputs that name a side-effect-free node, as TensorFlow's grappler
 /// (its dependency optimizer) does before a graph runs: such an edge only orders two
@@ -195,7 +218,11 @@ const READ_ONLY: &[&str] = &["VarHandleOp", "ReadVariableOp", "VariableV2", "Var
 /// too; function calls and functional ops count as having effects. Returns whether it
 /// changed anything; graphs with v1 control flow are left as they are.
 fn drop_pure_control_inputs(graph: &mut GraphDef) -> Result<bool> {
-    if graph.node.iter().any(|n| CONTROL_FLOW.contains(&n.op.as_str())) {
+    if graph
+        .node
+        .iter()
+        .any(|n| CONTROL_FLOW.contains(&n.op.as_str()))
+    {
         return Ok(false);
     }
     let edges = GraphEdges::new(graph)?;
@@ -251,7 +278,10 @@ fn drop_pure_control_inputs(graph: &mut GraphDef) -> Result<bool> {
             let Some(name) = input.strip_prefix('^') else {
                 return true;
             };
-            let drop = edges.by_name.get(name).is_some_and(|&i| pure[i] == Some(true));
+            let drop = edges
+                .by_name
+                .get(name)
+                .is_some_and(|&i| pure[i] == Some(true));
             changed |= drop;
             !drop
         });

@@ -60,10 +60,7 @@ pub fn unsupported(graph: &GraphDef) -> Vec<Finding> {
         .filter_map(|f| f.signature.as_ref().map(|s| s.name.as_str()))
         .collect();
     let bodies = graph.library.iter().flat_map(|lib| &lib.function);
-    let nodes = graph
-        .node
-        .iter()
-        .chain(bodies.flat_map(|f| &f.node_def));
+    let nodes = graph.node.iter().chain(bodies.flat_map(|f| &f.node_def));
     let mut found: BTreeMap<(String, Gap), Finding> = BTreeMap::new();
     for node in nodes {
         if let Some(gap) = gap(node, &functions) {
@@ -102,13 +99,15 @@ fn gap(node: &NodeDef, functions: &HashSet<&str>) -> Option<Gap> {
             Some(attr_value::Value::Tensor(t)) => vec![t.dtype],
             _ => Vec::new(),
         };
-        types.into_iter().find_map(|raw| match DataType::try_from(raw) {
-            Ok(DataType::DtInvalid) => None,
-            Ok(dtype) => DType::from_proto(dtype)
-                .err()
-                .map(|_| Gap::DType(dtype.as_str_name().to_string())),
-            Err(_) => Some(Gap::DType(format!("number {raw}"))),
-        })
+        types
+            .into_iter()
+            .find_map(|raw| match DataType::try_from(raw) {
+                Ok(DataType::DtInvalid) => None,
+                Ok(dtype) => DType::from_proto(dtype)
+                    .err()
+                    .map(|_| Gap::DType(dtype.as_str_name().to_string())),
+                Err(_) => Some(Gap::DType(format!("number {raw}"))),
+            })
     })
 }
 

@@ -180,11 +180,17 @@ mod tests {
         assert_eq!(pool.pieces(10, 1.0), 1, "10 adds stay inline");
         assert_eq!(pool.pieces(1 << 20, 1.0), 4);
         assert_eq!(pool.pieces(3, 1e9), 3, "never more pieces than units");
-        assert_eq!(pool.pieces(100, 800.0), 2, "80,000 cycles: two pieces' worth");
+        assert_eq!(
+            pool.pieces(100, 800.0),
+            2,
+            "80,000 cycles: two pieces' worth"
+        );
 
         let caller = std::thread::current().id();
         let seen = Mutex::new(Vec::new());
-        pool.parallel_for(10, 1.0, |r| seen.lock().unwrap().push((r, std::thread::current().id())));
+        pool.parallel_for(10, 1.0, |r| {
+            seen.lock().unwrap().push((r, std::thread::current().id()))
+        });
         assert_eq!(*seen.lock().unwrap(), vec![(0..10, caller)]);
 
         let covered = AtomicUsize::new(0);
@@ -195,13 +201,20 @@ mod tests {
             names.lock().unwrap().insert(name.unwrap_or_default());
         });
         assert_eq!(covered.load(Ordering::Relaxed), 1 << 20);
-        assert!(names.lock().unwrap().iter().all(|n| n.starts_with("test-intra-")));
+        assert!(names
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|n| n.starts_with("test-intra-")));
     }
 
     #[test]
     fn map_keeps_the_order_and_split_covers_every_unit() {
         let pool = IntraPool::new("test-map", 2);
-        assert_eq!(pool.map((0..9).collect(), |i| i * i), (0..9).map(|i| i * i).collect::<Vec<_>>());
+        assert_eq!(
+            pool.map((0..9).collect(), |i| i * i),
+            (0..9).map(|i| i * i).collect::<Vec<_>>()
+        );
         let ranges: Vec<_> = split(32, 3).collect();
         assert_eq!(ranges, vec![0..11, 11..22, 22..32]);
         assert_eq!(split(2, 4).collect::<Vec<_>>(), vec![0..1, 1..2]);

@@ -53,9 +53,8 @@ impl Kind {
     fn of(section: &str, key: &str) -> Option<Self> {
         Some(match (section, key) {
             ("task", "job" | "listen") => Kind::Text,
-            ("task", "index") | ("devices", "cpu" | "gpu" | "cpu_memory_limit" | "intra_op_threads") => {
-                Kind::Integer
-            }
+            ("task", "index")
+            | ("devices", "cpu" | "gpu" | "cpu_memory_limit" | "intra_op_threads") => Kind::Integer,
             ("devices", "gpu_memory_fraction") => Kind::Number,
             ("devices", "allow_growth" | "soft_placement") => Kind::Bool,
             ("devices", "visible_gpus") => Kind::GpuIds,

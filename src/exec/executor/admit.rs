@@ -134,7 +134,9 @@ impl Admission {
             };
             let bytes = dims
                 .iter()
-                .try_fold(dtype.size().unwrap_or(8) as u64, |n, &d| n.checked_mul(d as u64))
+                .try_fold(dtype.size().unwrap_or(8) as u64, |n, &d| {
+                    n.checked_mul(d as u64)
+                })
                 .unwrap_or(u64::MAX);
             total = total.saturating_add(bytes);
             if largest.as_ref().is_none_or(|(b, _)| bytes > *b) {
@@ -151,7 +153,13 @@ fn small_ints(t: &Tensor) -> Option<Vec<i64>> {
         return None;
     }
     match t.dtype() {
-        DType::Int32 => Some(t.values::<i32>().ok()?.iter().map(|&v| i64::from(v)).collect()),
+        DType::Int32 => Some(
+            t.values::<i32>()
+                .ok()?
+                .iter()
+                .map(|&v| i64::from(v))
+                .collect(),
+        ),
         DType::Int64 => Some(t.values::<i64>().ok()?.into_owned()),
         _ => None,
     }
@@ -197,7 +205,10 @@ mod tests {
         let err = admission.check(&concat, &inputs, &budget).unwrap_err();
         assert_eq!(err.code(), crate::error::Code::ResourceExhausted);
         let msg = err.message();
-        assert!(msg.contains("n_ConcatV2") && msg.contains("1200000 bytes"), "{msg}");
+        assert!(
+            msg.contains("n_ConcatV2") && msg.contains("1200000 bytes"),
+            "{msg}"
+        );
         assert!(msg.contains("[300,1000]"), "{msg}");
 
         // Fill of a fed shape: refused from the shape's values.
@@ -207,7 +218,11 @@ mod tests {
         let err = admission
             .check(&fill, &[dims, Tensor::scalar(1f32)], &budget)
             .unwrap_err();
-        assert!(err.message().contains("[100000,100000]"), "{}", err.message());
+        assert!(
+            err.message().contains("[100000,100000]"),
+            "{}",
+            err.message()
+        );
 
         // What fits passes; ops that cannot expand are not checked at all.
         let small = Tensor::from_vec([2], vec![10i64, 10]).unwrap();

@@ -22,13 +22,13 @@ use std::sync::Arc;
 use ndarray::{s, ArrayView2, ArrayViewMut2};
 
 use super::gemm::{matmul, Threads};
-use crate::runtime::intra::{split, IntraPool};
 use super::numeric::Real;
 use super::{checked_elements, input, int_values, same_dtype};
 use crate::error::Result;
 use crate::graph::window::{ConvAttrs, DataFormat, WindowDim};
 use crate::kernels::{OpContext, OpKernel};
 use crate::proto::NodeDef;
+use crate::runtime::intra::{split, IntraPool};
 use crate::tensor::{Shape, Tensor};
 
 /// The most elements of patches built at once for the forward pass and the input gradient

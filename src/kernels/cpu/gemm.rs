@@ -65,7 +65,11 @@ pub(super) fn matmul<T: Real>(
     let (a_rs, a_cs) = (a.strides()[0], a.strides()[1]);
     let (b_rs, b_cs) = (b.strides()[0], b.strides()[1]);
     let (c_rs, c_cs) = (c.strides()[0], c.strides()[1]);
-    let (a_ptr, b_ptr, c_ptr) = (a.as_ptr() as usize, b.as_ptr() as usize, c.as_mut_ptr() as usize);
+    let (a_ptr, b_ptr, c_ptr) = (
+        a.as_ptr() as usize,
+        b.as_ptr() as usize,
+        c.as_mut_ptr() as usize,
+    );
     let product = move |parallelism| {
         // SAFETY: the pointers and strides are those of live views whose shapes agree (m×k,
         // k×n, m×n), borrowed for this whole call (the pool runs the product before `install`
@@ -133,11 +137,23 @@ mod tests {
         // float32 and an integer type (ndarray's path).
         let (a32, b32) = (a.mapv(|v| v as f32), b.mapv(|v| v as f32));
         let mut c32 = Array2::<f32>::zeros((37, 23));
-        matmul(&a32.view(), &b32.view(), &mut c32.view_mut(), false, Threads::One);
+        matmul(
+            &a32.view(),
+            &b32.view(),
+            &mut c32.view_mut(),
+            false,
+            Threads::One,
+        );
         assert_eq!(c32, want.mapv(|v| v as f32));
         let (ai, bi) = (a.mapv(|v| v as i32), b.mapv(|v| v as i32));
         let mut ci = Array2::<i32>::zeros((37, 23));
-        matmul(&ai.view(), &bi.view(), &mut ci.view_mut(), false, Threads::One);
+        matmul(
+            &ai.view(),
+            &bi.view(),
+            &mut ci.view_mut(),
+            false,
+            Threads::One,
+        );
         assert_eq!(ci, want.mapv(|v| v as i32));
     }
 
@@ -148,18 +164,36 @@ mod tests {
             let a = filled(m, k, 3).mapv(|v| v as f32 / 7.0);
             let b = filled(k, n, 4).mapv(|v| v as f32 / 5.0);
             let mut one = Array2::<f32>::zeros((m, n));
-            matmul(&a.view(), &b.view(), &mut one.view_mut(), false, Threads::One);
+            matmul(
+                &a.view(),
+                &b.view(),
+                &mut one.view_mut(),
+                false,
+                Threads::One,
+            );
             let mut split = Array2::<f32>::zeros((m, n));
-            matmul(&a.view(), &b.view(), &mut split.view_mut(), false, Threads::Pool(&pool));
+            matmul(
+                &a.view(),
+                &b.view(),
+                &mut split.view_mut(),
+                false,
+                Threads::Pool(&pool),
+            );
             // A tolerance scaled by each entry's sum of |a||b| (the products may be summed in
             // another order).
             let scale = a.mapv(f32::abs).dot(&b.mapv(f32::abs));
             for ((x, y), s) in one.iter().zip(&split).zip(&scale) {
-                assert!((x - y).abs() <= 1e-5 * s.max(1.0), "{m}x{k}x{n}: {x} vs {y}");
+                assert!(
+                    (x - y).abs() <= 1e-5 * s.max(1.0),
+                    "{m}x{k}x{n}: {x} vs {y}"
+                );
             }
             let want = a.dot(&b);
             for ((x, y), s) in want.iter().zip(&split).zip(&scale) {
-                assert!((x - y).abs() <= 1e-5 * s.max(1.0), "{m}x{k}x{n}: {x} vs {y}");
+                assert!(
+                    (x - y).abs() <= 1e-5 * s.max(1.0),
+                    "{m}x{k}x{n}: {x} vs {y}"
+                );
             }
         }
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use num_traits::AsPrimitive;
 
-use super::{broadcast, split};
 use super::numeric::{int_pow, Real};
+use super::{broadcast, split};
 use super::{input, same_dtype, stateless};
 use crate::error::Result;
 use crate::graph::attr;

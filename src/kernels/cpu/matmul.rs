@@ -149,7 +149,11 @@ impl BatchMatMul {
             let intra = ctx.intra();
             let matrices = xi.len();
             let pieces = intra.pieces(matrices, (m * n * k) as f64 / 8.0);
-            let threads = if pieces > 1 { Threads::One } else { Threads::Pool(intra) };
+            let threads = if pieces > 1 {
+                Threads::One
+            } else {
+                Threads::Pool(intra)
+            };
             let product = |b: usize, chunk: &mut [T]| {
                 let xs = &xv[xi[b] * xr * xc..(xi[b] + 1) * xr * xc];
                 let ys = &yv[yi[b] * yr * yc..(yi[b] + 1) * yr * yc];

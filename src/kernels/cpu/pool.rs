@@ -175,7 +175,9 @@ fn max_images<T: Real>(
                         match arg.as_deref_mut() {
                             Some(arg) => {
                                 let arg = &mut arg[o..o + c];
-                                for (k, ((d, a), &v)) in dst.iter_mut().zip(arg).zip(src).enumerate() {
+                                for (k, ((d, a), &v)) in
+                                    dst.iter_mut().zip(arg).zip(src).enumerate()
+                                {
                                     if first || *d < v {
                                         *d = v;
                                         *a = at + k;
@@ -240,9 +242,12 @@ impl Pool {
             let per_image = oh * ow * c;
             let mut out = vec![T::LOWEST; g.out_nhwc().iter().product()];
             let taps = (g.dims[0].window * g.dims[1].window) as f64;
-            intra.for_chunks(&mut out, per_image, per_image as f64 * taps * CYCLES_PER_TAP, |n0, part| {
-                max_images(xs, g, n0, part, None)
-            });
+            intra.for_chunks(
+                &mut out,
+                per_image,
+                per_image as f64 * taps * CYCLES_PER_TAP,
+                |n0, part| max_images(xs, g, n0, part, None),
+            );
             out
         })
     }
@@ -279,20 +284,21 @@ impl Pool {
         let (out_image, in_image) = (oh * ow * c, g.in_h * g.in_w * g.depth);
         let taps = (g.dims[0].window * g.dims[1].window) as f64;
         let cost = out_image as f64 * (taps + 1.0) * CYCLES_PER_TAP;
-        ctx.intra().for_chunks(&mut dx, in_image.max(1), cost, |n0, part| {
-            let images = part.len() / in_image.max(1);
-            let outputs = images * out_image;
-            let mut maxima = vec![T::LOWEST; outputs];
-            let mut arg = vec![usize::MAX; outputs];
-            max_images(&xs, &g, n0, &mut maxima, Some(&mut arg));
-            let base = n0 * in_image;
-            let grads = &dys[n0 * out_image..n0 * out_image + outputs];
-            for (&a, &d) in arg.iter().zip(grads) {
-                if a != usize::MAX {
-                    part[a - base] = Real::add(part[a - base], d);
+        ctx.intra()
+            .for_chunks(&mut dx, in_image.max(1), cost, |n0, part| {
+                let images = part.len() / in_image.max(1);
+                let outputs = images * out_image;
+                let mut maxima = vec![T::LOWEST; outputs];
+                let mut arg = vec![usize::MAX; outputs];
+                max_images(&xs, &g, n0, &mut maxima, Some(&mut arg));
+                let base = n0 * in_image;
+                let grads = &dys[n0 * out_image..n0 * out_image + outputs];
+                for (&a, &d) in arg.iter().zip(grads) {
+                    if a != usize::MAX {
+                        part[a - base] = Real::add(part[a - base], d);
+                    }
                 }
-            }
-        });
+            });
         Tensor::from_vec(x.shape().clone(), from_nhwc(attrs.format, g.in_nhwc(), dx))
     }
 

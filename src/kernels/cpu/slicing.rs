@@ -873,7 +873,13 @@ mod tests {
     fn every_permutation_matches_ndarrays() {
         let dims = [3, 4, 2, 5];
         let src: Vec<usize> = (0..120).collect();
-        let perms = [[0, 1, 2, 3], [1, 0, 2, 3], [3, 2, 1, 0], [0, 2, 3, 1], [2, 0, 3, 1]];
+        let perms = [
+            [0, 1, 2, 3],
+            [1, 0, 2, 3],
+            [3, 2, 1, 0],
+            [0, 2, 3, 1],
+            [2, 0, 3, 1],
+        ];
         for axes in perms {
             let want: Vec<usize> = view(&dims, &src)
                 .permuted_axes(ndarray::IxDyn(&axes))

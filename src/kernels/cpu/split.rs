@@ -51,7 +51,10 @@ pub(super) fn rows<A: Copy + Sync, B: Copy + Sync, U: Copy + Send>(
     debug_assert_eq!(a.len() % width, 0, "whole rows");
     fill(intra, a.len() / width * width, width, |first, out| {
         let start = first * width;
-        for (o, x) in out.chunks_exact_mut(width).zip(a[start..].chunks_exact(width)) {
+        for (o, x) in out
+            .chunks_exact_mut(width)
+            .zip(a[start..].chunks_exact(width))
+        {
             for ((o, &x), &r) in o.iter_mut().zip(x).zip(row) {
                 o.write(f(x, r));
             }
@@ -87,7 +90,10 @@ mod tests {
         for len in [0, 1, 7, 200_003] {
             let x: Vec<f32> = (0..len).map(|i| i as f32 - 5.0).collect();
             let y: Vec<f32> = (0..len).map(|i| (i % 7) as f32).collect();
-            assert_eq!(map(&pool, &x, |v| v.max(0.0)), x.iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+            assert_eq!(
+                map(&pool, &x, |v| v.max(0.0)),
+                x.iter().map(|v| v.max(0.0)).collect::<Vec<_>>()
+            );
             assert_eq!(
                 zip(&pool, &x, &y, |a, b| a * b),
                 x.iter().zip(&y).map(|(a, b)| a * b).collect::<Vec<_>>()

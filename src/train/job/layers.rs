@@ -18,7 +18,9 @@ pub fn glorot(rng: &mut StdRng, shape: &[usize], fan_in: usize, fan_out: usize) 
     let budget = crate::cluster::DeviceConfig::default().cpu_memory_budget();
     let refused = || {
         Status::resource_exhausted(format!(
-            "OOM when allocating the initial value of a variable of shape {shape:?}: {bytes}              bytes, more than the {budget} bytes a task of this host may take (80% of its              memory); use smaller layers (--hidden, --filters, --inputs, --outputs)"
+            "OOM when allocating the initial value of a variable of shape {shape:?}: {bytes} \
+             bytes, more than the {budget} bytes a task of this host may take (80% of its \
+             memory); use smaller layers (--hidden, --filters, --inputs, --outputs)"
         ))
     };
     if bytes > budget {
