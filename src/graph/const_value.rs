@@ -70,7 +70,11 @@ pub fn int_values(p: &TensorProto) -> Option<Vec<i64>> {
     if shape_of(p).to_shape()?.num_elements() > 1024 {
         return None;
     }
-    let t = Tensor::from_proto(p).ok()?;
+    tensor_int_values(&Tensor::from_proto(p).ok()?)
+}
+
+/// Reads the values of an `int32` / `int64` tensor as `i64`; `None` for other dtypes.
+pub fn tensor_int_values(t: &Tensor) -> Option<Vec<i64>> {
     match t.dtype() {
         DType::Int32 => Some(
             t.values::<i32>()

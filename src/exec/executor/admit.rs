@@ -13,6 +13,7 @@
 
 use crate::device::memory::MemoryBudget;
 use crate::error::{Result, Status};
+use crate::graph::const_value::tensor_int_values;
 use crate::graph::registry::OpDef;
 use crate::graph::shape_fn::ShapeCtx;
 use crate::proto::NodeDef;
@@ -152,17 +153,7 @@ fn small_ints(t: &Tensor) -> Option<Vec<i64>> {
     if t.num_elements() > MAX_VALUE_ELEMENTS {
         return None;
     }
-    match t.dtype() {
-        DType::Int32 => Some(
-            t.values::<i32>()
-                .ok()?
-                .iter()
-                .map(|&v| i64::from(v))
-                .collect(),
-        ),
-        DType::Int64 => Some(t.values::<i64>().ok()?.into_owned()),
-        _ => None,
-    }
+    tensor_int_values(t)
 }
 
 #[cfg(test)]
