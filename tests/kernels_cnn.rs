@@ -180,6 +180,13 @@ fn check_batch_norm(case: &Value) {
     ];
     let uninitialized = ints(&case["uninitialized"]);
     for (i, out) in outs.iter().enumerate() {
+        if names[i] == "reserve_space_3" {
+            // Opaque to the gradient on CPU: TensorFlow's plain kernel returns a scalar, its
+            // oneDNN kernel an empty vector; tessera returns the latter.
+            let n = out.num_elements();
+            assert!(n <= 1, "{what}: reserve_space_3 holds {:?}", out.dims());
+            continue;
+        }
         if uninitialized.contains(&(i as i64)) {
             assert_eq!(out.dims(), dims(&shapes[i]), "{what}: {} shape", names[i]);
             continue;

@@ -59,18 +59,42 @@ def depthwise_case(fmt, padding, strides, dilations, multiplier, n=2, h=7, w=6, 
             input=x_, filter_sizes=list(f_.shape), out_backprop=dy_, **a)
         return [y, dx, df]
 
+    def per_channel(x_, f_, dy_, dil):
+        """`run` in NHWC as one Conv2D per input channel (a depthwise convolution is a grouped
+        one): TensorFlow's plain CPU depthwise kernels refuse unequal strides, Conv2D takes
+        them. Output channel c * multiplier + m is channel c's m-th."""
+        a = dict(strides=[1, *strides, 1], padding=padding, explicit_paddings=ep_nhwc,
+                 dilations=[1, *dil, 1], data_format="NHWC")
+        ys, dxs, dfs = [], [], []
+        for ci in range(c):
+            xc, fc = x_[..., ci:ci + 1], f_[:, :, ci:ci + 1, :]
+            ys.append(np.asarray(tf.raw_ops.Conv2D(input=xc, filter=fc, **a)))
+            if dy_ is not None:
+                dyc = dy_[..., ci * multiplier:(ci + 1) * multiplier]
+                dxs.append(np.asarray(tf.raw_ops.Conv2DBackpropInput(
+                    input_sizes=list(xc.shape), filter=fc, out_backprop=dyc, **a)))
+                dfs.append(np.asarray(tf.raw_ops.Conv2DBackpropFilter(
+                    input=xc, filter_sizes=list(fc.shape), out_backprop=dyc, **a)))
+        y = np.concatenate(ys, axis=-1)
+        if dy_ is None:
+            return [y]
+        return [y, np.concatenate(dxs, axis=-1), np.concatenate(dfs, axis=2)]
+
     def spread(f_):
         dh, dw = dilations
         s = np.zeros(((kh - 1) * dh + 1, (kw - 1) * dw + 1, c, multiplier), np.float32)
         s[::dh, ::dw] = f_
         return s
 
-    def variant(dy, nhwc, spread_taps):
-        """(y[, dx, df]) in `fmt`, computed in NHWC and/or with a spread filter."""
+    def variant(dy, nhwc, spread_taps, grouped=False):
+        """(y[, dx, df]) in `fmt`, computed in NHWC and/or with a spread filter, and/or as
+        one Conv2D per channel (which is always NHWC)."""
+        nhwc = nhwc or (grouped and fmt == "NCHW")
         fmt_, x_ = ("NHWC", x_nhwc) if nhwc else (fmt, x)
         dy_ = dy.transpose(TO_NHWC) if nhwc and dy is not None else dy
         f_, dil = (spread(f), (1, 1)) if spread_taps else (f, dilations)
-        r = [np.asarray(t) for t in run(fmt_, x_, f_, dy_, dil)]
+        r = (per_channel(x_, f_, dy_, dil) if grouped
+             else [np.asarray(t) for t in run(fmt_, x_, f_, dy_, dil)])
         if nhwc:
             r[0] = r[0].transpose(TO_NCHW)
             if dy is not None:
@@ -93,10 +117,14 @@ def depthwise_case(fmt, padding, strides, dilations, multiplier, n=2, h=7, w=6, 
             tries.append(("spread filter", False, True))
             if fmt == "NCHW":
                 tries.append(("transpose, spread filter", True, True))
+        if strides[0] != strides[1] and padding != "EXPLICIT":
+            # Only oneDNN's depthwise kernels take unequal strides; builds without it (a CPU
+            # without AVX-512) refuse them.
+            tries.append(("per channel", False, False, True))
         last = None
-        for via, nhwc, spread_taps in tries:
+        for via, *how in tries:
             try:
-                return variant(dy, nhwc, spread_taps), via
+                return variant(dy, *how), via
             except Exception as e:  # noqa: BLE001
                 if not refused(e):
                     raise
@@ -142,10 +170,11 @@ def batch_norm_case(op, fmt, training, factor, n=3, h=4, w=5, c=4, epsilon=0.001
             **dict(gkw, y_backprop=as4(dy), x=as4(x), data_format="NHWC"))]
         dx = grads[0].reshape(x_last.shape)
         grads[0] = dx if fmt.endswith("C") else np.moveaxis(dx, -1, 1)
-    # TensorFlow's plain CPU kernel (5-D inputs; oneDNN takes the 4-D ones) leaves the reserve
-    # spaces uninitialized in inference: only their shapes are compared, and their contents
-    # (stray NaNs among them, which JSON cannot carry) are not printed.
-    garbage = [3, 4] if len(fmt) == 5 and not training else []
+    # In inference the reserve spaces are each kernel's own: TensorFlow's plain CPU kernel (5-D
+    # inputs, and 4-D ones in builds without oneDNN) leaves them zero or uninitialized, oneDNN
+    # writes the population statistics (as tessera does). Only their shapes are compared, and
+    # their contents (stray NaNs among them, which JSON cannot carry) are not printed.
+    garbage = [3, 4] if not training else []
     return dict(op=op, data_format=fmt, is_training=training, exponential_avg_factor=factor,
                 uninitialized=garbage,
                 epsilon=epsilon, x_shape=list(x.shape), x=flat(x), scale=flat(scale),
@@ -196,7 +225,8 @@ def main():
             for strides, dilations, mult in [((1, 1), (1, 1), 1), ((2, 2), (1, 1), 2),
                                              ((1, 1), (2, 2), 1), ((2, 2), (1, 2), 3)]:
                 depthwise.append(depthwise_case(fmt, padding, strides, dilations, mult))
-            # Unequal strides: only oneDNN's kernels take them, and not with EXPLICIT.
+            # Unequal strides: only oneDNN's depthwise kernels take them, and not with
+            # EXPLICIT; elsewhere the reference is one Conv2D per channel.
             if padding != "EXPLICIT":
                 depthwise.append(depthwise_case(fmt, padding, (1, 2), (1, 1), 2))
     batch_norm = []

@@ -11,7 +11,9 @@ activations grappler's remapper fuses), run by a local session, so the values ar
 TensorFlow's fused CPU kernels. A case prints its op, attrs, inputs and outputs; the Rust side
 builds the same node and runs tessera's kernel on exactly these inputs. `_FusedBatchNormEx`
 is run with `Relu` and no side input only, what its masters send: TensorFlow 2.21's CPU kernel
-computes no output for `Identity` or a side input ("Missing 0-th output").
+computes no output for `Identity` or a side input ("Missing 0-th output"). Builds without
+oneDNN (CPUs without AVX-512) implement fewer fusions: a case they refuse is computed by the
+stock ops the fused node stands for and says so (`via`).
 """
 import json
 import os
@@ -68,17 +70,51 @@ def json_attr(value):
     return {"ints": items}
 
 
+def activate(y, name, attrs):
+    """One of ACTIVATIONS applied by its stock op."""
+    return {
+        "Relu": tf.nn.relu, "Relu6": tf.nn.relu6, "Elu": tf.nn.elu, "Tanh": tf.tanh,
+        "Sigmoid": tf.sigmoid,
+        "LeakyRelu": lambda t: tf.nn.leaky_relu(t, alpha=attrs.get("leakyrelu_alpha", 0.2)),
+        "GeluApproximate": lambda t: tf.nn.gelu(t, approximate=True),
+        "GeluExact": lambda t: tf.nn.gelu(t, approximate=False),
+    }[name](y)
+
+
+def unfused(op, consts, attrs):
+    """The fused node's outputs from the stock ops it stands for. TensorFlow builds without
+    oneDNN (a CPU without AVX-512) implement `_FusedMatMul` for a few activations only and
+    compute no output for `_FusedBatchNormEx`."""
+    if op == "_FusedMatMul":
+        a, b, bias = consts
+        y = tf.nn.bias_add(tf.linalg.matmul(a, b, transpose_a=attrs["transpose_a"],
+                                            transpose_b=attrs["transpose_b"]), bias)
+        for name in attrs["fused_ops"][1:]:
+            y = activate(y, name, attrs)
+        return [y]
+    if op == "_FusedBatchNormEx":
+        outs = list(tf.raw_ops.FusedBatchNormV3(
+            x=consts[0], scale=consts[1], offset=consts[2], mean=consts[3],
+            variance=consts[4], epsilon=attrs["epsilon"], is_training=attrs["is_training"]))
+        outs[0] = activate(outs[0], attrs["activation_mode"], attrs)
+        return outs
+    raise ValueError(f"no unfused form of {op}")
+
+
 def run(op, inputs, attrs, n_out, what):
-    """Runs one fused node in a fresh graph; returns the case."""
-    g = tf.Graph()
-    with g.as_default():
-        consts = [tf.constant(x) for x in inputs]
-        node = g._create_op_internal(op, consts, dtypes=[tf.float32] * n_out,
-                                     attrs={k: attr(v) for k, v in attrs.items()}, name="fused")
-        with tf.compat.v1.Session(graph=g) as s:
-            outs = s.run(node.outputs)
+    """Runs one fused node in a fresh graph, or where this build of TensorFlow does not
+    implement it, the stock ops it stands for; returns the case."""
+    via = "fused"
+    try:
+        outs = run_graph(lambda consts: op_outputs(op, consts, attrs, n_out), inputs)
+    except tf.errors.OpError as e:
+        if "Fusion is not implemented" not in str(e) and "Missing" not in str(e):
+            raise
+        via = "unfused"
+        outs = run_graph(lambda consts: unfused(op, consts, attrs), inputs)
     return {
         "what": what,
+        "via": via,
         "op": op,
         "attrs": {k: json_attr(v) for k, v in attrs.items()},
         "inputs": [{"shape": list(x.shape), "values": x.astype(np.float64).ravel().tolist()}
@@ -90,6 +126,24 @@ def run(op, inputs, attrs, n_out, what):
                      "values": o.astype(np.float64).ravel().tolist() if i < 3 else []}
                     for i, o in enumerate(outs)],
     }
+
+
+def op_outputs(op, consts, attrs, n_out):
+    node = tf.compat.v1.get_default_graph()._create_op_internal(
+        op, consts, dtypes=[tf.float32] * n_out,
+        attrs={k: attr(v) for k, v in attrs.items()}, name="fused")
+    return node.outputs
+
+
+def run_graph(build, inputs):
+    """The outputs `build` makes of `inputs`, fed to placeholders (constants would be folded
+    away by grappler), run by a local session."""
+    g = tf.Graph()
+    with g.as_default():
+        feeds = [tf.compat.v1.placeholder(tf.float32, x.shape) for x in inputs]
+        outputs = build(feeds)
+        with tf.compat.v1.Session(graph=g) as s:
+            return s.run(outputs, feed_dict=dict(zip(feeds, inputs)))
 
 
 def uniform(*shape):

@@ -3,10 +3,12 @@
 //! CNN (conv + bias + ReLU, max pooling, dense + bias + ReLU, softmax cross-entropy, Momentum;
 //! and the same with batch normalization in training mode) whose every op is placed on
 //! `/job:worker/task:0`, a `tessera serve` task, through a TensorFlow server as `/job:chief`
-//! (the client's master). The master sends `_FusedConv2D [BiasAdd, Relu]`,
+//! (the client's master). The master sends the fused nodes its grappler writes, which depend on
+//! TensorFlow's build: with oneDNN (CPUs with AVX-512) `_FusedConv2D [BiasAdd, Relu]`,
 //! `_FusedMatMul [BiasAdd, Relu]`, `_FusedMatMul [BiasAdd]` and, with batch normalization,
-//! `_FusedBatchNormEx Relu` (the test reads them back from the partition graphs tessera's worker
-//! reports); the losses of every step must be TensorFlow's alone (same script, same seeds) to
+//! `_FusedBatchNormEx Relu`; without it no `Relu` in a `_FusedMatMul` and no batch
+//! normalization. The worker must run every one TensorFlow writes for the same graph alone (the
+//! test reads them back from the partition graphs each reports); the losses of every step must be TensorFlow's alone (same script, same seeds) to
 //! float rounding (1e-4 relative; about 1e-6 where measured).
 //!
 //! They need a Python with TensorFlow and tf-keras (`$TESSERA_TF_PYTHON`, else `python3`);
@@ -31,9 +33,10 @@ fn losses(trained: &Trained) -> Vec<f64> {
     values.iter().map(|v| v.as_f64().unwrap()).collect()
 }
 
-/// Trains through TensorFlow's master onto a tessera worker and alone; checks the fused ops
-/// the worker ran and that the losses agree.
-fn trains_like_tensorflow(test: &str, batch_norm: bool, want_fused: &[&str]) {
+/// Trains through TensorFlow's master onto a tessera worker and alone; checks that the worker
+/// ran every fused node TensorFlow's own grappler wrote for the same graph alone (which ones
+/// depends on TensorFlow's build: see the module's comment) and that the losses agree.
+fn trains_like_tensorflow(test: &str, batch_norm: bool) {
     let Some(python) = python_with(test, &["tensorflow", "tf_keras"]) else {
         return;
     };
@@ -52,9 +55,14 @@ fn trains_like_tensorflow(test: &str, batch_norm: bool, want_fused: &[&str]) {
     let alone = run(&python, &alone_args);
 
     let fused = on_tessera.strings("fused");
-    for want in want_fused {
+    let want_fused = alone.strings("fused");
+    assert!(
+        want_fused.iter().any(|f| f.starts_with("_Fused")),
+        "TensorFlow alone fused nothing: {want_fused:?}"
+    );
+    for want in &want_fused {
         assert!(
-            fused.iter().any(|f| f == want),
+            fused.contains(want),
             "{want} not among the fused nodes tessera ran: {fused:?}"
         );
     }
@@ -85,26 +93,10 @@ fn trains_like_tensorflow(test: &str, batch_norm: bool, want_fused: &[&str]) {
 
 #[test]
 fn a_tensorflow_master_runs_a_fused_cnn_on_a_tessera_worker() {
-    trains_like_tensorflow(
-        "tensorflow master fused cnn",
-        false,
-        &[
-            "_FusedConv2D [BiasAdd, Relu]",
-            "_FusedMatMul [BiasAdd, Relu]",
-            "_FusedMatMul [BiasAdd]",
-        ],
-    );
+    trains_like_tensorflow("tensorflow master fused cnn", false);
 }
 
 #[test]
 fn a_tensorflow_master_runs_a_fused_batch_norm_cnn_on_a_tessera_worker() {
-    trains_like_tensorflow(
-        "tensorflow master fused batch norm cnn",
-        true,
-        &[
-            "_FusedBatchNormEx Relu",
-            "_FusedMatMul [BiasAdd, Relu]",
-            "_FusedMatMul [BiasAdd]",
-        ],
-    );
+    trains_like_tensorflow("tensorflow master fused batch norm cnn", true);
 }
