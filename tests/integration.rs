@@ -93,6 +93,7 @@ mod tensorflow_v1;
 mod tls;
 mod towers;
 mod train;
+mod train_stop;
 mod variable_shard;
 mod wire;
 mod worker;

@@ -134,8 +134,63 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tessera: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// A task stopped by a signal before its work was done (`"sigterm"` or `"sigint"`).
+#[derive(Debug)]
+pub(crate) struct Stopped {
+    pub(crate) signal: &'static str,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stopped by {} before training ended",
+            self.signal.to_uppercase()
+        )
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// Exit code of faults a restart can fix (a task unreachable, a step aborted, a deadline):
+/// 128 and above are retried by a Kubeflow TFJob's `ExitCode` restart policy, 1 to 127 are
+/// not.
+pub(crate) const EXIT_RETRYABLE: u8 = 128;
+
+/// The exit code for `e`: 128 + the signal's number when a signal stopped the task (143 for
+/// SIGTERM, 130 for SIGINT), [`EXIT_RETRYABLE`] for faults a restart can fix, 1 for bad input
+/// and configuration.
+pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
+    use tessera::error::{Code, Status};
+    if let Some(stopped) = e.downcast_ref::<Stopped>() {
+        return match stopped.signal {
+            "sigint" => 128 + 2,
+            _ => 128 + 15,
+        };
+    }
+    let retryable = e.chain().any(|cause| {
+        cause.downcast_ref::<Status>().is_some_and(|s| {
+            matches!(
+                s.code(),
+                Code::Unavailable
+                    | Code::Aborted
+                    | Code::DeadlineExceeded
+                    | Code::Internal
+                    | Code::Unknown
+                    | Code::DataLoss
+                    | Code::Cancelled
+            )
+        })
+    });
+    if retryable {
+        EXIT_RETRYABLE
+    } else {
+        1
     }
 }
 

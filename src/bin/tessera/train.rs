@@ -4,18 +4,23 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{bail, Context as _};
 use clap::Args;
 use tessera::device::DeviceType;
-use tessera::train::job::launcher::LocalJob;
-use tessera::train::job::{ChiefReport, DataSource, Finished, ModelKind, SyncSpec, TrainSpec};
+use tessera::train::job::launcher::{Ended, LocalJob};
+use tessera::train::job::{
+    ChiefReport, DataSource, Finished, ModelKind, StopRequest, SyncSpec, TrainSpec,
+};
 use tracing::info;
 
-use crate::parse_duration;
 use crate::serve::{start_and_announce, Signals, TaskArgs};
+use crate::{parse_duration, Stopped};
 
 /// How long a ps or worker keeps serving after the chief said training is over.
 const LINGER: Duration = Duration::from_secs(1);
+/// How long a signalled worker may take to finish its step in flight (and the chief its final
+/// checkpoint) before the task exits without them.
+const STOP_GRACE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Args)]
 pub(crate) struct TrainArgs {
@@ -366,19 +371,26 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
         spec.data.describe(),
         spec.steps
     );
-    tessera::train::job::launcher::run_local(&LocalJob {
+    let ended = tessera::train::job::launcher::run_local(&LocalJob {
         exe,
         train_args: args.training.to_args(),
         deadline: args.timeout,
         ps: args.ps,
         workers: args.workers,
     })?;
-    println!("tessera: every task exited 0");
-    Ok(())
+    match ended {
+        Ended::Completed => {
+            println!("tessera: every task exited 0");
+            Ok(())
+        }
+        Ended::Signalled(signal) => Err(Stopped { signal }.into()),
+    }
 }
 
-/// `tessera train`: this task's daemon and its part of the job; exits once the chief says
-/// training is over (the chief: once it told the others), or on SIGTERM.
+/// `tessera train`: this task's daemon and its part of the job; exits 0 once the chief says
+/// training is over (the chief: once it told the others). SIGTERM or SIGINT before that stops
+/// a worker after its step in flight, the chief after a final checkpoint, and exits 143 or
+/// 130: a restarted task goes on from there.
 pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
     let mut config = args.task.load()?;
     let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
@@ -402,19 +414,49 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
         addr
     };
     let target = format!("grpc://{own}");
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let stop = StopRequest::new();
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    let training = stop.clone();
     std::thread::Builder::new()
         .name("tessera-train".into())
         .spawn(move || {
-            let _ = tx.send(tessera::train::job::run(&config, &target, &spec));
+            let _ = tx.send(tessera::train::job::run(&config, &target, &spec, &training));
         })
         .context("cannot start the training thread")?;
-    let outcome = runtime.block_on(async move {
+    let outcome = runtime.block_on(async {
         tokio::select! {
             signal = signals.recv() => Err(signal),
-            finished = rx => Ok(finished),
+            finished = &mut rx => Ok(finished),
         }
     });
+    let outcome = match outcome {
+        Ok(finished) => Ok(finished),
+        // A ps holds nothing to save: it stops at once, and comes back with the checkpoint.
+        Err(signal) if task.job != "worker" => Err((signal, None)),
+        Err(signal) => {
+            info!(
+                task = %task,
+                reason = %signal,
+                "stopping after the step in flight (the chief: after a final checkpoint)"
+            );
+            stop.request();
+            let waited = runtime.block_on(async {
+                tokio::select! {
+                    again = signals.recv() => Err(again),
+                    finished = tokio::time::timeout(STOP_GRACE, &mut rx) => Ok(finished),
+                }
+            });
+            match waited {
+                Ok(Ok(Ok(finished))) => Err((signal, Some(finished))),
+                Ok(Ok(Err(_))) => bail!("{task}: the training thread ended without a result"),
+                Ok(Err(_)) => {
+                    tracing::warn!(task = %task, "the step in flight did not end in {STOP_GRACE:?}");
+                    Err((signal, None))
+                }
+                Err(_) => Err((signal, None)),
+            }
+        }
+    };
     if let Ok(Ok(Ok(Finished::Ps | Finished::Worker { .. }))) = &outcome {
         // The chief's session that told this task is closed right after; serving a moment
         // longer lets that close reach it instead of a refused connection.
@@ -422,12 +464,34 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     server.stop();
     match outcome {
-        Err(signal) => {
-            info!(task = %task, reason = %signal, "stopped before training ended");
-            Ok(())
+        Err((signal, finished)) => {
+            let checkpoint = match finished {
+                Some(Ok(Finished::Stopped {
+                    global_step,
+                    checkpoint,
+                })) => {
+                    info!(task = %task, global_step, "stopped before training ended");
+                    checkpoint
+                }
+                // Training ended as the signal came: the job is over, nothing to come back to.
+                Some(Ok(Finished::Chief(report))) => {
+                    print_report(&report);
+                    return Ok(());
+                }
+                Some(Ok(Finished::Ps | Finished::Worker { .. })) => return Ok(()),
+                Some(Err(e)) => {
+                    tracing::warn!(task = %task, error = %e, "the step in flight failed");
+                    None
+                }
+                None => None,
+            };
+            if let Some(checkpoint) = &checkpoint {
+                println!("tessera: checkpoint {}", checkpoint.display());
+            }
+            Err(Stopped { signal }.into())
         }
         Ok(Err(_)) => bail!("{task}: the training thread ended without a result"),
-        Ok(Ok(Err(e))) => Err(anyhow!("{task}: {e}")),
+        Ok(Ok(Err(e))) => Err(anyhow::Error::new(e).context(task.to_string())),
         Ok(Ok(Ok(finished))) => {
             if let Finished::Chief(report) = finished {
                 print_report(&report);

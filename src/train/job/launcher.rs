@@ -13,9 +13,16 @@
 //! socket activation does. The shell's `exec` keeps its pid, so `LISTEN_PID=$$` names the
 //! daemon. When a task fails, the others are stopped and the error names the task and how it
 //! ended; past the deadline every task still running is killed and named.
+//!
+//! The tasks never outlive the launcher. SIGTERM or SIGINT to it is passed on as SIGTERM to
+//! every task (each in a process group of its own, so a terminal's Ctrl-C reaches only the
+//! launcher), the workers first: they stop after their step in flight, the chief after a final
+//! checkpoint (which the ps tasks write), then the ps tasks; the launcher waits for them
+//! ([`STOP_GRACE`], then SIGKILL), removes its folder and reports [`Ended::Signalled`]. Should the launcher die without a word (SIGKILL), each
+//! task gets SIGTERM from the kernel (`PR_SET_PDEATHSIG`).
 
 use std::net::TcpListener;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -23,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{TaskConfig, TaskId};
 use crate::error::{Result, Status};
+use crate::ops::signals::Interrupts;
 use crate::ops::systemd::socket_activated;
 
 /// What to launch.
@@ -38,6 +46,25 @@ pub struct LocalJob {
     pub ps: usize,
     /// Worker tasks.
     pub workers: usize,
+}
+
+/// How long the tasks may take to stop once the launcher was signalled: a worker's step in
+/// flight and the chief's final checkpoint (each task allows itself 60 s of it).
+pub const STOP_GRACE: Duration = Duration::from_secs(75);
+
+/// How the local job ended, when no task failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Every task exited 0: training is over.
+    Completed,
+    /// The launcher was signalled (`"sigterm"` or `"sigint"`) and stopped every task.
+    Signalled(&'static str),
+}
+
+/// What the launcher waits for.
+enum Event {
+    Exited(usize, std::io::Result<ExitStatus>),
+    Signalled(&'static str),
 }
 
 /// One child task.
@@ -73,8 +100,11 @@ impl Drop for TempDir {
     }
 }
 
-/// Runs the embedded cluster to the end: Ok once every task exited 0.
-pub fn run_local(job: &LocalJob) -> Result<()> {
+/// Runs the embedded cluster to the end: [`Ended::Completed`] once every task exited 0,
+/// [`Ended::Signalled`] when a signal stopped it first.
+pub fn run_local(job: &LocalJob) -> Result<Ended> {
+    // Before any child starts: a signal from now on stops the children, not just the launcher.
+    let interrupts = Interrupts::install()?;
     let embedded = TaskConfig::from_embedded_local(Vec::<(String, String)>::new())
         .map_err(|e| Status::internal(format!("the embedded config/local.toml: {e}")))?;
     let mut listeners = Vec::new();
@@ -107,7 +137,15 @@ pub fn run_local(job: &LocalJob) -> Result<()> {
     std::fs::write(&config, &text)
         .map_err(|e| Status::unavailable(format!("cannot write {}: {e}", config.display())))?;
 
-    let (tx, rx) = mpsc::channel::<(usize, std::io::Result<ExitStatus>)>();
+    let (tx, rx) = mpsc::channel::<Event>();
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            if let Some(signal) = interrupts.wait() {
+                let _ = tx.send(Event::Signalled(signal));
+            }
+        });
+    }
     let mut running = Vec::with_capacity(listeners.len());
     for (task, listener) in listeners {
         let child = match spawn(job, &config, &task, &listener) {
@@ -128,7 +166,7 @@ pub fn run_local(job: &LocalJob) -> Result<()> {
         let tx = tx.clone();
         std::thread::spawn(move || {
             let mut child: Child = child;
-            let _ = tx.send((slot, child.wait()));
+            let _ = tx.send(Event::Exited(slot, child.wait()));
         });
     }
     drop(tx);
@@ -137,7 +175,12 @@ pub fn run_local(job: &LocalJob) -> Result<()> {
     while running.iter().any(|r| !r.done) {
         let left = job.deadline.saturating_sub(started.elapsed());
         match rx.recv_timeout(left) {
-            Ok((slot, status)) => {
+            Ok(Event::Signalled(signal)) => {
+                tracing::info!(signal, "stopping every task");
+                stop_all(&mut running, &rx);
+                return Ok(Ended::Signalled(signal));
+            }
+            Ok(Event::Exited(slot, status)) => {
                 running[slot].done = true;
                 let task = running[slot].task.clone();
                 let status =
@@ -151,7 +194,8 @@ pub fn run_local(job: &LocalJob) -> Result<()> {
                 }
                 tracing::info!(task = %task, "exited 0");
             }
-            Err(_) => {
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
                 let late: Vec<String> = running
                     .iter()
                     .filter(|r| !r.done)
@@ -167,7 +211,39 @@ pub fn run_local(job: &LocalJob) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(Ended::Completed)
+}
+
+/// Stops every child still running: SIGTERM to the workers first (the chief's final
+/// checkpoint is written by the ps tasks), then to the others; waits for them up to
+/// [`STOP_GRACE`] in all and SIGKILLs the ones still running then.
+fn stop_all(running: &mut [Running], rx: &mpsc::Receiver<Event>) {
+    let started = Instant::now();
+    for workers in [true, false] {
+        let stopping: Vec<usize> = (0..running.len())
+            .filter(|&i| !running[i].done && (running[i].task.job == "worker") == workers)
+            .collect();
+        for &i in &stopping {
+            // SAFETY: as in `kill_all`: the child has not been reaped.
+            unsafe { libc::kill(running[i].pid, libc::SIGTERM) };
+        }
+        while stopping.iter().any(|&i| !running[i].done) {
+            match rx.recv_timeout(STOP_GRACE.saturating_sub(started.elapsed())) {
+                Ok(Event::Exited(slot, status)) => {
+                    running[slot].done = true;
+                    if let Ok(status) = status {
+                        tracing::info!(task = %running[slot].task, "{}", describe(status));
+                    }
+                }
+                // A second signal: the launcher is already stopping.
+                Ok(Event::Signalled(_)) => {}
+                Err(_) => {
+                    kill_all(running);
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// `exited with status 1` / `was killed by signal 9`.
@@ -198,7 +274,23 @@ fn spawn(job: &LocalJob, config: &Path, task: &TaskId, listener: &TcpListener) -
         .args(&job.train_args)
         .env("TESSERA__TASK__JOB", &task.job)
         .env("TESSERA__TASK__INDEX", task.index.to_string())
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        .process_group(0);
+    let launcher = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, kill) run.
+    unsafe {
+        command.pre_exec(move || {
+            // The kernel SIGTERMs the task when the launcher dies; survives the exec.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The launcher died before the prctl: nobody is left to wait for this task.
+            if libc::getppid() != launcher {
+                libc::kill(libc::getpid(), libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "warn");
     }

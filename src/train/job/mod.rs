@@ -23,6 +23,7 @@ pub mod signal;
 pub mod spec;
 
 pub use role::{
-    check, check_tower_gpus, confine_checkpoints, provide_tower_devices, run, ChiefReport, Finished,
+    check, check_tower_gpus, confine_checkpoints, provide_tower_devices, run, ChiefReport,
+    Finished, StopRequest,
 };
 pub use spec::{DataSource, ModelKind, SyncSpec, TrainSpec, MODEL_NAMES, OPTIMIZER_NAMES};

@@ -31,6 +31,9 @@ pub struct Progress {
     pending: Option<(i64, f32)>,
     /// The terminal's bar, made at the first update (its rate counts from that step).
     bar: Option<ProgressBar>,
+    /// Whether the plain line at the last step was written: later updates (the global step
+    /// moves on while asynchronous workers finish) add no line.
+    drew_last: bool,
 }
 
 /// The bar towards `last_step`, at `step` with batch loss `loss`, drawn to `target`.
@@ -71,6 +74,7 @@ impl Progress {
             first_step: None,
             pending: None,
             bar: None,
+            drew_last: false,
         }
     }
 
@@ -96,6 +100,9 @@ impl Progress {
             self.last_drawn = Some(now);
             return;
         }
+        if self.drew_last {
+            return;
+        }
         if self
             .last_drawn
             .is_some_and(|t| now.duration_since(t) < LOG_EVERY)
@@ -115,6 +122,7 @@ impl Progress {
             self.mark = (step, now);
         }
         self.last_drawn = Some(now);
+        self.drew_last = step >= self.last_step;
         let line = self.line(step, loss);
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "{line}");
@@ -139,8 +147,10 @@ impl Progress {
         }
     }
 
-    /// The plain line: `[#########...............]  step 412/1000  183.2 steps/s  loss 0.4312`.
+    /// The plain line: `[#########...............]  step 412/1000  183.2 steps/s  loss 0.4312`;
+    /// a step past the last shows as the last.
     pub fn line(&self, step: i64, loss: f32) -> String {
+        let step = step.min(self.last_step.max(0));
         let done = if self.last_step > 0 {
             (step.clamp(0, self.last_step) as f64 / self.last_step as f64 * BAR as f64) as usize
         } else {
@@ -170,7 +180,22 @@ mod tests {
         );
         assert!(progress
             .line(5000, 0.0)
-            .starts_with(&format!("[{}]", "#".repeat(24))));
+            .starts_with(&format!("[{}]  step 1000/1000", "#".repeat(24))));
+    }
+
+    #[test]
+    fn plain_lines_end_at_the_last_step() {
+        let mut progress = Progress::with_terminal(1000, false);
+        progress.update(999, 0.5);
+        assert!(!progress.drew_last);
+        progress.update(1000, 0.5);
+        assert!(progress.drew_last);
+        // Asynchronous workers moved the global step on: nothing more is pending or drawn.
+        progress.update(1001, 0.25);
+        assert!(progress.pending.is_none());
+        let at = progress.last_drawn;
+        progress.finish(1001);
+        assert_eq!(progress.last_drawn, at, "no line after the last step's");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,17 +86,50 @@ pub enum Finished {
     Worker { global_step: i64 },
     /// The chief.
     Chief(Box<ChiefReport>),
+    /// A worker asked to stop ([`StopRequest`]) before training ended: it stopped after its
+    /// step in flight; the chief wrote `checkpoint` at `global_step` first. The job is not
+    /// over: the other tasks wait for this one to come back.
+    Stopped {
+        global_step: i64,
+        checkpoint: Option<PathBuf>,
+    },
 }
 
-/// Runs this task's part of the job, the task's daemon serving at `target` (`grpc://...`).
-pub fn run(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<Finished> {
+/// A request from outside the job (SIGTERM) that a worker stop at its next step, the chief
+/// after writing a final checkpoint, so a restarted task loses nothing.
+#[derive(Clone, Debug, Default)]
+pub struct StopRequest(Arc<AtomicBool>);
+
+impl StopRequest {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the training loop to stop.
+    pub fn request(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_requested(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs this task's part of the job, the task's daemon serving at `target` (`grpc://...`); a
+/// worker stops early when `stop` is requested.
+pub fn run(
+    config: &TaskConfig,
+    target: &str,
+    spec: &TrainSpec,
+    stop: &StopRequest,
+) -> Result<Finished> {
     let task = &config.task;
     match task.job.as_str() {
         "ps" => {
             signal::wait_for_done(target, task)?;
             Ok(Finished::Ps)
         }
-        "worker" => train_worker(config, target, spec),
+        "worker" => train_worker(config, target, spec, stop),
         other => Err(Status::invalid_argument(format!(
             "{task}: tessera train runs jobs `ps` and `worker` (worker 0 is the chief), not \
              `{other}`; rename the job in the cluster file"
@@ -212,7 +246,12 @@ fn connect_options(config: &TaskConfig) -> ConnectOptions {
 }
 
 /// A worker's training, then its part of the ending.
-fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<Finished> {
+fn train_worker(
+    config: &TaskConfig,
+    target: &str,
+    spec: &TrainSpec,
+    stop: &StopRequest,
+) -> Result<Finished> {
     check(config, spec)?;
     let cluster = &config.cluster;
     let num_ps = cluster.num_tasks("ps")?;
@@ -290,13 +329,34 @@ fn train_worker(config: &TaskConfig, target: &str, spec: &TrainSpec) -> Result<F
         (Some(at), Some(dir)) if is_chief => Some((at, dir.clone())),
         _ => None,
     };
-    let outcome = train_loop(&mut session, &built, spec, &shard, index, progress, trace);
+    let outcome = train_loop(
+        &mut session,
+        &built,
+        spec,
+        &shard,
+        index,
+        progress,
+        trace,
+        stop,
+    );
     if let Some(runner) = &runner {
         if let Err(e) = runner.stop() {
             tracing::warn!(error = %e, "the synchronous aggregation loop ended with an error");
         }
     }
     let (global_step, final_loss, steps_per_sec, trace) = outcome?;
+    if stop.is_requested() {
+        // Closing runs the chief's checkpoint saver's `end`: a checkpoint at this step.
+        session.close()?;
+        let checkpoint = match (&spec.checkpoint_dir, is_chief) {
+            (Some(dir), true) => latest_checkpoint(dir)?,
+            _ => None,
+        };
+        return Ok(Finished::Stopped {
+            global_step,
+            checkpoint,
+        });
+    }
     if !is_chief {
         session.close()?;
         let chief = TaskId::new("worker", 0);
@@ -426,9 +486,10 @@ fn monitored_session(
     MonitoredSession::training(manager, training)
 }
 
-/// Steps until a hook stops (the global step reached the last step) or, in synchronous
-/// training, until the chief closes the token queue. Returns the last global step seen, the
-/// last batch loss, and the steps per second.
+/// Steps until a hook stops (the global step reached the last step), `stop` is requested or,
+/// in synchronous training, until the chief closes the token queue. Returns the last global
+/// step seen, the last batch loss, and the steps per second.
+#[allow(clippy::too_many_arguments)]
 fn train_loop(
     session: &mut MonitoredSession,
     built: &TrainGraph,
@@ -437,6 +498,7 @@ fn train_loop(
     index: u32,
     mut progress: Option<Progress>,
     trace: Option<(i64, PathBuf)>,
+    stop: &StopRequest,
 ) -> Result<(i64, f32, f64, Option<PathBuf>)> {
     let options = BatchOptions::new(spec.batch_size)
         .seed(spec.seed.wrapping_add(u64::from(index)).wrapping_add(1))
@@ -460,7 +522,7 @@ fn train_loop(
             Vec::new(),
         ),
     };
-    while !session.should_stop() {
+    while !session.should_stop() && !stop.is_requested() {
         let batch = match batches.next() {
             Some(batch) => batch,
             None => {
