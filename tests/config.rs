@@ -60,6 +60,7 @@ fn the_example_file_loads_with_the_values_its_comments_document() {
     assert_eq!(config.timeouts.rpc, Duration::from_secs(60));
     assert_eq!(config.timeouts.create_session, Duration::from_secs(30));
     assert_eq!(config.timeouts.shutdown_grace, Duration::from_secs(5));
+    assert_eq!(config.timeouts.startup, Duration::from_secs(2 * 60 * 60));
     assert_eq!(config.task_address().unwrap(), "w0.example:2222");
     assert_eq!(
         config.checkpoints.allowed_dirs,

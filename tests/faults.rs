@@ -178,6 +178,7 @@ fn retry() -> RetryPolicy {
         initial_backoff: Duration::from_millis(50),
         multiplier: 2.0,
         max_backoff: Duration::from_secs(1),
+        startup: Duration::ZERO,
     }
 }
 
@@ -612,6 +613,7 @@ fn short_retry() -> RetryPolicy {
         initial_backoff: Duration::from_millis(50),
         multiplier: 2.0,
         max_backoff: Duration::from_millis(200),
+        startup: Duration::ZERO,
     }
 }
 

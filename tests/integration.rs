@@ -75,6 +75,7 @@ mod placement;
 mod queues;
 mod readme;
 mod readme_commands;
+mod readme_recipe;
 mod remote_session;
 mod rendezvous;
 mod session;

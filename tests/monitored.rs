@@ -168,6 +168,7 @@ fn retry(max_attempts: u32) -> RetryPolicy {
         initial_backoff: Duration::from_millis(100),
         multiplier: 2.0,
         max_backoff: Duration::from_secs(1),
+        startup: Duration::ZERO,
     }
 }
 
@@ -286,6 +287,39 @@ fn session_creation_failing_twice_with_unavailable_is_retried_with_backoff() {
     assert_eq!(train(&mut session).unwrap(), 3);
     session.close().unwrap();
     assert_eq!(setup.global_step(), 3);
+}
+
+#[test]
+fn the_first_session_waits_for_tasks_not_up_yet_up_to_the_startup_timeout() {
+    // 40 refused creations: far past 3 attempts, within a 2-minute startup wait (2 s polls).
+    let setup = Setup::new();
+    setup.faults.creations.store(40, Ordering::SeqCst);
+    let policy = RetryPolicy {
+        startup: Duration::from_secs(120),
+        ..retry(3)
+    };
+    let mut session =
+        MonitoredSession::new(setup.manager(true), vec![stop_at(2)], policy.clone()).unwrap();
+    assert_eq!(setup.clock.sleeps(), [Duration::from_secs(2); 40]);
+    assert_eq!(train(&mut session).unwrap(), 2);
+    session.close().unwrap();
+
+    // Past the startup timeout the task gives up, naming the wait and how to lengthen it.
+    let setup = Setup::new();
+    setup.faults.creations.store(1000, Ordering::SeqCst);
+    let err = match MonitoredSession::new(setup.manager(true), vec![], policy) {
+        Ok(_) => panic!("a session while every creation was refused"),
+        Err(e) => e,
+    };
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    for needle in [
+        "did not come up within 120 s",
+        "connection refused",
+        "--startup_timeout",
+    ] {
+        assert!(err.message().contains(needle), "{needle}: {err}");
+    }
+    assert_eq!(setup.clock.sleeps(), [Duration::from_secs(2); 60]);
 }
 
 #[test]

@@ -16,13 +16,13 @@ use tessera::tensor::DType;
 use crate::support::certs::Pki;
 use crate::support::cluster::{InProcessCluster, BIN};
 
-fn readme() -> String {
+pub(crate) fn readme() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     std::fs::read_to_string(&path).expect("README.md")
 }
 
 /// The fenced blocks of `lang`, in order.
-fn blocks(text: &str, lang: &str) -> Vec<String> {
+pub(crate) fn blocks(text: &str, lang: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current: Option<String> = None;
     for line in text.lines() {

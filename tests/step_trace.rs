@@ -465,6 +465,7 @@ fn a_monitored_session_traces_one_step_with_its_hooks() {
         initial_backoff: Duration::from_millis(10),
         multiplier: 2.0,
         max_backoff: Duration::from_millis(10),
+        startup: Duration::ZERO,
     };
     let mut session = MonitoredSession::new(manager, hooks, retry).unwrap();
 

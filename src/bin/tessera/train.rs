@@ -163,9 +163,14 @@ pub(crate) struct TrainingFlags {
     /// The fraction of examples held out for the final accuracy.
     #[arg(long = "held_out", default_value_t = 0.2)]
     held_out: f64,
-    /// How long a worker waits for the chief to initialise the model.
-    #[arg(long = "wait_for_model", default_value = "120s", value_parser = parse_duration)]
-    wait_for_model: Duration,
+    /// How long a worker waits for the chief to initialise the model (default: the startup
+    /// timeout).
+    #[arg(long = "wait_for_model", value_parser = parse_duration)]
+    wait_for_model: Option<Duration>,
+    /// How long a task waits for the job's other tasks to come up: they may start in any
+    /// order (default 2h, as TensorFlow's; the cluster file's [timeouts] startup).
+    #[arg(long = "startup_timeout", value_parser = parse_duration)]
+    startup_timeout: Option<Duration>,
 }
 
 impl TrainingFlags {
@@ -218,7 +223,10 @@ impl TrainingFlags {
                 .with_teacher_sizes(self.inputs, self.outputs, self.teacher_rank)?,
             seed: self.seed,
             held_out_fraction: self.held_out,
-            wait_for_model: self.wait_for_model,
+            wait_for_model: self
+                .wait_for_model
+                .or(self.startup_timeout)
+                .unwrap_or(TrainSpec::default().wait_for_model),
         })
     }
 
@@ -240,8 +248,13 @@ impl TrainingFlags {
             format!("--summary_every={}", self.summary_every),
             format!("--seed={}", self.seed),
             format!("--held_out={}", self.held_out),
-            format!("--wait_for_model={}ms", self.wait_for_model.as_millis()),
         ];
+        if let Some(wait) = self.wait_for_model {
+            args.push(format!("--wait_for_model={}ms", wait.as_millis()));
+        }
+        if let Some(wait) = self.startup_timeout {
+            args.push(format!("--startup_timeout={}ms", wait.as_millis()));
+        }
         if !self.filters.is_empty() {
             let filters: Vec<String> = self.filters.iter().map(usize::to_string).collect();
             args.push(format!("--filters={}", filters.join(",")));
@@ -393,8 +406,14 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
 /// 130: a restarted task goes on from there.
 pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
     let mut config = args.task.load()?;
+    if let Some(wait) = args.training.startup_timeout {
+        config.timeouts.startup = wait;
+    }
     let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
-    let spec = args.training.to_spec(num_workers)?;
+    let mut spec = args.training.to_spec(num_workers)?;
+    if args.training.wait_for_model.is_none() {
+        spec.wait_for_model = config.timeouts.startup;
+    }
     tessera::train::job::check(&config, &spec)?;
     tessera::train::job::check_tower_gpus(&config, &spec, &tessera::device::CudaProbe)?;
     tessera::train::job::provide_tower_devices(&mut config, &spec);

@@ -102,6 +102,7 @@ struct RawTimeouts {
     rpc: Option<String>,
     create_session: Option<String>,
     shutdown_grace: Option<String>,
+    startup: Option<String>,
 }
 
 /// Where each value came from: the file, or the environment variable that overrode a key.
@@ -693,6 +694,7 @@ impl RawTimeouts {
                 self.shutdown_grace,
                 defaults.shutdown_grace,
             )?,
+            startup: one("timeouts.startup", self.startup, defaults.startup)?,
         })
     }
 }

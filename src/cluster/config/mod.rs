@@ -89,6 +89,9 @@ pub struct Timeouts {
     pub create_session: Duration,
     /// Finishing in-flight calls after SIGTERM before exiting anyway.
     pub shutdown_grace: Duration,
+    /// A task of a training job waiting for the others to come up (`tessera train
+    /// --startup_timeout`): tasks start in any order, and one may wait for a machine.
+    pub startup: Duration,
 }
 
 impl Default for DeviceConfig {
@@ -139,6 +142,8 @@ impl Default for Timeouts {
             rpc: Duration::from_secs(60),
             create_session: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
+            // TensorFlow's SessionManager waits up to two hours (`max_wait_secs=7200`).
+            startup: Duration::from_secs(2 * 60 * 60),
         }
     }
 }

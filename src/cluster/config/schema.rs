@@ -32,7 +32,13 @@ pub(super) const DEVICE_KEYS: &[&str] = &[
     "cpu_memory_limit",
     "intra_op_threads",
 ];
-pub(super) const TIMEOUT_KEYS: &[&str] = &["connect", "rpc", "create_session", "shutdown_grace"];
+pub(super) const TIMEOUT_KEYS: &[&str] = &[
+    "connect",
+    "rpc",
+    "create_session",
+    "shutdown_grace",
+    "startup",
+];
 pub(super) const TLS_KEYS: &[&str] = &["cert", "key", "ca", "require_client_cert", "server_name"];
 pub(super) const AUTH_KEYS: &[&str] = &["token_file"];
 

@@ -442,6 +442,7 @@ fn monitored_session(
         .with_wait(Duration::from_secs(1), spec.wait_for_model);
     let mut training = TrainingConfig::new(&built.global_step);
     training.log_step_count = None;
+    training.retry.startup = config.timeouts.startup;
     if is_chief {
         if let Some(dir) = &spec.checkpoint_dir {
             let saver = Arc::new(Saver::new(built.saver.clone(), MAX_TO_KEEP));

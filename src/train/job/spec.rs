@@ -474,7 +474,7 @@ impl Default for TrainSpec {
             data: DataSource::Digits,
             seed: 1,
             held_out_fraction: 0.2,
-            wait_for_model: std::time::Duration::from_secs(120),
+            wait_for_model: crate::cluster::Timeouts::default().startup,
         }
     }
 }

@@ -22,7 +22,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::client::Session;
-use crate::error::{Result, Status};
+use crate::error::{Code, Result, Status};
+use crate::peer::format_duration;
 use crate::proto::{RunMetadata, RunOptions};
 use crate::tensor::Tensor;
 
@@ -105,6 +106,11 @@ pub struct RetryPolicy {
     pub multiplier: f64,
     /// ...up to this.
     pub max_backoff: Duration,
+    /// How long the first session's creation waits for tasks that are not up yet
+    /// (UNAVAILABLE) before `max_attempts` counts: a cluster's tasks start in any order, and
+    /// one may wait minutes for a machine (TensorFlow's `SessionManager` waits up to two
+    /// hours). Zero: no such wait.
+    pub startup: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -114,9 +120,15 @@ impl Default for RetryPolicy {
             initial_backoff: Duration::from_millis(100),
             multiplier: 2.0,
             max_backoff: Duration::from_secs(30),
+            startup: Duration::ZERO,
         }
     }
 }
+
+/// How often a task waiting for the others to come up says so.
+const STARTUP_LOG_EVERY: Duration = Duration::from_secs(30);
+/// The longest pause between two attempts while waiting for the others to come up.
+const STARTUP_POLL: Duration = Duration::from_secs(2);
 
 impl RetryPolicy {
     /// The wait after failed attempt `attempt` (1-based): `initial * multiplier^(attempt-1)`,
@@ -168,9 +180,33 @@ impl MonitoredSession {
             hook.begin()?;
         }
         let mut attempt = 1;
+        let clock = this.manager.clock().clone();
+        let started = clock.now();
+        let mut said: Option<Duration> = None;
         loop {
             match this.ensure_session() {
                 Ok(()) => return Ok(this),
+                Err(e) if e.code() == Code::Unavailable && !this.retry.startup.is_zero() => {
+                    let waited = clock.now().saturating_sub(started);
+                    let startup = this.retry.startup;
+                    if waited >= startup {
+                        return Err(Status::unavailable(format!(
+                            "the cluster did not come up within {} (the startup timeout): {};                              start the tasks named, or wait longer (tessera train                              --startup_timeout, [timeouts] startup)",
+                            format_duration(startup),
+                            e.message()
+                        )));
+                    }
+                    if said.is_none_or(|at| waited >= at + STARTUP_LOG_EVERY) {
+                        said = Some(waited);
+                        tracing::info!(
+                            waited_s = waited.as_secs(),
+                            "waiting for the cluster's other tasks to come up (normal while a                              cluster starts; up to {}): {}",
+                            format_duration(startup),
+                            e.message()
+                        );
+                    }
+                    clock.sleep(STARTUP_POLL.min(startup - waited));
+                }
                 Err(e) => this.recover(e, &mut attempt, "creating the session")?,
             }
         }
@@ -518,6 +554,7 @@ mod tests {
             initial_backoff: Duration::from_millis(100),
             multiplier: 2.0,
             max_backoff: Duration::from_millis(500),
+            startup: Duration::ZERO,
         };
         // 100 * 2^(n-1) ms, capped at 500 ms.
         let waits: Vec<u128> = (1..=5).map(|n| policy.backoff(n).as_millis()).collect();
