@@ -226,7 +226,14 @@ impl Server {
         // TLS settings are checked before any thread starts, so a bad one leaves nothing behind.
         let guards = Guards::new(&config)?;
         let files = match &config.checkpoints.allowed_dirs {
-            Some(dirs) => Files::confined(dirs).map_err(|e| e.context(config.task.to_string()))?,
+            Some(dirs) => {
+                let files =
+                    Files::confined(dirs).map_err(|e| e.context(config.task.to_string()))?;
+                match &config.checkpoints.widen_hint {
+                    Some(how) => files.widened_by(format!("on {}, {how}", config.task)),
+                    None => files,
+                }
+            }
             None => Files::ambient(),
         };
         let prepared = Instant::now();

@@ -44,6 +44,7 @@ fn start(allowed: Option<&Path>) -> (Server, Session) {
     let server = Server::start(TaskConfig {
         checkpoints: CheckpointsConfig {
             allowed_dirs: allowed.map(|d| vec![d.to_path_buf()]),
+            ..Default::default()
         },
         ..TaskConfig::local()
     })

@@ -70,6 +70,17 @@ pub(crate) fn start_job(jobs: &[(&str, usize)], args: &[&str]) -> Job {
 
 /// [`start_job`] with `devices` (TOML lines) added to the cluster file's `[devices]` table.
 fn start_job_with_devices(jobs: &[(&str, usize)], devices: &str, args: &[&str]) -> Job {
+    start_job_each(jobs, devices, &|_, _| {
+        args.iter().map(|a| a.to_string()).collect()
+    })
+}
+
+/// [`start_job_with_devices`] with each task's arguments from `args` (job, index).
+fn start_job_each(
+    jobs: &[(&str, usize)],
+    devices: &str,
+    args: &dyn Fn(&str, usize) -> Vec<String>,
+) -> Job {
     let dir = tempfile::tempdir().unwrap();
     let mut listeners = Vec::new();
     let mut text = String::from("[cluster]\n");
@@ -89,7 +100,9 @@ fn start_job_with_devices(jobs: &[(&str, usize)], devices: &str, args: &[&str]) 
 
     let mut tasks = Vec::new();
     for (job, index, listener) in &listeners {
-        let child = spawn_train(&config, job, *index, listener, args);
+        let task_args = args(job, *index);
+        let task_args: Vec<&str> = task_args.iter().map(String::as_str).collect();
+        let child = spawn_train(&config, job, *index, listener, &task_args);
         tasks.push(Started {
             name: format!("/job:{job}/task:{index}"),
             addr: listener.local_addr().unwrap(),
@@ -691,6 +704,39 @@ fn an_unwritable_checkpoint_dir_is_refused_before_training_and_loses_nothing() {
     }
     std::fs::set_permissions(&ckpt, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_eq!(snapshot(&ckpt), before);
+}
+
+#[test]
+fn a_ps_not_given_the_checkpoint_dir_is_named_with_the_flag_it_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt").display().to_string();
+    // The chief has --checkpoint_dir, the ps does not: the ps refuses the chief's SaveV2.
+    let job = start_job_each(&[("ps", 1), ("worker", 1)], "", &|job, _| {
+        let mut args = vec!["--steps".to_string(), "20".into()];
+        if job == "worker" {
+            args.extend(["--checkpoint_dir".to_string(), ckpt.clone()]);
+        }
+        args
+    });
+    let mut tasks = job.tasks;
+    let ps = tasks.remove(0);
+    let chief = tasks.remove(0);
+    let ended = wait_all(vec![(chief.name, chief.child)]);
+    assert_eq!(ended[0].status.code(), Some(1), "{}", ended[0].stderr);
+    for needle in [
+        "PERMISSION_DENIED",
+        "on /job:ps/task:0, give this task's `tessera train` the same \
+         --checkpoint_dir",
+    ] {
+        assert!(
+            ended[0].stderr.contains(needle),
+            "{needle}: {}",
+            ended[0].stderr
+        );
+    }
+    // SAFETY: our child, not yet reaped.
+    unsafe { libc::kill(ps.child.id() as libc::pid_t, libc::SIGTERM) };
+    support::cluster::wait_with_deadline(ps.child, "the ps after SIGTERM");
 }
 
 #[test]

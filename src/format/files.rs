@@ -37,6 +37,9 @@ pub static AMBIENT: Files = Files::ambient();
 pub struct Files {
     /// `None`: any path (TensorFlow's behaviour).
     roots: Option<Arc<[Root]>>,
+    /// How the task's operator allows another directory (a refused path's message ends
+    /// with it); `None`: the cluster file's key.
+    widen: Option<Arc<str>>,
 }
 
 /// Two confinements are equal when they allow the same directories.
@@ -72,7 +75,17 @@ enum Place {
 impl Files {
     /// Any path the daemon's user can reach.
     pub const fn ambient() -> Self {
-        Self { roots: None }
+        Self {
+            roots: None,
+            widen: None,
+        }
+    }
+
+    /// The same confinement, a refused path's message ending with `how` another directory
+    /// is allowed (`tessera train` names its `--checkpoint_dir` and the task).
+    pub fn widened_by(mut self, how: impl Into<String>) -> Self {
+        self.widen = Some(how.into().into());
+        self
     }
 
     /// Only paths under `dirs`, each of which must exist and be a directory; an error names
@@ -96,6 +109,7 @@ impl Files {
         }
         Ok(Self {
             roots: Some(roots.into()),
+            widen: None,
         })
     }
 
@@ -148,10 +162,13 @@ impl Files {
             .iter()
             .map(|r| format!("\"{}\"", r.path.display()))
             .collect();
+        let widen = self
+            .widen
+            .as_deref()
+            .unwrap_or("add this one to [checkpoints] allowed_dirs in the task's cluster file");
         Err(Status::permission_denied(format!(
             "path `{}` (resolved to `{}`) is outside {ALLOWED_DIRS_KEY} = [{}]; write under one \
-             of those directories, or add this one to [checkpoints] allowed_dirs in the task's \
-             cluster file",
+             of those directories, or {widen}",
             shown.display(),
             full.display(),
             allowed.join(", ")

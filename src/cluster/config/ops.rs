@@ -53,6 +53,10 @@ pub struct CheckpointsConfig {
     /// The directories `SaveV2`, `RestoreV2`, `MergeV2Checkpoints` and summary writers may
     /// use (`checkpoints.allowed_dirs`); `None` allows any path, as TensorFlow does.
     pub allowed_dirs: Option<Vec<PathBuf>>,
+    /// How this task's operator allows another directory, for a refused path's message;
+    /// `None`: the cluster file's key. Set by the program that runs the task (`tessera train`
+    /// names its `--checkpoint_dir`), never read from a file or a client.
+    pub widen_hint: Option<String>,
 }
 
 /// The keys of `[checkpoints]`.
@@ -201,6 +205,7 @@ impl RawCheckpoints {
         }
         Ok(CheckpointsConfig {
             allowed_dirs: Some(allowed),
+            widen_hint: None,
         })
     }
 }

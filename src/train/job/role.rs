@@ -174,6 +174,11 @@ pub fn confine_checkpoints(config: &mut TaskConfig, spec: &TrainSpec) -> Result<
         dirs.push(dir.clone());
     }
     config.checkpoints.allowed_dirs = Some(dirs);
+    config.checkpoints.widen_hint = Some(
+        "give this task's `tessera train` the same --checkpoint_dir as the others (every task \
+         of a job takes the same flags)"
+            .into(),
+    );
     Ok(())
 }
 
