@@ -707,6 +707,33 @@ fn an_unwritable_checkpoint_dir_is_refused_before_training_and_loses_nothing() {
 }
 
 #[test]
+fn a_worker_started_with_another_model_than_the_chiefs_fails_naming_the_flag() {
+    let job = start_job_each(&[("ps", 1), ("worker", 2)], "", &|_, index| {
+        let hidden = if index == 1 { "64" } else { "128" };
+        ["--steps", "100000", "--hidden", hidden]
+            .map(String::from)
+            .to_vec()
+    });
+    let mut tasks = job.tasks;
+    let worker = tasks.remove(2);
+    let ended = wait_all(vec![(worker.name, worker.child)]);
+    let stderr = &ended[0].stderr;
+    assert_eq!(ended[0].status.code(), Some(1), "{stderr}");
+    for needle in [
+        "/job:worker/task:1 trains another model than the chief's",
+        "--hidden: the chief has 128, this task 64",
+        "start every task of the job with the same flags",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    for task in tasks {
+        // SAFETY: our children, not yet reaped.
+        unsafe { libc::kill(task.child.id() as libc::pid_t, libc::SIGKILL) };
+        support::cluster::wait_with_deadline(task.child, &task.name);
+    }
+}
+
+#[test]
 fn a_ps_not_given_the_checkpoint_dir_is_named_with_the_flag_it_lacks() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("ckpt").display().to_string();

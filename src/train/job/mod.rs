@@ -8,10 +8,12 @@
 //! - [`cnn`]: the convolutional network of `--model cnn`, on square grayscale images.
 //! - [`embedding`]: the wide-and-deep model of `--model embedding`, on partitioned tables.
 //! - [`role`]: what a ps, a worker and the chief do next to their daemon.
+//! - [`agree`]: the chief's model flags, which every other worker must share.
 //! - [`signal`]: how the chief tells every task that training is over, through the runtime.
 //! - [`progress`]: the chief's progress line.
 //! - [`launcher`]: `tessera local`, the embedded cluster as child processes.
 
+pub mod agree;
 pub mod cnn;
 pub mod embedding;
 pub mod launcher;

@@ -34,6 +34,7 @@ use crate::train::monitored::{
 };
 use crate::train::sync_replicas::ChiefQueueRunner;
 
+use super::agree;
 use super::model::{self, Examples, Placement, Scores, TrainGraph, TrainOp, IDS, X, Y};
 use super::progress::Progress;
 use super::signal::{self, ChiefSignals};
@@ -313,7 +314,15 @@ fn train_worker(
         (Some(dir), true) => Some(SummaryFile::create(dir)?),
         _ => None,
     };
+    let ps0 = TaskId::new("ps", 0);
+    if !is_chief {
+        agree::check(target, &ps0, &config.task, spec, spec.wait_for_model)?;
+    }
     let mut session = monitored_session(config, target, spec, &built, summaries.clone())?;
+    if is_chief {
+        // The model is up (initialised or restored): the others may compare with it.
+        agree::publish(target, &ps0, spec)?;
+    }
     if let Some(prefix) = &restored_from {
         tracing::info!(checkpoint = %prefix.display(), "restored the model");
     }
