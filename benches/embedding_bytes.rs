@@ -87,6 +87,8 @@ fn measure(rows: usize, batch: usize) -> (f64, f64) {
     };
     let placement = Placement {
         num_ps: 2,
+        job: "worker".into(),
+        chief: true,
         worker_index: 0,
         num_workers: 1,
     };

@@ -529,6 +529,46 @@ fn tf_config_finds_the_task_and_applies_the_chief_rule() {
     assert_eq!(config.cluster.task_indices("worker").unwrap(), vec![3]);
 }
 
+#[test]
+fn tf_config_takes_the_environment_overrides_a_cluster_file_takes() {
+    // A TFJob pod: TF_CONFIG for the cluster, TESSERA__ variables for the rest.
+    let json = r#"{"cluster": {"chief": ["c-0:2222"], "ps": ["ps-0:2222"],
+                   "worker": {"1": "w-1:2222"}}, "task": {"type": "worker", "index": 1}}"#;
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let plain = TaskConfig::from_tf_config(json).unwrap();
+    let config = TaskConfig::from_tf_config(json)
+        .unwrap()
+        .with_env(
+            "TF_CONFIG",
+            env(&[
+                ("TESSERA__METRICS__LISTEN", "0.0.0.0:9100"),
+                ("TESSERA__DEVICES__CPU_MEMORY_LIMIT", "1073741824"),
+                ("TESSERA__TIMEOUTS__STARTUP", "10m"),
+                ("PATH", "/usr/bin"),
+            ]),
+        )
+        .unwrap();
+    assert_eq!(config.task, plain.task);
+    assert_eq!(config.listen, plain.listen);
+    assert_eq!(config.cluster.task_indices("worker").unwrap(), vec![1]);
+    assert_eq!(config.cluster.task_address("chief", 0).unwrap(), "c-0:2222");
+    assert_eq!(config.metrics.listen, Some(addr("0.0.0.0:9100")));
+    assert_eq!(config.devices.cpu_memory_limit, Some(1 << 30));
+    assert_eq!(config.timeouts.startup, Duration::from_secs(600));
+    // A bad value is named as a cluster file's would be.
+    let err = TaskConfig::from_tf_config(json)
+        .unwrap()
+        .with_env("TF_CONFIG", env(&[("TESSERA__TIMEOUTS__STARTUP", "soon")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("TESSERA__TIMEOUTS__STARTUP"), "{err}");
+}
+
 /// What a Kubeflow TFJob with PS and Worker replicas sets: no chief job, so worker 0 is the
 /// chief (as `TFConfigClusterResolver` and between-graph ps/worker programs have it), and the
 /// log says so.

@@ -249,8 +249,60 @@ fn assert_trained(ended: &[Ended], step: &str) {
 pub(crate) fn chief(ended: &[Ended]) -> &Ended {
     ended
         .iter()
-        .find(|e| e.name == "/job:worker/task:0")
+        .find(|e| e.name == "/job:chief/task:0")
+        .or_else(|| ended.iter().find(|e| e.name == "/job:worker/task:0"))
         .expect("the chief")
+}
+
+/// What a Kubeflow TFJob sets: one `TF_CONFIG` per task naming the whole cluster and the task.
+#[test]
+fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)];
+    let listeners: Vec<TcpListener> = tasks
+        .iter()
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs = |job: &str| -> Vec<String> {
+        tasks
+            .iter()
+            .zip(&listeners)
+            .filter(|((j, _), _)| *j == job)
+            .map(|(_, l)| l.local_addr().unwrap().to_string())
+            .collect()
+    };
+    let cluster = serde_json::json!({
+        "chief": addrs("chief"), "ps": addrs("ps"), "worker": addrs("worker"),
+    });
+    let ckpt = dir.path().join("ckpt");
+    let mut children = Vec::new();
+    for ((job, index), listener) in tasks.iter().zip(&listeners) {
+        let tf_config = serde_json::json!({
+            "cluster": cluster, "task": {"type": job, "index": index},
+        });
+        let mut command = socket_activated(Path::new(BIN), listener);
+        command
+            .args(["train", "--steps", "200", "--checkpoint_dir"])
+            .arg(&ckpt)
+            .arg("--logdir")
+            .arg(dir.path().join("runs"))
+            .env("TF_CONFIG", tf_config.to_string())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = command.spawn().expect("spawn tessera train");
+        children.push((format!("/job:{job}/task:{index}"), child));
+    }
+    let ended = wait_all(children);
+    // Three replicas trained (the chief's own job and two workers) to step 200.
+    assert_trained(&ended, "2");
+    let latest = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
+    assert!(
+        latest.to_str().unwrap().contains("model.ckpt-"),
+        "{}",
+        latest.display()
+    );
 }
 
 #[test]
@@ -357,6 +409,8 @@ fn the_chiefs_checkpoint_restores_into_a_fresh_cluster_bit_for_bit() {
     let cluster = Cluster::start(&[("ps", 1), ("worker", 2)]);
     let placement = Placement {
         num_ps: 1,
+        job: "worker".into(),
+        chief: true,
         worker_index: 0,
         num_workers: 2,
     };

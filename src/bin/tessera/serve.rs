@@ -57,9 +57,12 @@ fn load_task_config(
             bail!("--config and the classic flags (--ps_hosts, ...) exclude each other; pass one")
         }
         (Some(path), false) => TaskConfig::from_file(path)?,
-        (None, true) => TaskConfig::from_classic_flags(classic)?,
+        (None, true) => TaskConfig::from_classic_flags(classic)?
+            .with_env("the classic flags", std::env::vars())?,
         (None, false) => match std::env::var("TF_CONFIG") {
-            Ok(json) if !json.trim().is_empty() => TaskConfig::from_tf_config(&json)?,
+            Ok(json) if !json.trim().is_empty() => {
+                TaskConfig::from_tf_config(&json)?.with_env("TF_CONFIG", std::env::vars())?
+            }
             _ => bail!(
                 "no configuration: pass --config FILE, or --ps_hosts/--worker_hosts/--job_name/\
                  --task_index, or set TF_CONFIG"

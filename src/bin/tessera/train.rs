@@ -409,8 +409,8 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
     if let Some(wait) = args.training.startup_timeout {
         config.timeouts.startup = wait;
     }
-    let num_workers = config.cluster.num_tasks("worker").unwrap_or(0);
-    let mut spec = args.training.to_spec(num_workers)?;
+    let replicas = tessera::train::job::Replica::count(&config.cluster);
+    let mut spec = args.training.to_spec(replicas)?;
     if args.training.wait_for_model.is_none() {
         spec.wait_for_model = config.timeouts.startup;
     }

@@ -263,6 +263,49 @@ impl TaskConfig {
         raw.validate(cluster, &sources)
     }
 
+    /// This configuration (from `TF_CONFIG` or the classic flags: a cluster, a task, where to
+    /// listen) with the `TESSERA__SECTION__KEY` overrides among `env` applied, as a cluster
+    /// file's are: `TESSERA__METRICS__LISTEN` serves metrics for a Kubeflow TFJob's pod.
+    /// `source` names where the cluster came from, in messages.
+    pub fn with_env(
+        self,
+        source: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let prefix = format!("{ENV_PREFIX}{ENV_SEPARATOR}");
+        let env: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(var, _)| var.to_uppercase().starts_with(&prefix))
+            .collect();
+        if env.is_empty() {
+            return Ok(self);
+        }
+        let mut text = String::from("[cluster]\n");
+        for job in self.cluster.jobs() {
+            let tasks = self
+                .cluster
+                .job_tasks(job)
+                .map_err(|e| ConfigError::Invalid(format!("{source}: {}", e.message())))?;
+            let quoted = |a: &str| toml::Value::String(a.to_owned()).to_string();
+            if tasks.iter().all(Option::is_some) {
+                let addrs: Vec<String> = tasks.iter().flatten().map(|a| quoted(a)).collect();
+                text.push_str(&format!("{job} = [{}]\n", addrs.join(", ")));
+            } else {
+                let sparse: Vec<String> = tasks
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, a)| a.as_deref().map(|a| format!("\"{i}\" = {}", quoted(a))))
+                    .collect();
+                text.push_str(&format!("{job} = {{ {} }}\n", sparse.join(", ")));
+            }
+        }
+        text.push_str(&format!(
+            "[task]\njob = \"{}\"\nindex = {}\nlisten = \"{}\"\n",
+            self.task.job, self.task.index, self.listen
+        ));
+        Self::from_toml_with_env(&text, source, env)
+    }
+
     /// Parses the embedded default cluster file of `tessera local`, with `env` overrides.
     pub fn from_embedded_local(
         env: impl IntoIterator<Item = (String, String)>,

@@ -101,7 +101,10 @@ fn graph(ps0: &TaskId, flags: &str) -> Result<(Graph, Variable, String)> {
     let (var, initialized) = g.with_device(&device, |g| {
         let text = g.constant(&Tensor::string(flags.as_bytes().to_vec()))?;
         let var = g.variable(FLAGS_VARIABLE, &text)?;
-        Ok::<_, Status>((var, format!("{FLAGS_VARIABLE}/IsInitialized/VarIsInitializedOp:0")))
+        Ok::<_, Status>((
+            var,
+            format!("{FLAGS_VARIABLE}/IsInitialized/VarIsInitializedOp:0"),
+        ))
     })?;
     Ok((g, var, initialized))
 }
@@ -143,7 +146,13 @@ pub fn publish(target: &str, ps0: &TaskId, spec: &TrainSpec) -> Result<()> {
 
 /// A worker's half: waits up to `wait` for the chief's flags on `ps0` and compares them with
 /// its own; INVALID_ARGUMENT naming every flag that differs, and `task`.
-pub fn check(target: &str, ps0: &TaskId, task: &TaskId, spec: &TrainSpec, wait: Duration) -> Result<()> {
+pub fn check(
+    target: &str,
+    ps0: &TaskId,
+    task: &TaskId,
+    spec: &TrainSpec,
+    wait: Duration,
+) -> Result<()> {
     let own = agreed_flags(spec);
     let (g, var, initialized) = graph(ps0, &encode(&own))?;
     let value = var.value.name();
@@ -158,7 +167,9 @@ pub fn check(target: &str, ps0: &TaskId, task: &TaskId, spec: &TrainSpec, wait: 
             Err(e) if e.code() == Code::Unavailable => {
                 if !said {
                     said = true;
-                    tracing::info!("waiting for {ps0} to come up (normal while a cluster starts): {e}");
+                    tracing::info!(
+                        "waiting for {ps0} to come up (normal while a cluster starts): {e}"
+                    );
                 }
             }
             Err(e) => return Err(e),

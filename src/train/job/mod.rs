@@ -26,6 +26,6 @@ pub mod spec;
 
 pub use role::{
     check, check_tower_gpus, confine_checkpoints, provide_tower_devices, run, ChiefReport,
-    Finished, StopRequest,
+    Finished, Replica, StopRequest,
 };
 pub use spec::{DataSource, ModelKind, SyncSpec, TrainSpec, MODEL_NAMES, OPTIMIZER_NAMES};

@@ -52,9 +52,15 @@ pub use super::embedding::IDS;
 pub struct Placement {
     /// ps tasks (the variables are spread over them).
     pub num_ps: u32,
-    /// This worker's task index.
+    /// This task's job: `worker`, or `chief` where the cluster has a chief job (a Kubeflow
+    /// TFJob's Chief replica).
+    pub job: String,
+    /// Whether this task is the chief: the `chief` task, or worker 0 without one.
+    pub chief: bool,
+    /// This task's index in its job.
     pub worker_index: u32,
-    /// Workers in the cluster.
+    /// Training replicas in the cluster: the workers, and the chief when it has a job of
+    /// its own.
     pub num_workers: usize,
 }
 
@@ -159,7 +165,7 @@ pub fn build_for(
             placement.num_ps.max(1) as usize,
         )?),
     };
-    let worker = format!("/job:worker/task:{}", placement.worker_index);
+    let worker = format!("/job:{}/task:{}", placement.job, placement.worker_index);
     let setter = replica_device_setter(placement.num_ps.max(1), &worker)?;
     let mut g = Graph::new();
     let built = g.with_device_fn(setter, |g| -> Result<_> {
@@ -215,7 +221,7 @@ pub fn build_for(
     let (train, local_init_op) = match train {
         TrainOp::Sync { ops, .. } => {
             let init_tokens = ops.get_init_tokens_op(&mut g, -1)?;
-            let local = if placement.worker_index == 0 {
+            let local = if placement.chief {
                 ops.chief_init_op.clone()
             } else {
                 ops.local_step_init_op.clone()
@@ -691,6 +697,8 @@ mod tests {
         };
         let placement = Placement {
             num_ps: 2,
+            job: "worker".into(),
+            chief: false,
             worker_index: 1,
             num_workers: 2,
         };
@@ -728,6 +736,8 @@ mod tests {
     fn worker_1_of_2(spec: &TrainSpec) -> TrainGraph {
         let placement = Placement {
             num_ps: 1,
+            job: "worker".into(),
+            chief: false,
             worker_index: 1,
             num_workers: 2,
         };
@@ -831,6 +841,8 @@ mod tests {
         };
         let placement = Placement {
             num_ps: 2,
+            job: "worker".into(),
+            chief: false,
             worker_index: 1,
             num_workers: 2,
         };
@@ -894,6 +906,8 @@ mod tests {
         };
         let placement = Placement {
             num_ps: 1,
+            job: "worker".into(),
+            chief: false,
             worker_index: 1,
             num_workers: 2,
         };
@@ -923,6 +937,8 @@ mod tests {
         };
         let placement = Placement {
             num_ps: 1,
+            job: "worker".into(),
+            chief: true,
             worker_index: 0,
             num_workers: 1,
         };
@@ -992,6 +1008,8 @@ mod tests {
         };
         let placement = Placement {
             num_ps: 2,
+            job: "worker".into(),
+            chief: false,
             worker_index: 1,
             num_workers: 2,
         };

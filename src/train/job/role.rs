@@ -130,11 +130,57 @@ pub fn run(
             signal::wait_for_done(target, task)?;
             Ok(Finished::Ps)
         }
-        "worker" => train_worker(config, target, spec, stop),
+        "worker" | "chief" => train_worker(config, target, spec, stop),
         other => Err(Status::invalid_argument(format!(
-            "{task}: tessera train runs jobs `ps` and `worker` (worker 0 is the chief), not \
-             `{other}`; rename the job in the cluster file"
+            "{task}: tessera train runs jobs `ps`, `worker` and `chief` (without a chief job, \
+             worker 0 is the chief), not `{other}`; rename the job in the cluster file"
         ))),
+    }
+}
+
+/// Where a training task stands in the job. The chief is the `chief` job's task where the
+/// cluster has one (a Kubeflow TFJob's Chief replica, Estimator's rule), else worker 0; the
+/// training tasks are replicas numbered from the chief's 0 (with a chief job, worker k is
+/// replica k + 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    /// The chief's task.
+    pub chief: TaskId,
+    /// This task's number among the replicas; 0 is the chief.
+    pub index: usize,
+    /// How many replicas train: the workers, and the chief when it has a job of its own.
+    pub count: usize,
+}
+
+impl Replica {
+    /// The training replicas of `cluster`.
+    pub fn count(cluster: &crate::cluster::ClusterSpec) -> usize {
+        cluster.num_tasks("worker").unwrap_or(0) + cluster.num_tasks("chief").unwrap_or(0)
+    }
+
+    /// `task`'s place among them; `None` for a task that does not train (a ps).
+    pub fn of(cluster: &crate::cluster::ClusterSpec, task: &TaskId) -> Option<Self> {
+        let has_chief = cluster.num_tasks("chief").unwrap_or(0) > 0;
+        let index = match (task.job.as_str(), has_chief) {
+            ("chief", _) => 0,
+            ("worker", true) => task.index as usize + 1,
+            ("worker", false) => task.index as usize,
+            _ => return None,
+        };
+        let chief = if has_chief {
+            TaskId::new("chief", 0)
+        } else {
+            TaskId::new("worker", 0)
+        };
+        Some(Self {
+            chief,
+            index,
+            count: Self::count(cluster),
+        })
+    }
+
+    pub fn is_chief(&self) -> bool {
+        self.index == 0
     }
 }
 
@@ -142,16 +188,15 @@ pub fn run(
 pub fn check(config: &TaskConfig, spec: &TrainSpec) -> Result<()> {
     let cluster = &config.cluster;
     let num_ps = cluster.num_tasks("ps").unwrap_or(0);
-    let num_workers = cluster.num_tasks("worker").unwrap_or(0);
-    if num_ps == 0 || num_workers == 0 {
+    let replicas = Replica::count(cluster);
+    if num_ps == 0 || replicas == 0 {
         return Err(Status::invalid_argument(format!(
-            "tessera train needs a cluster with a `ps` job and a `worker` job; this one has {} \
-             ps and {} worker tasks",
-            num_ps, num_workers
+            "tessera train needs a cluster with a `ps` job and a `worker` (or `chief`) job; \
+             this one has {num_ps} ps and {replicas} worker and chief tasks"
         )));
     }
-    spec.validate(num_workers)?;
-    if config.task.job == "worker" && config.task.index == 0 {
+    spec.validate(replicas)?;
+    if Replica::of(cluster, &config.task).is_some_and(|r| r.is_chief()) {
         spec.check_checkpoint_dir()?;
         spec.check_logdir()?;
     }
@@ -188,7 +233,8 @@ pub fn confine_checkpoints(config: &mut TaskConfig, spec: &TrainSpec) -> Result<
 /// configuration asking for more keeps its count, and a ps is left as it is (it only holds
 /// variables). GPU towers use the GPUs the host has and `[devices]` allows.
 pub fn provide_tower_devices(config: &mut TaskConfig, spec: &TrainSpec) {
-    if config.task.job != "worker" || spec.tower_device != DeviceType::Cpu {
+    if Replica::of(&config.cluster, &config.task).is_none() || spec.tower_device != DeviceType::Cpu
+    {
         return;
     }
     let wanted = u32::try_from(spec.towers).unwrap_or(u32::MAX);
@@ -204,7 +250,8 @@ pub fn provide_tower_devices(config: &mut TaskConfig, spec: &TrainSpec) {
 /// a word. `probe` finds the host's GPUs (the real one is [`crate::device::CudaProbe`]); the
 /// count is of the GPUs `[devices]` lets the task use.
 pub fn check_tower_gpus(config: &TaskConfig, spec: &TrainSpec, probe: &dyn GpuProbe) -> Result<()> {
-    if config.task.job != "worker" || spec.tower_device != DeviceType::Gpu {
+    if Replica::of(&config.cluster, &config.task).is_none() || spec.tower_device != DeviceType::Gpu
+    {
         return Ok(());
     }
     let task = &config.task;
@@ -261,9 +308,11 @@ fn train_worker(
     check(config, spec)?;
     let cluster = &config.cluster;
     let num_ps = cluster.num_tasks("ps")?;
-    let num_workers = cluster.num_tasks("worker")?;
-    let index = config.task.index;
-    let is_chief = index == 0;
+    let replica = Replica::of(cluster, &config.task).ok_or_else(|| {
+        Status::internal(format!("{} does not train, yet was asked to", config.task))
+    })?;
+    let (index, num_workers) = (replica.index as u32, replica.count);
+    let is_chief = replica.is_chief();
     let (train, held_out) = spec.load_data()?;
     // A regression's "classes" are its targets per example: the model's outputs.
     let classes = match train.num_targets() {
@@ -293,7 +342,9 @@ fn train_worker(
     }
     let placement = Placement {
         num_ps: num_ps as u32,
-        worker_index: index,
+        job: config.task.job.clone(),
+        chief: is_chief,
+        worker_index: config.task.index,
         num_workers,
     };
     let examples = Examples {
@@ -373,8 +424,7 @@ fn train_worker(
     }
     if !is_chief {
         session.close()?;
-        let chief = TaskId::new("worker", 0);
-        if let Err(e) = signal::report_finished(target, &chief, index) {
+        if let Err(e) = signal::report_finished(target, &replica.chief, index) {
             tracing::warn!(error = %e, "cannot tell the chief this worker finished");
         }
         signal::wait_for_done(target, &config.task)?;
@@ -438,7 +488,7 @@ fn monitored_session(
     built: &TrainGraph,
     summaries: Option<SummaryFile>,
 ) -> Result<MonitoredSession> {
-    let is_chief = config.task.job == "worker" && config.task.index == 0;
+    let is_chief = Replica::of(&config.cluster, &config.task).is_some_and(|r| r.is_chief());
     let graph = built.graph.clone();
     let target_owned = target.to_string();
     let options = connect_options(config);
