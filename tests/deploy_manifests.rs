@@ -108,7 +108,7 @@ fn an_unknown_field_is_named_with_its_path() {
     let stderr = refused(&file);
     let expected = format!(
         "{}: TFJob/tessera-digits: \
-         $.spec.tfReplicaSpecs.PS.template.spec.containers[0].imagePulPolicy: unknown field \
+         $.spec.tfReplicaSpecs.Chief.template.spec.containers[0].imagePulPolicy: unknown field \
          (did you mean imagePullPolicy?)",
         file.display()
     );

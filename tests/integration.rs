@@ -25,6 +25,7 @@ mod control_flow_distributed;
 mod daemon;
 mod data;
 mod data_tensorflow;
+mod deploy_manifests;
 mod device_names;
 mod device_setter;
 mod device_towers;
