@@ -162,6 +162,39 @@ fn a_csv_of_id_columns_named_in_its_header_trains_the_embedding_model() {
     let (loss, baseline, auc) = scores(&stdout);
     assert!(loss < 0.6 * baseline, "{loss} vs {baseline}:\n{stdout}");
     assert!(auc > 0.85, "AUC {auc}:\n{stdout}");
+    // The TensorBoard run holds the scores the chief printed.
+    let scalars = final_scalars(dir.path());
+    for (tag, printed) in [("log_loss", loss), ("auc", auc)] {
+        let logged = scalars.iter().find(|(t, _)| t == tag).map(|(_, v)| *v);
+        let logged = logged.unwrap_or_else(|| panic!("no `{tag}` in the event file: {scalars:?}"));
+        assert!(
+            (logged - printed).abs() < 1e-3,
+            "{tag}: logged {logged}, printed {printed}"
+        );
+    }
+}
+
+/// The scalars (tag, value) of every event file under `logdir`.
+fn final_scalars(logdir: &Path) -> Vec<(String, f64)> {
+    use tessera::proto::summary::value::Value;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(logdir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("events.out.tfevents") {
+            continue;
+        }
+        for event in tessera::format::events::read_events(&entry.path()).unwrap() {
+            let Some(tessera::proto::event::What::Summary(summary)) = event.what else {
+                continue;
+            };
+            for v in summary.value {
+                if let Some(Value::SimpleValue(x)) = v.value {
+                    found.push((v.tag, f64::from(x)));
+                }
+            }
+        }
+    }
+    found
 }
 
 #[test]

@@ -60,39 +60,52 @@ pub(crate) struct TrainingFlags {
     #[arg(long, default_value = "mlp")]
     model: String,
     /// Hidden layer widths of the mlp (and of the embedding model's deep part).
-    #[arg(long, value_delimiter = ',', default_value = "128")]
+    #[arg(
+        allow_negative_numbers = true,
+        long,
+        value_delimiter = ',',
+        default_value = "128"
+    )]
     hidden: Vec<usize>,
     /// Filters of each convolution of the cnn, input side first (default: 16,32).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(allow_negative_numbers = true, long, value_delimiter = ',')]
     filters: Vec<usize>,
     /// Rows of the embedding model's tables (default: 1000000).
-    #[arg(long = "table_rows")]
+    #[arg(allow_negative_numbers = true, long = "table_rows")]
     table_rows: Option<usize>,
     /// The embedding model's embedding width (default: 32).
-    #[arg(long = "embedding_dim")]
+    #[arg(allow_negative_numbers = true, long = "embedding_dim")]
     embedding_dim: Option<usize>,
     /// Features per example of the teacher's data (`--model regression`; default: 1024).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     inputs: Option<usize>,
     /// Targets per example of the teacher's data (`--model regression`; default: 4096).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     outputs: Option<usize>,
     /// The rank of the teacher's map from features to targets (default: 8).
-    #[arg(long = "teacher_rank")]
+    #[arg(allow_negative_numbers = true, long = "teacher_rank")]
     teacher_rank: Option<usize>,
     /// The optimizer: gd, momentum, adagrad, adam or rmsprop (default: adam; adagrad for the
     /// embedding model, whose tables it updates row by row, where adam would update every row
     /// every step).
     #[arg(long)]
     optimizer: Option<String>,
-    #[arg(long = "learning_rate", default_value_t = 0.01)]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "learning_rate",
+        default_value_t = 0.01
+    )]
     learning_rate: f64,
     /// Examples per step and worker.
-    #[arg(long = "batch_size", default_value_t = 64)]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "batch_size",
+        default_value_t = 64
+    )]
     batch_size: usize,
     /// In-graph towers per worker: split each batch over this many devices of the worker and
     /// average their gradients (CPU towers: the worker gets that many `[devices] cpu`).
-    #[arg(long, default_value_t = 1)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1)]
     towers: usize,
     /// What the towers run on: cpu (`CPU:0..N-1`) or gpu (`GPU:0..N-1`, the GPUs the worker
     /// has).
@@ -103,20 +116,24 @@ pub(crate) struct TrainingFlags {
     #[arg(long = "all_reduce")]
     all_reduce: bool,
     /// Training ends when the global step reaches this.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1000)]
     steps: i64,
     /// Synchronous replication: average the gradients of `--replicas_to_aggregate` workers per
     /// update, applied with `--optimizer`.
     #[arg(long)]
     sync: bool,
     /// Gradients per synchronous update (default: every worker).
-    #[arg(long = "replicas_to_aggregate")]
+    #[arg(allow_negative_numbers = true, long = "replicas_to_aggregate")]
     replicas_to_aggregate: Option<usize>,
     /// The chief saves checkpoints here and restores the latest at start.
     #[arg(long = "checkpoint_dir")]
     checkpoint_dir: Option<PathBuf>,
     /// Save a checkpoint every this many global steps (and at the end).
-    #[arg(long = "save_every", default_value_t = 100)]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "save_every",
+        default_value_t = 100
+    )]
     save_every: u64,
     /// The chief writes TensorBoard event files here (default: runs/<YYYYmmdd-HHMMSS>, UTC,
     /// under the working directory).
@@ -124,11 +141,15 @@ pub(crate) struct TrainingFlags {
     logdir: Option<PathBuf>,
     /// The chief writes summaries (loss, global steps/s, the variables' histograms) every
     /// this many global steps.
-    #[arg(long = "summary_every", default_value_t = 10)]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "summary_every",
+        default_value_t = 10
+    )]
     summary_every: u64,
     /// The chief traces its first step at or after this global step (every task, FULL_TRACE)
     /// and writes it beside the event files as a Chrome trace (LOGDIR/trace-step-N.json).
-    #[arg(long = "trace_step")]
+    #[arg(allow_negative_numbers = true, long = "trace_step")]
     trace_step: Option<i64>,
     /// The data: digits (the built-in handwritten digits), synthetic (seeded Gaussian blobs),
     /// clicks (a built-in synthetic click log: 4 id columns and 4 dense features, a 0/1
@@ -158,10 +179,14 @@ pub(crate) struct TrainingFlags {
     #[arg(long = "label_key")]
     label_key: Option<String>,
     /// Seeds the data, the initial weights and the batch order.
-    #[arg(long, default_value_t = 1)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1)]
     seed: u64,
     /// The fraction of examples held out for the final accuracy.
-    #[arg(long = "held_out", default_value_t = 0.2)]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "held_out",
+        default_value_t = 0.2
+    )]
     held_out: f64,
     /// How long a worker waits for the chief to initialise the model (default: the startup
     /// timeout).
@@ -644,6 +669,27 @@ mod tests {
         assert_eq!(
             (sync.replicas_to_aggregate, sync.total_num_replicas),
             (1, 2)
+        );
+    }
+
+    #[test]
+    fn negative_numbers_reach_the_checks_that_name_them() {
+        // `--steps -5` is the value -5, refused by the spec's check with its own message,
+        // not an unknown argument `-5`.
+        let Some(Command::Train(train)) =
+            Cli::try_parse_from(["tessera", "train", "--steps", "-5"])
+                .unwrap()
+                .command
+        else {
+            panic!("not parsed as train");
+        };
+        let err = train.training.to_spec(2).and_then(|spec| {
+            spec.validate(2)?;
+            Ok(spec)
+        });
+        assert!(
+            format!("{:#}", err.unwrap_err()).contains("--steps -5"),
+            "the check names the flag"
         );
     }
 

@@ -453,6 +453,11 @@ fn train_worker(
             )?,
             None => file.scalar(final_step, "accuracy", held_out_accuracy as f32)?,
         }
+        // Two classes: the log loss and AUC the chief prints, beside its accuracy.
+        if let Some(auc) = held_out_scores.auc {
+            file.scalar(final_step, "log_loss", held_out_scores.log_loss as f32)?;
+            file.scalar(final_step, "auc", auc as f32)?;
+        }
     }
     // Closing runs the checkpoint saver's `end`: the final checkpoint.
     session.close()?;
