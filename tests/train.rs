@@ -254,9 +254,10 @@ pub(crate) fn chief(ended: &[Ended]) -> &Ended {
         .expect("the chief")
 }
 
-/// What a Kubeflow TFJob sets: one `TF_CONFIG` per task naming the whole cluster and the task.
+/// What a Kubeflow TFJob sets: one `TF_CONFIG` per task naming the whole cluster and the task;
+/// an evaluator (outside the cluster) scores the chief's checkpoints.
 #[test]
-fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers() {
+fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluator_scores_it() {
     let dir = tempfile::tempdir().unwrap();
     let tasks = [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)];
     let listeners: Vec<TcpListener> = tasks
@@ -276,7 +277,9 @@ fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers() {
     });
     let ckpt = dir.path().join("ckpt");
     let mut children = Vec::new();
-    for ((job, index), listener) in tasks.iter().zip(&listeners) {
+    let evaluator = TcpListener::bind("127.0.0.1:0").unwrap();
+    let everyone = tasks.iter().chain(&[("evaluator", 0)]);
+    for ((job, index), listener) in everyone.zip(listeners.iter().chain([&evaluator])) {
         let tf_config = serde_json::json!({
             "cluster": cluster, "task": {"type": job, "index": index},
         });
@@ -298,10 +301,31 @@ fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers() {
     // Three replicas trained (the chief's own job and two workers) to step 200.
     assert_trained(&ended, "2");
     let latest = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
+    // The evaluator scored checkpoints up to the last, which scores as the chief said.
+    let evaluator = ended
+        .iter()
+        .find(|e| e.name == "/job:evaluator/task:0")
+        .unwrap();
+    let last = evaluator.stdout.lines().last().unwrap_or_default();
     assert!(
-        latest.to_str().unwrap().contains("model.ckpt-"),
+        last.starts_with(&format!(
+            "tessera: checkpoint {} (global step",
+            latest.display()
+        )),
+        "{}\n{}",
+        evaluator.stdout,
+        evaluator.stderr
+    );
+    let accuracy = |line: &str| line.split("held-out accuracy ").nth(1).map(str::to_string);
+    let chief_line = chief(&ended)
+        .stdout
+        .lines()
+        .find(|l| l.contains("held-out accuracy"));
+    assert_eq!(
+        accuracy(last),
+        chief_line.and_then(accuracy),
         "{}",
-        latest.display()
+        evaluator.stdout
     );
 }
 

@@ -4,12 +4,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
+use tessera::cluster::ClusterSpec;
 use tessera::device::DeviceType;
 use tessera::train::job::launcher::{Ended, LocalJob};
 use tessera::train::job::{
-    ChiefReport, DataSource, Finished, ModelKind, StopRequest, SyncSpec, TrainSpec,
+    ChiefReport, DataSource, Finished, ModelKind, Replica, StopRequest, SyncSpec, TrainSpec,
 };
 use tracing::info;
 
@@ -430,6 +431,9 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
 /// a worker after its step in flight, the chief after a final checkpoint, and exits 143 or
 /// 130: a restarted task goes on from there.
 pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
+    if let Some(cluster) = evaluator_cluster(&args)? {
+        return evaluate(&args, &cluster);
+    }
     let mut config = args.task.load()?;
     if let Some(wait) = args.training.startup_timeout {
         config.timeouts.startup = wait;
@@ -542,6 +546,82 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// The cluster of a `TF_CONFIG` whose task is the `evaluator`, when this task is one (no
+/// `--config`, no classic flags).
+fn evaluator_cluster(args: &TrainArgs) -> anyhow::Result<Option<ClusterSpec>> {
+    let classic = &args.task.classic;
+    if args.task.config.is_some() || classic.ps_hosts.is_some() || classic.job_name.is_some() {
+        return Ok(None);
+    }
+    let Ok(json) = std::env::var("TF_CONFIG") else {
+        return Ok(None);
+    };
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(&json) else {
+        // TaskConfig::from_tf_config names what is wrong with it.
+        return Ok(None);
+    };
+    if doc["task"]["type"].as_str() != Some("evaluator") {
+        return Ok(None);
+    }
+    let cluster = ClusterSpec::from_json(&doc["cluster"])
+        .map_err(|e| anyhow!("TF_CONFIG: cluster: {}", e.message()))?;
+    Ok(Some(cluster))
+}
+
+/// `tessera train` as `TF_CONFIG`'s evaluator: scores each checkpoint of the job's
+/// `--checkpoint_dir` until the one at the last step; SIGTERM ends it early (exit 143).
+fn evaluate(args: &TrainArgs, cluster: &ClusterSpec) -> anyhow::Result<()> {
+    let spec = args.training.to_spec(Replica::count(cluster).max(1))?;
+    let startup = args
+        .training
+        .startup_timeout
+        .unwrap_or(tessera::cluster::Timeouts::default().startup);
+    let stop = StopRequest::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot build the signal runtime")?;
+    let mut signals = runtime.block_on(async { Signals::install() })?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let watcher = stop.clone();
+    let cluster = cluster.clone();
+    std::thread::Builder::new()
+        .name("tessera-evaluator".into())
+        .spawn(move || {
+            let result =
+                tessera::train::job::evaluator::run(&spec, &cluster, startup, &watcher, &mut |e| {
+                    println!(
+                        "tessera: checkpoint {} (global step {}): held-out accuracy {:.2} % on {} \
+                         examples",
+                        e.checkpoint.display(),
+                        e.global_step,
+                        100.0 * e.scores.accuracy,
+                        e.held_out_examples
+                    );
+                });
+            let _ = tx.send(result);
+        })
+        .context("cannot start the evaluator")?;
+    let (tx_done, rx_done) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx_done.send(rx.recv());
+    });
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            signal = signals.recv() => Err(signal),
+            done = rx_done => Ok(done),
+        }
+    });
+    match outcome {
+        Err(signal) => {
+            stop.request();
+            Err(Stopped { signal }.into())
+        }
+        Ok(Ok(Ok(result))) => Ok(result?),
+        Ok(_) => bail!("the evaluator ended without a result"),
     }
 }
 

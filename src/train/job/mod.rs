@@ -9,6 +9,7 @@
 //! - [`embedding`]: the wide-and-deep model of `--model embedding`, on partitioned tables.
 //! - [`role`]: what a ps, a worker and the chief do next to their daemon.
 //! - [`agree`]: the chief's model flags, which every other worker must share.
+//! - [`evaluator`]: the task outside the cluster that scores each checkpoint.
 //! - [`signal`]: how the chief tells every task that training is over, through the runtime.
 //! - [`progress`]: the chief's progress line.
 //! - [`launcher`]: `tessera local`, the embedded cluster as child processes.
@@ -16,6 +17,7 @@
 pub mod agree;
 pub mod cnn;
 pub mod embedding;
+pub mod evaluator;
 pub mod launcher;
 pub mod layers;
 pub mod model;

@@ -441,7 +441,10 @@ fn train_worker(
     let missing_workers = (1..num_workers as u32)
         .filter(|w| !reported.contains(w))
         .collect();
-    let held_out_scores = evaluate(&session, &built, &held_out, &train)?;
+    let raw = session
+        .raw_session()
+        .ok_or_else(|| Status::internal("the monitored session has no session to evaluate in"))?;
+    let held_out_scores = evaluate(raw, &built, &held_out, &train)?;
     let held_out_accuracy = held_out_scores.accuracy;
     let final_step = read_step(&session, &built)?.unwrap_or(global_step);
     if let Some(file) = &summaries {
@@ -688,15 +691,13 @@ fn feeds(batch: crate::data::Batch) -> Vec<(&'static str, crate::tensor::Tensor)
 
 /// The model's scores on `held_out` (the baseline's label mean from `train`), in steps of at
 /// most [`EVAL_BATCH`] examples.
-fn evaluate(
-    session: &MonitoredSession,
+/// The model's scores on `held_out` in `raw` (the class balance from `train`'s labels).
+pub(super) fn evaluate(
+    raw: &Session,
     built: &TrainGraph,
     held_out: &Dataset,
     train: &Dataset,
 ) -> Result<Scores> {
-    let raw = session
-        .raw_session()
-        .ok_or_else(|| Status::internal("the monitored session has no session to evaluate in"))?;
     let indices: Vec<usize> = (0..held_out.len()).collect();
     let mut logits = Vec::with_capacity(held_out.len());
     for chunk in indices.chunks(EVAL_BATCH) {
