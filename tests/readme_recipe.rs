@@ -207,7 +207,21 @@ fn run(order: &[usize], late: &[usize], delay: Duration) -> (Vec<Ended>, tempfil
                     // SAFETY: our children; a reaped one's pid is not reused this soon.
                     unsafe { libc::kill(*pid, libc::SIGKILL) };
                 }
-                panic!("the recipe's job did not end within {DEADLINE:?} (killed)");
+                // The killed tasks' output, then every task's.
+                while ended.len() < tasks.len() {
+                    match rx.recv_timeout(Duration::from_secs(10)) {
+                        Ok(e) => ended.push(e),
+                        Err(_) => break,
+                    }
+                }
+                let outputs: Vec<String> = ended
+                    .iter()
+                    .map(|e| format!("{} ({:?}):\n{}\n{}", e.name, e.code, e.stdout, e.stderr))
+                    .collect();
+                panic!(
+                    "the recipe's job did not end within {DEADLINE:?} (killed):\n{}",
+                    outputs.join("\n")
+                );
             }
         }
     }

@@ -931,6 +931,25 @@ fn a_chief_started_again_restores_the_latest_checkpoint_and_goes_on_from_its_ste
         last.to_str().unwrap().ends_with("model.ckpt-50"),
         "{last:?}"
     );
+
+    // A task (re)started after training ended, its cluster gone: the checkpoint says the job
+    // is over, and it exits 0 at once instead of waiting for tasks that will not come.
+    let late = run_job(
+        &[("ps", 1), ("worker", 2)],
+        &["--steps", "50", "--checkpoint_dir", ckpt_arg],
+    );
+    assert_all_exited_0(&late);
+    for task in &late {
+        assert!(
+            task.stdout.contains(&format!(
+                "training already ended: checkpoint {} is at global step 50 of --steps 50",
+                last.display()
+            )),
+            "{}: {}",
+            task.name,
+            task.stdout
+        );
+    }
 }
 
 #[test]

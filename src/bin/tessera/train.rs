@@ -440,6 +440,7 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     let replicas = tessera::train::job::Replica::count(&config.cluster);
     let mut spec = args.training.to_spec(replicas)?;
+    let args_steps = spec.steps;
     if args.training.wait_for_model.is_none() {
         spec.wait_for_model = config.timeouts.startup;
     }
@@ -526,7 +527,9 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
                     print_report(&report);
                     return Ok(());
                 }
-                Some(Ok(Finished::Ps | Finished::Worker { .. })) => return Ok(()),
+                Some(Ok(
+                    Finished::Ps | Finished::Worker { .. } | Finished::AlreadyEnded { .. },
+                )) => return Ok(()),
                 Some(Err(e)) => {
                     tracing::warn!(task = %task, error = %e, "the step in flight failed");
                     None
@@ -541,8 +544,18 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
         Ok(Err(_)) => bail!("{task}: the training thread ended without a result"),
         Ok(Ok(Err(e))) => Err(anyhow::Error::new(e).context(task.to_string())),
         Ok(Ok(Ok(finished))) => {
-            if let Finished::Chief(report) = finished {
-                print_report(&report);
+            match finished {
+                Finished::Chief(report) => print_report(&report),
+                Finished::AlreadyEnded {
+                    global_step,
+                    checkpoint,
+                } => println!(
+                    "tessera: training already ended: checkpoint {} is at global step \
+                     {global_step} of --steps {}; nothing to do",
+                    checkpoint.display(),
+                    args_steps
+                ),
+                _ => {}
             }
             Ok(())
         }

@@ -109,20 +109,28 @@ fn graph(ps0: &TaskId, flags: &str) -> Result<(Graph, Variable, String)> {
     Ok((g, var, initialized))
 }
 
-fn session(target: &str, graph: &Graph) -> Result<Session> {
-    let options = ConnectOptions {
+/// A session on the master at `target` holding `graph`, which needs only `ps0` and `own`.
+fn session(target: &str, graph: &Graph, ps0: &TaskId, own: &TaskId) -> Result<Session> {
+    let mut options = ConnectOptions {
         connect_timeout: Duration::from_secs(10),
         call_timeout: CALL_TIMEOUT,
         ..ConnectOptions::default()
     };
+    options.config.device_filters = vec![ps0.device_prefix(), own.device_prefix()];
     let session = Session::connect_with(target, options)?;
     session.extend(&graph.to_graph_def())?;
     Ok(session)
 }
 
 /// The chief's published flags, or `None` while it has not published them.
-fn read(target: &str, g: &Graph, initialized: &str, value: &str) -> Result<Option<String>> {
-    let s = session(target, g)?;
+fn read(
+    target: &str,
+    g: &Graph,
+    (ps0, own): (&TaskId, &TaskId),
+    initialized: &str,
+    value: &str,
+) -> Result<Option<String>> {
+    let s = session(target, g, ps0, own)?;
     let text = (|| {
         if !s.run(&[], &[initialized], &[])?[0].scalar_value::<bool>()? {
             return Ok(None);
@@ -135,10 +143,11 @@ fn read(target: &str, g: &Graph, initialized: &str, value: &str) -> Result<Optio
     text
 }
 
-/// The chief's half: writes its flags to `ps0` through its master at `target`.
-pub fn publish(target: &str, ps0: &TaskId, spec: &TrainSpec) -> Result<()> {
+/// The chief's half: writes its flags to `ps0` through its master at `target`; the chief is
+/// `own`.
+pub fn publish(target: &str, ps0: &TaskId, own: &TaskId, spec: &TrainSpec) -> Result<()> {
     let (g, var, _) = graph(ps0, &encode(&agreed_flags(spec)))?;
-    let s = session(target, &g)?;
+    let s = session(target, &g, ps0, own)?;
     s.run(&[], &[], &[&var.initializer])?;
     let _ = s.close();
     Ok(())
@@ -161,10 +170,11 @@ pub fn check(
     let published = loop {
         // The ps may not be up yet (UNAVAILABLE), nor the chief's flags written: both are
         // waited for, as a cluster's tasks start in any order.
-        match read(target, &g, &initialized, &value) {
+        match read(target, &g, (ps0, task), &initialized, &value) {
             Ok(Some(text)) => break text,
             Ok(None) => {}
-            Err(e) if e.code() == Code::Unavailable => {
+            // Refused (UNAVAILABLE), or bound but not serving yet (DEADLINE_EXCEEDED).
+            Err(e) if matches!(e.code(), Code::Unavailable | Code::DeadlineExceeded) => {
                 if !said {
                     said = true;
                     tracing::info!(

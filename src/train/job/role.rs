@@ -28,6 +28,7 @@ use crate::error::{Code, Result, Status};
 use crate::proto::{run_options::TraceLevel, RunOptions};
 use crate::train::checkpoint::saver::Saver;
 use crate::train::checkpoint::state::latest_checkpoint;
+use crate::train::checkpoint::BundleReader;
 use crate::train::monitored::{
     Every, Hook, MonitoredSession, NanTensorHook, Scaffold, SessionManager, StopAt, StopAtStepHook,
     SummaryFile, SummarySaverHook, SystemClock, TrainingConfig,
@@ -87,6 +88,12 @@ pub enum Finished {
     Worker { global_step: i64 },
     /// The chief.
     Chief(Box<ChiefReport>),
+    /// The job's checkpoint is at or past the last step already: this task, started after
+    /// training ended (a pod restarted late), has nothing to do.
+    AlreadyEnded {
+        global_step: i64,
+        checkpoint: PathBuf,
+    },
     /// A worker asked to stop ([`StopRequest`]) before training ended: it stopped after its
     /// step in flight; the chief wrote `checkpoint` at `global_step` first. The job is not
     /// over: the other tasks wait for this one to come back.
@@ -125,6 +132,12 @@ pub fn run(
     stop: &StopRequest,
 ) -> Result<Finished> {
     let task = &config.task;
+    if let Some((global_step, checkpoint)) = ended_checkpoint(spec)? {
+        return Ok(Finished::AlreadyEnded {
+            global_step,
+            checkpoint,
+        });
+    }
     match task.job.as_str() {
         "ps" => {
             signal::wait_for_done(target, task)?;
@@ -136,6 +149,23 @@ pub fn run(
              worker 0 is the chief), not `{other}`; rename the job in the cluster file"
         ))),
     }
+}
+
+/// The latest checkpoint of `--checkpoint_dir` and its global step, when that step is at or
+/// past `--steps`: training ended.
+fn ended_checkpoint(spec: &TrainSpec) -> Result<Option<(i64, PathBuf)>> {
+    let Some(dir) = &spec.checkpoint_dir else {
+        return Ok(None);
+    };
+    let Some(prefix) = latest_checkpoint(dir)? else {
+        return Ok(None);
+    };
+    let bundle = BundleReader::open(&prefix.to_string_lossy())?;
+    if !bundle.entries().contains_key("global_step") {
+        return Ok(None);
+    }
+    let step = bundle.read("global_step")?.scalar_value::<i64>()?;
+    Ok((step >= spec.steps).then_some((step, prefix)))
 }
 
 /// Where a training task stands in the job. The chief is the `chief` job's task where the
@@ -285,17 +315,19 @@ pub fn check_tower_gpus(config: &TaskConfig, spec: &TrainSpec, probe: &dyn GpuPr
     )))
 }
 
-/// How this task's client reaches its own master: the cluster file's connect timeout, and
-/// [`STEP_TIMEOUT`] per step.
-/// How the training client reaches its own task's master: in process, as a client holding
-/// the task's TLS and token may ([`crate::master::local`]).
+/// How the training client reaches its own task's master: the cluster file's connect
+/// timeout, [`STEP_TIMEOUT`] per step, the task's TLS and token, and device filters to the ps
+/// tasks and this task (as between-graph TensorFlow programs set them): a session needs no
+/// other worker, so one that is down or not up yet keeps nobody waiting.
 fn connect_options(config: &TaskConfig) -> ConnectOptions {
-    ConnectOptions {
+    let mut options = ConnectOptions {
         connect_timeout: config.timeouts.connect,
         call_timeout: STEP_TIMEOUT,
         ..ConnectOptions::default()
     }
-    .with_security(&config.security)
+    .with_security(&config.security);
+    options.config.device_filters = vec!["/job:ps".into(), config.task.device_prefix()];
+    options
 }
 
 /// A worker's training, then its part of the ending.
@@ -372,7 +404,7 @@ fn train_worker(
     let mut session = monitored_session(config, target, spec, &built, summaries.clone())?;
     if is_chief {
         // The model is up (initialised or restored): the others may compare with it.
-        agree::publish(target, &ps0, spec)?;
+        agree::publish(target, &ps0, &config.task, spec)?;
     }
     if let Some(prefix) = &restored_from {
         tracing::info!(checkpoint = %prefix.display(), "restored the model");

@@ -186,7 +186,13 @@ impl MonitoredSession {
         loop {
             match this.ensure_session() {
                 Ok(()) => return Ok(this),
-                Err(e) if e.code() == Code::Unavailable && !this.retry.startup.is_zero() => {
+                // A task not up yet refuses connections (UNAVAILABLE) or, its port bound but
+                // its daemon not serving, does not answer (DEADLINE_EXCEEDED).
+                Err(e)
+                    if matches!(e.code(), Code::Unavailable | Code::DeadlineExceeded)
+                        && !this.retry.startup.is_zero()
+                        && this.created == 0 =>
+                {
                     let waited = clock.now().saturating_sub(started);
                     let startup = this.retry.startup;
                     if waited >= startup {
