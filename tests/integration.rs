@@ -63,6 +63,7 @@ mod kernels_state;
 mod kernels_tensor_array;
 mod layers;
 mod limits;
+mod limits_random;
 mod loop_graphs;
 mod master;
 mod master_grpc;
