@@ -1039,6 +1039,8 @@ fn tessera_local_names_the_task_that_failed_and_how() {
         &ended[0],
         &["exited with status 1", "the other tasks were stopped"],
     );
+    // Bad input, not a fault a restart fixes: the launcher exits 1 as its task did.
+    assert_eq!(ended[0].status.code(), Some(1));
     assert!(
         ended[0].stderr.contains("/job:worker/task:0 exited")
             || ended[0].stderr.contains("/job:worker/task:1 exited"),

@@ -187,10 +187,15 @@ pub fn run_local(job: &LocalJob) -> Result<Ended> {
                     status.map_err(|e| Status::internal(format!("waiting for {task}: {e}")))?;
                 if !status.success() {
                     kill_all(&mut running);
-                    return Err(Status::aborted(format!(
+                    let message = format!(
                         "{task} {}; the other tasks were stopped (its log above says why)",
                         describe(status)
-                    )));
+                    );
+                    // A task's bad input (exit 1 to 127) is the launcher's too: not retried.
+                    return Err(match status.code() {
+                        Some(1..=127) => Status::failed_precondition(message),
+                        _ => Status::aborted(message),
+                    });
                 }
                 tracing::info!(task = %task, "exited 0");
             }
