@@ -229,6 +229,12 @@ fn run(order: &[usize], late: &[usize], delay: Duration) -> (Vec<Ended>, tempfil
     (ended, dir)
 }
 
+/// The chief's output: worker 0's, as the recipe has no chief job.
+fn chief(ended: &[Ended]) -> &Ended {
+    let chief = ended.iter().find(|e| e.name == "/job:worker/task:0");
+    chief.expect("the chief, worker 0, ended")
+}
+
 /// Every task exited 0, the chief reported its accuracy and a checkpoint is on disk.
 fn assert_trained(ended: &[Ended], dir: &Path) {
     for e in ended {
@@ -242,10 +248,7 @@ fn assert_trained(ended: &[Ended], dir: &Path) {
             e.stderr
         );
     }
-    let chief = ended
-        .iter()
-        .find(|e| e.name == "/job:worker/task:0")
-        .unwrap();
+    let chief = chief(ended);
     assert!(
         chief.stdout.contains("held-out accuracy"),
         "{}",
@@ -273,10 +276,7 @@ fn the_readme_recipe_trains_started_in_reverse_with_the_ps_a_minute_late() {
             e.stderr
         );
     }
-    let chief = ended
-        .iter()
-        .find(|e| e.name == "/job:worker/task:0")
-        .unwrap();
+    let chief = chief(&ended);
     assert!(
         chief
             .stderr
