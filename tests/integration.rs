@@ -49,6 +49,8 @@ mod kernels_array;
 mod kernels_cnn;
 mod kernels_cnn_elementwise;
 mod kernels_conv;
+mod kernels_everyday;
+mod kernels_feature_columns;
 mod kernels_fused;
 mod kernels_golden;
 mod kernels_list;

@@ -1,5 +1,5 @@
 //! Random shapes through the kernels whose output a request's small inputs decide (products,
-//! convolutions, `Fill`, `Range`, `Tile`, `Concat`, gathers, random ops), on a task whose CPU
+//! convolutions, `Fill`, `Range`, `Tile`, `Concat`, `Pad`, gathers, random ops), on a task whose CPU
 //! may hold 1 MiB: every step either runs or is refused with a code TensorFlow would give for
 //! its input (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...), never an internal error or an abort
 //! (the task is this test's own process), and the task answers the next request.
@@ -89,6 +89,10 @@ fn build() -> Graph {
     let start = k.graph.constant(&Tensor::scalar(0i64)).unwrap();
     let axis0 = k.graph.constant(&Tensor::scalar(0i32)).unwrap();
     let random_shape = k.shape("random_shape");
+    let paddings = k
+        .graph
+        .placeholder("paddings", DType::Int64, PartialShape::unknown())
+        .unwrap();
     k.op(NodeSpec::new("MatMul").name("matmul").input(&a).input(&b));
     k.op(NodeSpec::new("BatchMatMulV2")
         .name("batch_matmul")
@@ -117,6 +121,7 @@ fn build() -> Graph {
         .name("random")
         .input(&random_shape)
         .attr("dtype", value::dtype(DType::Float)));
+    k.op(NodeSpec::new("Pad").name("pad").input(&a).input(&paddings));
     k.op(NodeSpec::new("GatherV2")
         .name("gather")
         .input(&a)
@@ -142,7 +147,8 @@ fn case(rng: &mut StdRng) -> Case {
         "range",
         "random",
         "gather",
-    ][rng.random_range(0..8)];
+        "pad",
+    ][rng.random_range(0..9)];
     let mut feeds: Vec<(String, Vec<i64>)> = Vec::new();
     match fetch {
         "matmul" => {
@@ -192,6 +198,11 @@ fn case(rng: &mut StdRng) -> Case {
             let rank = rng.random_range(0..4);
             feeds.push(("random_shape".into(), dims(rng, rank)));
         }
+        "pad" => {
+            let rank = rng.random_range(1..4);
+            feeds.push(("fill_a_dims".into(), dims(rng, rank)));
+            feeds.push(("paddings".into(), dims(rng, 2 * rank)));
+        }
         _ => {
             feeds.push(("fill_a_dims".into(), dims(rng, 2)));
             let rank = rng.random_range(1..3);
@@ -204,6 +215,8 @@ fn case(rng: &mut StdRng) -> Case {
         .map(|(name, v)| {
             let t = if name == "limit" || name == "delta" {
                 Tensor::scalar(v[0])
+            } else if name == "paddings" {
+                Tensor::from_vec(vec![v.len() / 2, 2], v).unwrap()
             } else {
                 shape_feed(&v)
             };

@@ -390,6 +390,8 @@ mod tests {
             "Fill",
             "FloorMod",
             "GatherV2",
+            "GatherNd",
+            "ScatterNd",
             "Greater",
             "GreaterEqual",
             "LessEqual",
@@ -440,6 +442,13 @@ mod tests {
             "ParallelDynamicStitch",
             "VariableShape",
             "LogicalAnd",
+            "Cumsum",
+            "Cumprod",
+            "DivNoNan",
+            "MirrorPad",
+            "MirrorPadGrad",
+            "CheckNumerics",
+            "CheckNumericsV2",
         ];
         let missing: Vec<&str> = needed
             .iter()

@@ -1,5 +1,5 @@
 //! Admission of a kernel's outputs before it runs: for the ops whose output can be far larger
-//! than their inputs (a shape read from an input, a product, a concatenation, a gather), the
+//! than their inputs (a shape read from an input, a product, a concatenation, a padding, a gather), the
 //! op's shape function runs on the step's real input shapes and small integer values, and
 //! outputs that would not fit the device's memory budget are refused with RESOURCE_EXHAUSTED
 //! naming the node, the shape and the bytes, before anything is allocated. A kernel that
@@ -42,6 +42,9 @@ const EXPANDING: &[&str] = &[
     "OneHot",
     "GatherV2",
     "Gather",
+    "GatherNd",
+    "ScatterNd",
+    "SparseToDense",
     "RandomUniform",
     "RandomUniformInt",
     "RandomStandardNormal",
@@ -221,5 +224,37 @@ mod tests {
             .check(&fill, &[small, Tensor::scalar(1f32)], &budget)
             .unwrap();
         assert!(Admission::of(&node("Relu", &[("T", value::dtype(DType::Float))])).is_none());
+    }
+
+    #[test]
+    fn padded_outputs_are_checked_from_the_paddings_values() {
+        let budget = MemoryBudget::new("/device:CPU:0", 1 << 20);
+        let x = Tensor::from_vec([10, 10], vec![0f32; 100]).unwrap();
+        let paddings = |p: i64| Tensor::from_vec([2, 2], vec![p, p, 0, 0]).unwrap();
+        for op in ["Pad", "PadV2", "MirrorPad"] {
+            let mut attrs = vec![
+                ("T", value::dtype(DType::Float)),
+                ("Tpaddings", value::dtype(DType::Int64)),
+            ];
+            if op == "MirrorPad" {
+                attrs.push(("mode", value::string("SYMMETRIC")));
+            }
+            let n = node(op, &attrs);
+            let admission = Admission::of(&n).unwrap_or_else(|| panic!("{op} is checked"));
+            let mut inputs = vec![x.clone(), paddings(100_000)];
+            if op == "PadV2" {
+                inputs.push(Tensor::scalar(0f32));
+            }
+            // 200010 x 10 floats: 8 MB, past the 1 MB budget.
+            let err = admission.check(&n, &inputs, &budget).unwrap_err();
+            assert_eq!(err.code(), crate::error::Code::ResourceExhausted, "{op}");
+            assert!(
+                err.message().contains(&format!("n_{op}")) && err.message().contains("[200010,10]"),
+                "{}",
+                err.message()
+            );
+            inputs[1] = paddings(5);
+            admission.check(&n, &inputs, &budget).unwrap();
+        }
     }
 }

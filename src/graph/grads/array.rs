@@ -1,9 +1,9 @@
 //! Gradients of array ops (TensorFlow's `array_grad.py`) and of reading a variable.
 //!
 //! The gradients of `Slice` and `StridedSlice` (unit strides, no ellipsis or new axes) differ
-//! from TensorFlow's, which use `Pad` (tessera has none): they pad the gradient with zeros by
-//! concatenating `Fill`ed blocks before and after, one dimension at a time. The gather's
-//! gradient lives in `sparse.rs`.
+//! from TensorFlow's, which use `Pad`: they pad the gradient with zeros by concatenating
+//! `Fill`ed blocks before and after, one dimension at a time (they were written before tessera
+//! had `Pad`). The gather's gradient lives in `sparse.rs`.
 
 use super::{const_ints, mul, named, sum_to_shape};
 use crate::error::Result;
@@ -291,4 +291,105 @@ pub fn tile(g: &mut Graph, c: &GradCtx) -> Grads {
 pub fn broadcast_to(g: &mut Graph, c: &GradCtx) -> Grads {
     let x = c.input(0)?.clone();
     Ok(vec![Some(sum_to_shape(g, c.grad(0)?, &x)?), None])
+}
+
+/// `Pad` and `PadV2` (TensorFlow's `_PadGrad`): the input's part of the gradient, a `Slice`
+/// starting at the paddings' first column, of the input's shape.
+pub fn pad(g: &mut Graph, c: &GradCtx) -> Grads {
+    let x = c.input(0)?.clone();
+    let paddings = c.input(1)?.clone();
+    let at = g.const_vec_i32("Const", &[0, 0])?;
+    let size = match x.shape.rank() {
+        Some(rank) => g.const_vec_i32("Const", &[rank as i64, 1])?,
+        None => {
+            let rank = g.unary("Rank", &x)?;
+            let one = g.const_i32("Const", &[], &[1])?;
+            g.pack(&[rank, one], 0)?
+        }
+    };
+    let before = g.slice(&paddings, &at, &size)?;
+    let begin = g.reshape_to(&before, &[-1])?;
+    // The slice's begin and size share one index dtype: the paddings'.
+    let sizes = match (x.shape.to_shape(), paddings.dtype) {
+        (Some(_), DType::Int32) => g.shape_of(&x)?,
+        _ => g.add1(
+            NodeSpec::new("Shape")
+                .input(&x)
+                .attr("out_type", attr::value::dtype(paddings.dtype)),
+        )?,
+    };
+    let dx = g.slice(c.grad(0)?, &begin, &sizes)?;
+    let mut out = vec![Some(dx), None];
+    out.resize(c.inputs.len(), None);
+    Ok(out)
+}
+
+/// `MirrorPad`: `MirrorPadGrad` of the gradient, in the same mode.
+pub fn mirror_pad(g: &mut Graph, c: &GradCtx) -> Grads {
+    let mode = attr::string_or(&c.node, "mode", "REFLECT")?;
+    let dx = g.mirror_pad_grad(c.grad(0)?, c.input(1)?, &mode)?;
+    Ok(vec![Some(dx), None])
+}
+
+/// `MirrorPadGrad`: `MirrorPad` of the gradient, in the same mode.
+pub fn mirror_pad_grad(g: &mut Graph, c: &GradCtx) -> Grads {
+    let mode = attr::string_or(&c.node, "mode", "REFLECT")?;
+    let dx = g.mirror_pad(c.grad(0)?, c.input(1)?, &mode)?;
+    Ok(vec![Some(dx), None])
+}
+
+/// `CheckNumerics` and `CheckNumericsV2`: the gradient, checked the same way, with
+/// TensorFlow's message (`"... detected in gradient. %s" % op.get_attr("message")`, which
+/// Python writes as a bytes literal: `b'loss'`).
+pub fn check_numerics(g: &mut Graph, c: &GradCtx) -> Grads {
+    let message = attr::string_or(&c.node, "message", "")?;
+    let message = format!(
+        "Not a number (NaN) or infinity (Inf) values detected in gradient. {}",
+        python_bytes_repr(message.as_bytes())
+    );
+    let dx = g.add1(
+        NodeSpec::new(&c.node.op)
+            .input(c.grad(0)?)
+            .attr("message", attr::value::string(message)),
+    )?;
+    Ok(vec![Some(dx)])
+}
+
+/// `repr(b)` of Python bytes: `b'...'`, in double quotes when the bytes hold a `'` and no `"`.
+fn python_bytes_repr(bytes: &[u8]) -> String {
+    let quote = if bytes.contains(&b'\'') && !bytes.contains(&b'"') {
+        b'"'
+    } else {
+        b'\''
+    };
+    let mut out = String::from("b");
+    out.push(quote as char);
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            _ if b == quote => {
+                out.push('\\');
+                out.push(b as char);
+            }
+            0x20..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out.push(quote as char);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_bytes_repr;
+
+    #[test]
+    fn messages_are_quoted_as_python_quotes_bytes() {
+        assert_eq!(python_bytes_repr(b"loss"), "b'loss'");
+        assert_eq!(python_bytes_repr(b"it's"), "b\"it's\"");
+        assert_eq!(python_bytes_repr(b"a'\"b\n\xff"), "b'a\\'\"b\\n\\xff'");
+    }
 }

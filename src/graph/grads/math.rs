@@ -57,6 +57,18 @@ pub fn real_div(g: &mut Graph, c: &GradCtx) -> Grads {
     both(g, c, gx, gy)
 }
 
+/// `DivNoNan`: `div_no_nan(grad, y)` and `grad * div_no_nan(div_no_nan(-x, y), y)`, so a zero
+/// divisor passes back zeros.
+pub fn div_no_nan(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (x, y, gr) = (c.input(0)?.clone(), c.input(1)?.clone(), c.grad(0)?.clone());
+    let gx = g.div_no_nan(&gr, &y)?;
+    let nx = g.neg(&x)?;
+    let a = g.div_no_nan(&nx, &y)?;
+    let b = g.div_no_nan(&a, &y)?;
+    let gy = mul(g, &gr, &b)?;
+    both(g, c, gx, gy)
+}
+
 /// `Pow`: `grad * y * x^(y-1)` and `grad * z * log(x)` (0 where `x <= 0`).
 pub fn pow(g: &mut Graph, c: &GradCtx) -> Grads {
     let (x, y, z, gr) = (
@@ -463,8 +475,8 @@ pub fn max_min(g: &mut Graph, c: &GradCtx) -> Grads {
     Ok(vec![Some(mul(g, &share, &gk)?), None])
 }
 
-/// `Prod`: `grad * prod / x`. Exact where `x` has no zeros; TensorFlow's cumulative-product
-/// form (exact with zeros) needs `Cumprod`, which tessera does not have.
+/// `Prod`: `grad * prod / x`. Exact where `x` has no zeros; TensorFlow's form, exact with zeros
+/// too, multiplies exclusive `Cumprod`s from both ends (not done here yet).
 pub fn prod(g: &mut Graph, c: &GradCtx) -> Grads {
     let x = c.input(0)?.clone();
     let (gk, _) = grad_kept_dims(g, c)?;
@@ -473,6 +485,32 @@ pub fn prod(g: &mut Graph, c: &GradCtx) -> Grads {
     let yk = g.reshape(&y, &kept_shape)?;
     let t = mul(g, &gk, &yk)?;
     Ok(vec![Some(div(g, &t, &x)?), None])
+}
+
+/// The flags of a cumulative op's node.
+fn scan_flags(c: &GradCtx) -> Result<(bool, bool)> {
+    Ok((
+        attr::bool_or(&c.node, "exclusive", false)?,
+        attr::bool_or(&c.node, "reverse", false)?,
+    ))
+}
+
+/// `Cumsum`: the cumulative sum of the gradient in the other direction.
+pub fn cumsum(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (exclusive, reverse) = scan_flags(c)?;
+    let dx = g.cumsum(c.grad(0)?, c.input(1)?, exclusive, !reverse)?;
+    Ok(vec![Some(dx), None])
+}
+
+/// `Cumprod` (TensorFlow's `_CumprodGrad`): `div_no_nan(cumsum(cumprod(x) * grad), x)`, the
+/// sum running the other way; exact where `x` has no zeros (0 where it has).
+pub fn cumprod(g: &mut Graph, c: &GradCtx) -> Grads {
+    let (exclusive, reverse) = scan_flags(c)?;
+    let (x, axis) = (c.input(0)?.clone(), c.input(1)?.clone());
+    let prod = g.cumprod(&x, &axis, exclusive, reverse)?;
+    let weighted = mul(g, &prod, c.grad(0)?)?;
+    let out = g.cumsum(&weighted, &axis, exclusive, !reverse)?;
+    Ok(vec![Some(g.div_no_nan(&out, &x)?), None])
 }
 
 /// `Cast`: the gradient cast back, between float types only.

@@ -6,6 +6,7 @@
 
 pub mod array;
 pub(crate) mod control_flow;
+pub mod gather_nd;
 pub mod math;
 pub mod nn;
 pub mod sparse;

@@ -366,3 +366,42 @@ pub fn avg_pool(g: &mut Graph, c: &GradCtx) -> Grads {
     let names = ["ksize", "strides", "padding", "data_format"];
     Ok(vec![Some(g.add1(with_attrs(spec, c, &names))?)])
 }
+
+/// `TopKV2` (TensorFlow's `_TopKGrad`): the values' gradient put back at the indices they were
+/// taken from, zero elsewhere. TensorFlow scatters it with `ScatterNd` into the flattened
+/// input; tessera sums it by segment (`UnsortedSegmentSum`), which gives the same tensor since
+/// a row's indices are distinct. The indices get no gradient.
+pub fn top_k(g: &mut Graph, c: &GradCtx) -> Grads {
+    let x = c.input(0)?.clone();
+    let indices = c.output(1)?.clone();
+    let last = |g: &mut Graph, shape: &Output| -> Result<Output> {
+        let size = g.unary("Size", shape)?;
+        let one = g.const_i32("Const", &[], &[1])?;
+        let at = sub(g, &size, &one)?;
+        g.gather(shape, &at, 0)
+    };
+    let in_shape = g.shape_of(&x)?;
+    let ind_shape = g.shape_of(&indices)?;
+    let k = last(g, &ind_shape)?;
+    let n = last(g, &in_shape)?;
+    // The indices as rows of k, each offset by its row's start in the flattened input.
+    let minus_one = g.const_i32("Const", &[], &[-1])?;
+    let rows_of_k = g.pack(&[minus_one, k], 0)?;
+    let ind_2d = g.reshape(&indices, &rows_of_k)?;
+    let shape_2d = g.shape(&ind_2d)?;
+    let zero = g.const_i32("Const", &[], &[0])?;
+    let outer = g.gather(&shape_2d, &zero, 0)?;
+    let limit = mul(g, &outer, &n)?;
+    let starts = g.range(&zero, &limit, &n)?;
+    let mut starts = g.expand_dims(&starts, -1)?;
+    if indices.dtype != starts.dtype {
+        starts = g.cast(&starts, indices.dtype)?;
+    }
+    let offset = g.add(&ind_2d, &starts)?;
+    let flat = g.reshape_to(&offset, &[-1])?;
+    let values = g.reshape_to(c.grad(0)?, &[-1])?;
+    let all = g.const_vec_i32("Const", &[0])?;
+    let total = g.reduce("Prod", &in_shape, &all, false)?;
+    let scattered = g.unsorted_segment_sum(&values, &flat, &total)?;
+    Ok(vec![Some(g.reshape(&scattered, &in_shape)?), None])
+}

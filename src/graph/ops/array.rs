@@ -1,5 +1,5 @@
-//! Array ops (`tensorflow/core/ops/array_ops.cc`): constants and placeholders, identities,
-//! shape queries and reshaping, concatenation (with `ConcatOffset`, which its gradient uses)
+//! Array ops (`tensorflow/core/ops/array_ops.cc`): constants and placeholders, identities
+//! (with `CheckNumerics`, the identity that fails on NaN or Inf), shape queries and reshaping, concatenation (with `ConcatOffset`, which its gradient uses)
 //! and stacking, filling, broadcasting. Slicing, splitting, gathering and tiling are in
 //! [`super::slicing`].
 
@@ -51,6 +51,17 @@ pub(super) fn register(r: &mut Registry) {
         .shape(|c| Ok(c.inputs.to_vec()))
         .grad(grad::identity_n)
         .register(r);
+    for op in ["CheckNumerics", "CheckNumericsV2"] {
+        OpDef::build(op)
+            .input("tensor: T")
+            .output("output: T")
+            .attr("T: {float, double}")
+            .attr("message: string")
+            .stateful()
+            .shape(sf::unchanged)
+            .grad(grad::check_numerics)
+            .register(r);
+    }
     OpDef::build("NoOp").no_grad().register(r);
     OpDef::build("StopGradient")
         .input("input: T")
@@ -485,6 +496,15 @@ impl Graph {
     /// `Identity(x)`.
     pub fn identity(&mut self, x: &Output) -> Result<Output> {
         self.unary("Identity", x)
+    }
+    /// `CheckNumerics(x)`: `x`, or INVALID_ARGUMENT saying `message` when it holds a NaN or an
+    /// infinity (`tf.debugging.check_numerics`).
+    pub fn check_numerics(&mut self, x: &Output, message: &str) -> Result<Output> {
+        self.add1(
+            NodeSpec::new("CheckNumerics")
+                .input(x)
+                .attr("message", value::string(message)),
+        )
     }
     /// `StopGradient(x)`: the value of `x`, through which no gradient flows.
     pub fn stop_gradient(&mut self, x: &Output) -> Result<Output> {

@@ -1,5 +1,6 @@
-//! Math ops (`tensorflow/core/ops/math_ops.cc`): element-wise arithmetic, comparisons, logical
-//! ops, matrix products, reductions, `Cast`, `Range`, `Select`.
+//! Math ops (`tensorflow/core/ops/math_ops.cc`): element-wise arithmetic (with `DivNoNan`),
+//! comparisons, logical ops, matrix products, reductions, the cumulative `Cumsum` and
+//! `Cumprod`, `Cast`, `Range`, `Select`.
 
 use crate::error::Result;
 use crate::graph::attr::{self, value};
@@ -24,13 +25,14 @@ pub(super) fn register(r: &mut Registry) {
         ("Maximum", Some(grad::maximum)),
         ("Minimum", Some(grad::minimum)),
         ("SquaredDifference", Some(grad::squared_difference)),
+        ("DivNoNan", Some(grad::div_no_nan)),
         ("FloorMod", None),
         ("FloorDiv", None),
     ] {
-        let t = if op == "Add" {
-            "T: {float, double, int32, int64, string}"
-        } else {
-            REAL
+        let t = match op {
+            "Add" => "T: {float, double, int32, int64, string}",
+            "DivNoNan" => FLOAT,
+            _ => REAL,
         };
         let b = OpDef::build(op)
             .input("x: T")
@@ -216,6 +218,22 @@ pub(super) fn register(r: &mut Registry) {
             .no_grad()
             .register(r);
     }
+    for (op, g) in [
+        ("Cumsum", grad::cumsum as crate::graph::gradients::GradFn),
+        ("Cumprod", grad::cumprod),
+    ] {
+        OpDef::build(op)
+            .input("x: T")
+            .input("axis: Tidx")
+            .output("out: T")
+            .attr("exclusive: bool = false")
+            .attr("reverse: bool = false")
+            .attr(REAL)
+            .attr("Tidx: {int32, int64} = DT_INT32")
+            .shape(scan_shape)
+            .grad(g)
+            .register(r);
+    }
     OpDef::build("Cast")
         .input("x: SrcT")
         .output("y: DstT")
@@ -348,6 +366,18 @@ fn arg_reduce_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     Ok(vec![PartialShape::new(out)])
 }
 
+/// A cumulative op's output: the input's shape. The axis must be a scalar in range.
+fn scan_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+    let input = ctx.input(0);
+    if let Some(r) = ctx.input(1).rank().filter(|&r| r != 0) {
+        return Err(ctx.error(format!("axis must be a scalar, got rank {r}")));
+    }
+    if let (Some(rank), Some(axis)) = (input.rank(), ctx.scalar_value(1)) {
+        ctx.axis(axis, rank)?;
+    }
+    Ok(vec![input])
+}
+
 fn range_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     if let (Some(s), Some(l), Some(d)) = (
         ctx.scalar_value(0),
@@ -380,6 +410,47 @@ impl Graph {
     /// `x / y` (`RealDiv`), named `truediv`.
     pub fn div(&mut self, x: &Output, y: &Output) -> Result<Output> {
         self.add1(NodeSpec::new("RealDiv").name("truediv").input(x).input(y))
+    }
+    /// `x / y`, or 0 where `y` is 0 (`DivNoNan`, broadcasting).
+    pub fn div_no_nan(&mut self, x: &Output, y: &Output) -> Result<Output> {
+        self.binary("DivNoNan", x, y)
+    }
+    /// The cumulative sum of `x` along `axis` (`Cumsum`): `exclusive` leaves each element out
+    /// of its own sum, `reverse` sums from the end.
+    pub fn cumsum(
+        &mut self,
+        x: &Output,
+        axis: &Output,
+        exclusive: bool,
+        reverse: bool,
+    ) -> Result<Output> {
+        self.scan("Cumsum", x, axis, exclusive, reverse)
+    }
+    /// The cumulative product of `x` along `axis` (`Cumprod`), with [`Graph::cumsum`]'s flags.
+    pub fn cumprod(
+        &mut self,
+        x: &Output,
+        axis: &Output,
+        exclusive: bool,
+        reverse: bool,
+    ) -> Result<Output> {
+        self.scan("Cumprod", x, axis, exclusive, reverse)
+    }
+    fn scan(
+        &mut self,
+        op: &str,
+        x: &Output,
+        axis: &Output,
+        exclusive: bool,
+        reverse: bool,
+    ) -> Result<Output> {
+        self.add1(
+            NodeSpec::new(op)
+                .input(x)
+                .input(axis)
+                .attr("exclusive", value::bool(exclusive))
+                .attr("reverse", value::bool(reverse)),
+        )
     }
     /// `-x`.
     pub fn neg(&mut self, x: &Output) -> Result<Output> {

@@ -8,13 +8,16 @@ mod conv;
 
 pub use control_flow::{is_loop_back_edge, ControlFlowOp};
 mod data_flow;
+mod feature_columns;
 mod functional;
 mod fused;
+mod gather_nd;
 mod io;
 mod list;
 mod math;
 mod nn;
 mod normalization;
+mod padding;
 mod slicing;
 mod sparse;
 mod sparse_training;
@@ -40,7 +43,10 @@ pub(crate) fn register_all(r: &mut Registry) {
     conv::register(r);
     normalization::register(r);
     slicing::register(r);
+    padding::register(r);
     sparse::register(r);
+    gather_nd::register(r);
+    feature_columns::register(r);
     state::register(r);
     summary::register(r);
     io::register(r);

@@ -1,5 +1,6 @@
 //! Neural-network ops (`tensorflow/core/ops/nn_ops.cc`): bias, activations, softmax and the
-//! cross-entropy losses, `L2Loss`.
+//! cross-entropy losses, `L2Loss`, the largest entries of each row (`TopKV2`) and whether a
+//! target is among them (`InTopKV2`).
 
 use crate::error::Result;
 use crate::graph::attr;
@@ -149,6 +150,75 @@ pub(super) fn register(r: &mut Registry) {
         .shape(sf::scalar)
         .grad(grad::l2_loss)
         .register(r);
+    register_top_k(r);
+}
+
+/// Registers `TopKV2` and `InTopKV2`.
+fn register_top_k(r: &mut Registry) {
+    OpDef::build("TopKV2")
+        .input("input: T")
+        .input("k: Tk")
+        .output("values: T")
+        .output("indices: index_type")
+        .attr("sorted: bool = true")
+        .attr(REAL)
+        .attr("Tk: {int32, int64} = DT_INT32")
+        .attr("index_type: {int32, int64} = DT_INT32")
+        .shape(top_k_shape)
+        .grad(grad::top_k)
+        .register(r);
+    OpDef::build("InTopKV2")
+        .input("predictions: float")
+        .input("targets: T")
+        .input("k: T")
+        .output("precision: bool")
+        .attr("T: {int32, int64} = DT_INT32")
+        .shape(in_top_k_shape)
+        .no_grad()
+        .register(r);
+}
+
+/// TensorFlow's `TopKShapeFn`: the input with its last dimension `k`, twice.
+fn top_k_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+    let input = ctx.input(0);
+    if input.rank() == Some(0) {
+        return Err(ctx.error("input must be >= 1-D, got shape []"));
+    }
+    if let Some(r) = ctx.input(1).rank().filter(|&r| r != 0) {
+        return Err(ctx.error(format!("k must be scalar, got rank {r}")));
+    }
+    let k = ctx.scalar_value(1);
+    if let Some(k) = k.filter(|&k| k < 0) {
+        return Err(ctx.error(format!("Need k >= 0, got {k}")));
+    }
+    let k = k.map(|k| k as usize);
+    let Some(dims) = input.dims() else {
+        return Ok(vec![PartialShape::unknown(); 2]);
+    };
+    let last = dims[dims.len() - 1];
+    if let (Some(n), Some(k)) = (last, k) {
+        if n < k {
+            return Err(ctx.error(format!(
+                "input must have last dimension >= k = {k} but is {n}"
+            )));
+        }
+    }
+    let mut out = dims.to_vec();
+    *out.last_mut().expect("rank >= 1") = k;
+    Ok(vec![PartialShape::new(out); 2])
+}
+
+/// One flag per row of the `[batch, classes]` predictions; the targets are `[batch]`.
+fn in_top_k_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+    let predictions = ctx.with_rank(0, 2)?;
+    let targets = ctx.with_rank(1, 1)?;
+    let rows = |s: &PartialShape| s.dims().and_then(|d| d[0]);
+    let batch = sf::merge_dim(rows(&predictions), rows(&targets)).ok_or_else(|| {
+        ctx.error(format!(
+            "predictions {predictions} and targets {targets} differ in the batch dimension"
+        ))
+    })?;
+    Ok(vec![PartialShape::new(vec![batch])])
 }
 
 fn at_least_rank1(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
@@ -280,6 +350,34 @@ impl Graph {
         let b = o.remove(1);
         Ok((o.remove(0), b))
     }
+    /// The `k` largest entries of each row of `x` (its last dimension) and their indices
+    /// (`TopKV2`, int32 indices); ties go to the lower index. `sorted` returns them largest
+    /// first.
+    pub fn top_k(&mut self, x: &Output, k: &Output, sorted: bool) -> Result<(Output, Output)> {
+        let mut o = self.add_node(
+            NodeSpec::new("TopKV2")
+                .input(x)
+                .input(k)
+                .attr("sorted", crate::graph::attr::value::bool(sorted)),
+        )?;
+        let indices = o.remove(1);
+        Ok((o.remove(0), indices))
+    }
+    /// Whether each row's target is among the `k` largest `predictions` of its row
+    /// (`InTopKV2`).
+    pub fn in_top_k(
+        &mut self,
+        predictions: &Output,
+        targets: &Output,
+        k: &Output,
+    ) -> Result<Output> {
+        self.add1(
+            NodeSpec::new("InTopKV2")
+                .input(predictions)
+                .input(targets)
+                .input(k),
+        )
+    }
     /// Softmax cross-entropy against class indices; returns (loss per row, backprop).
     pub fn sparse_softmax_cross_entropy(
         &mut self,
@@ -321,6 +419,35 @@ mod tests {
             .placeholder("bad", DType::Int64, PartialShape::new(vec![Some(4)]))
             .unwrap();
         assert!(g.sparse_softmax_cross_entropy(&logits, &bad).is_err());
+    }
+
+    #[test]
+    fn top_k_replaces_the_last_dimension() {
+        let mut g = Graph::new();
+        let x = g
+            .placeholder("x", DType::Float, PartialShape::new(vec![None, Some(5)]))
+            .unwrap();
+        let k = g.const_i32("k", &[], &[3]).unwrap();
+        let (values, indices) = g.top_k(&x, &k, true).unwrap();
+        assert_eq!(values.shape.to_string(), "[?,3]");
+        assert_eq!(
+            (indices.shape.to_string(), indices.dtype),
+            ("[?,3]".into(), DType::Int32)
+        );
+        let too_many = g.const_i32("k", &[], &[6]).unwrap();
+        let err = g.top_k(&x, &too_many, true).unwrap_err();
+        assert!(err.message().contains("`TopKV2_1`"), "{err}");
+        let targets = g
+            .placeholder("t", DType::Int32, PartialShape::new(vec![Some(4)]))
+            .unwrap();
+        let p = g
+            .placeholder("p", DType::Float, PartialShape::new(vec![Some(4), Some(5)]))
+            .unwrap();
+        assert_eq!(
+            g.in_top_k(&p, &targets, &k).unwrap().shape.to_string(),
+            "[4]"
+        );
+        assert!(g.in_top_k(&x, &p, &k).is_err());
     }
 
     #[test]

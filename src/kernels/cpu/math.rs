@@ -1,6 +1,7 @@
-//! Element-wise arithmetic: binary ops with broadcasting (Add, Sub, Mul, RealDiv, Pow, Maximum,
-//! Minimum, FloorDiv, FloorMod), unary ops (Neg, Square, Sqrt, Rsqrt, Exp, Log, Abs, Sign,
-//! Reciprocal), AddN and Cast. Matrix products live in `matmul`.
+//! Element-wise arithmetic: binary ops with broadcasting (Add, Sub, Mul, RealDiv, DivNoNan,
+//! Pow, Maximum, Minimum, FloorDiv, FloorMod), unary ops (Neg, Square, Sqrt, Rsqrt, Exp, Log,
+//! Abs, Sign, Reciprocal), AddN, Cast, and CheckNumerics (the identity that fails on a NaN or
+//! an infinity). Matrix products live in `matmul`.
 //!
 //! Integer division (RealDiv, FloorDiv, FloorMod on int32/int64) checks the divisor for zeros
 //! first and fails with INVALID_ARGUMENT instead of trapping, as TensorFlow does.
@@ -25,6 +26,8 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Sub" => |_| stateless(sub),
         "Mul" => |_| stateless(mul),
         "RealDiv" => |_| stateless(real_div),
+        "DivNoNan" => |_| stateless(div_no_nan),
+        "CheckNumerics" | "CheckNumericsV2" => CheckNumerics::create,
         "FloorDiv" => |_| stateless(floor_div),
         "FloorMod" => |_| stateless(floor_mod),
         "Pow" => |_| stateless(pow),
@@ -87,6 +90,13 @@ macro_rules! unary_kernel {
 binary_kernel!(add, dispatch_real, |a, b| Real::add(a, b));
 binary_kernel!(sub, dispatch_real, |a, b| Real::sub(a, b));
 binary_kernel!(mul, dispatch_real, |a, b| Real::mul(a, b));
+// 0 where the divisor is 0, whatever the dividend (NaN and infinities included), as
+// TensorFlow's `div_no_nan` functor does; a NaN divisor still gives NaN.
+binary_kernel!(div_no_nan, dispatch_float, |a, b| if b == 0.0 {
+    0.0
+} else {
+    a / b
+});
 binary_kernel!(maximum, dispatch_real, |a, b| Real::max(a, b));
 binary_kernel!(minimum, dispatch_real, |a, b| Real::min(a, b));
 binary_kernel!(squared_difference, dispatch_real, |a, b| {
@@ -310,6 +320,95 @@ impl OpKernel for Cast {
             }
         };
         ctx.set_output(0, out);
+        Ok(())
+    }
+}
+
+/// `CheckNumerics` and `CheckNumericsV2`: the input unchanged, or INVALID_ARGUMENT with the
+/// node's `message` and what it found, in TensorFlow's words (`check_numerics_op.cc`): "Inf and
+/// NaN" for the first, "-Inf, +Inf, and NaN" and their subsets for the second, which tells the
+/// infinities' signs apart.
+struct CheckNumerics {
+    message: String,
+    signed: bool,
+}
+
+impl CheckNumerics {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        Ok(Arc::new(CheckNumerics {
+            message: attr::string_or(node, "message", "")?,
+            signed: node.op == "CheckNumericsV2",
+        }))
+    }
+}
+
+const NAN: u8 = 1;
+const NEG_INF: u8 = 2;
+const POS_INF: u8 = 4;
+
+/// What of NaN, -Inf and +Inf `values` hold, as [`NAN`] | [`NEG_INF`] | [`POS_INF`] bits.
+fn non_finite<T: super::Float>(values: &[T]) -> u8 {
+    // Finite values, the common case, cost one comparison each: a vectorized `is_finite`.
+    if values.iter().all(|v| v.is_finite()) {
+        return 0;
+    }
+    values.iter().fold(0, |bits, v| {
+        bits | if v.is_nan() {
+            NAN
+        } else if v.is_infinite() {
+            if v.is_sign_negative() {
+                NEG_INF
+            } else {
+                POS_INF
+            }
+        } else {
+            0
+        }
+    })
+}
+
+impl CheckNumerics {
+    fn words(&self, bits: u8) -> &'static str {
+        let (nan, inf) = (bits & NAN != 0, bits & (NEG_INF | POS_INF) != 0);
+        if !self.signed {
+            return match (inf, nan) {
+                (true, true) => "Inf and NaN",
+                (true, false) => "Inf",
+                _ => "NaN",
+            };
+        }
+        match (bits & NEG_INF != 0, bits & POS_INF != 0, nan) {
+            (true, true, true) => "-Inf, +Inf, and NaN",
+            (true, true, false) => "-Inf and +Inf",
+            (true, false, true) => "-Inf and NaN",
+            (false, true, true) => "+Inf and NaN",
+            (true, false, false) => "-Inf",
+            (false, true, false) => "+Inf",
+            _ => "NaN",
+        }
+    }
+}
+
+impl OpKernel for CheckNumerics {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let x = input(ctx, 0)?;
+        let bits = std::sync::atomic::AtomicU8::new(0);
+        dispatch_float!(ctx, x.dtype(), T => {
+            let values = x.values::<T>()?;
+            ctx.intra().parallel_for(values.len(), split::ELEMENT_CYCLES, |range| {
+                let found = non_finite(&values[range]);
+                bits.fetch_or(found, std::sync::atomic::Ordering::Relaxed);
+            });
+        });
+        let bits = bits.into_inner();
+        if bits != 0 {
+            return Err(ctx.invalid(format!(
+                "{} : Tensor had {} values",
+                self.message,
+                self.words(bits)
+            )));
+        }
+        ctx.set_output(0, x);
         Ok(())
     }
 }

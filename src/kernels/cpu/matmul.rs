@@ -132,6 +132,14 @@ impl BatchMatMul {
                 y.shape()
             ))
         })?;
+        let matrices: usize = batch.iter().product();
+        if matrices == 0 || m * n == 0 {
+            // Nothing to compute: an empty output, however large its batch (the index lists
+            // below would be as long as the batch).
+            let mut dims = batch;
+            dims.extend([m, n]);
+            return Tensor::from_vec(Shape::new(dims), Vec::<T>::new());
+        }
         let nbx: usize = bx.iter().product();
         let nby: usize = by.iter().product();
         // For each output batch entry, which matrix of x and of y it multiplies.

@@ -3,7 +3,9 @@
 //! [`kernel_for`] maps a TensorFlow op name onto the factory of its kernel. Each family file
 //! (`math`, `matmul`, `nn` with `conv`, `depthwise`, `pool`, `batch_norm`, `lrn` and
 //! `activation`, `fused` (TensorFlow's fused ops as chains of those kernels), `reduce`,
-//! `compare`, `array`, `slicing`, `random`, `list` with `list_tensor`,
+//! `scan` (cumulative sums and products), `top_k`, `compare`, `array`, `slicing`, `pad`,
+//! `gather_nd`, `feature_columns` (its hashes in `fingerprint`), `random`, `list` with
+//! `list_tensor`,
 //! `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training` with
 //! `sparse_training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
@@ -92,7 +94,10 @@ mod compare;
 mod control_flow;
 mod conv;
 mod depthwise;
+mod feature_columns;
+mod fingerprint;
 mod fused;
+mod gather_nd;
 mod gemm;
 mod io;
 mod items;
@@ -103,6 +108,7 @@ mod math;
 mod matmul;
 pub(crate) mod nn;
 mod numeric;
+mod pad;
 mod pool;
 mod queue;
 mod random;
@@ -110,6 +116,7 @@ pub(crate) mod reduce;
 mod ref_variable;
 mod resource_scatter;
 mod rows;
+mod scan;
 mod segment;
 mod sendrecv;
 mod slicing;
@@ -119,6 +126,7 @@ mod stack;
 pub mod summary;
 mod tensor_array;
 mod tensor_array_ops;
+mod top_k;
 pub mod training;
 mod variable;
 
@@ -141,14 +149,19 @@ type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else (a TensorList is a
 /// value, so its ops are among them).
-const COMPUTING: [Family; 11] = [
+const COMPUTING: [Family; 16] = [
     math::kernel_for,
     nn::kernel_for,
     fused::kernel_for,
     reduce::kernel_for,
+    scan::kernel_for,
+    top_k::kernel_for,
     compare::kernel_for,
     array::kernel_for,
     slicing::kernel_for,
+    gather_nd::kernel_for,
+    feature_columns::kernel_for,
+    pad::kernel_for,
     random::kernel_for,
     control_flow::kernel_for,
     list::kernel_for,
