@@ -5,11 +5,11 @@
 //!
 //! The flags travel as a string resource variable on ps task 0's CPU ([`FLAGS_VARIABLE`]),
 //! written by the chief before it initialises the model, read through the worker's own master;
-//! it is not among the checkpointed variables.
+//! it is not among the checkpointed variables. Its sessions are [`super::signal`]'s.
 
 use std::time::{Duration, Instant};
 
-use crate::client::{ConnectOptions, Session};
+use crate::client::Session;
 use crate::cluster::TaskId;
 use crate::error::{Code, Result, Status};
 use crate::graph::{Graph, Variable};
@@ -19,8 +19,6 @@ use super::spec::{ModelKind, TrainSpec};
 
 /// The shared name of the variable holding the chief's flags.
 pub const FLAGS_VARIABLE: &str = "tessera_model_flags";
-/// How long one read or write may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The pause between two reads while the chief has not published yet.
 const POLL: Duration = Duration::from_secs(1);
 
@@ -111,15 +109,7 @@ fn graph(ps0: &TaskId, flags: &str) -> Result<(Graph, Variable, String)> {
 
 /// A session on the master at `target` holding `graph`, which needs only `ps0` and `own`.
 fn session(target: &str, graph: &Graph, ps0: &TaskId, own: &TaskId) -> Result<Session> {
-    let mut options = ConnectOptions {
-        connect_timeout: Duration::from_secs(10),
-        call_timeout: CALL_TIMEOUT,
-        ..ConnectOptions::default()
-    };
-    options.config.device_filters = vec![ps0.device_prefix(), own.device_prefix()];
-    let session = Session::connect_with(target, options)?;
-    session.extend(&graph.to_graph_def())?;
-    Ok(session)
+    super::signal::session(target, graph, &[ps0.device_prefix(), own.device_prefix()])
 }
 
 /// The chief's published flags, or `None` while it has not published them.

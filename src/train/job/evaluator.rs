@@ -18,8 +18,8 @@ use crate::runtime::device::Device;
 use crate::train::checkpoint::saver::Saver;
 use crate::train::checkpoint::state::latest_checkpoint;
 
-use super::model::{self, Examples, Placement, Scores};
-use super::role::{evaluate, Replica, StopRequest};
+use super::model::{self, Placement, Scores};
+use super::role::{evaluate, examples, Replica, StopRequest};
 use super::spec::TrainSpec;
 
 /// How often the evaluator looks for a new checkpoint.
@@ -50,10 +50,6 @@ pub fn run(
         )
     })?;
     let (train, held_out) = spec.load_data()?;
-    let classes = match train.num_targets() {
-        0 => train.num_classes().max(held_out.num_classes()),
-        targets => targets,
-    };
     // The chief's graph: its variables are the checkpoint's.
     let placement = Placement {
         num_ps: cluster.num_tasks("ps").unwrap_or(1).max(1) as u32,
@@ -62,12 +58,7 @@ pub fn run(
         worker_index: 0,
         num_workers: Replica::count(cluster).max(1),
     };
-    let examples = Examples {
-        features: train.num_features(),
-        ids: train.num_ids(),
-        classes,
-    };
-    let built = model::build_for(spec, &placement, examples)?;
+    let built = model::build_for(spec, &placement, examples(&train, &held_out))?;
     let mut graph = built.graph.clone();
     for node in &mut graph.node {
         node.device.clear();

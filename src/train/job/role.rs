@@ -346,11 +346,6 @@ fn train_worker(
     let (index, num_workers) = (replica.index as u32, replica.count);
     let is_chief = replica.is_chief();
     let (train, held_out) = spec.load_data()?;
-    // A regression's "classes" are its targets per example: the model's outputs.
-    let classes = match train.num_targets() {
-        0 => train.num_classes().max(held_out.num_classes()),
-        targets => targets,
-    };
     let shard = train.shard(num_workers, index as usize)?;
     if shard.is_empty() {
         return Err(Status::invalid_argument(format!(
@@ -379,12 +374,7 @@ fn train_worker(
         worker_index: config.task.index,
         num_workers,
     };
-    let examples = Examples {
-        features: train.num_features(),
-        ids: train.num_ids(),
-        classes,
-    };
-    let built = model::build_for(spec, &placement, examples)?;
+    let built = model::build_for(spec, &placement, examples(&train, &held_out))?;
     let restored_from = if is_chief {
         match &spec.checkpoint_dir {
             Some(dir) => latest_checkpoint(dir)?,
@@ -723,6 +713,20 @@ fn feeds(batch: crate::data::Batch) -> Vec<(&'static str, crate::tensor::Tensor)
 
 /// The model's scores on `held_out` (the baseline's label mean from `train`), in steps of at
 /// most [`EVAL_BATCH`] examples.
+/// What the model's inputs and outputs are for these examples: a regression's "classes" are
+/// its targets per example, the model's outputs.
+pub(super) fn examples(train: &Dataset, held_out: &Dataset) -> Examples {
+    let classes = match train.num_targets() {
+        0 => train.num_classes().max(held_out.num_classes()),
+        targets => targets,
+    };
+    Examples {
+        features: train.num_features(),
+        ids: train.num_ids(),
+        classes,
+    }
+}
+
 /// The model's scores on `held_out` in `raw` (the class balance from `train`'s labels).
 pub(super) fn evaluate(
     raw: &Session,

@@ -68,13 +68,15 @@ fn dequeue(g: &mut Graph, name: &str, queue: &Output) -> Result<Vec<Output>> {
     )
 }
 
-/// A session on the master at `target` holding `graph`.
-fn session(target: &str, graph: &Graph) -> Result<Session> {
-    let options = ConnectOptions {
+/// A session on the master at `target` holding `graph`; with `device_filters`, one that needs
+/// only the tasks they name.
+pub(super) fn session(target: &str, graph: &Graph, device_filters: &[String]) -> Result<Session> {
+    let mut options = ConnectOptions {
         connect_timeout: Duration::from_secs(10),
         call_timeout: CALL_TIMEOUT,
         ..ConnectOptions::default()
     };
+    options.config.device_filters = device_filters.to_vec();
     let session = Session::connect_with(target, options)?;
     session.extend(&graph.to_graph_def())?;
     Ok(session)
@@ -91,7 +93,7 @@ pub fn wait_for_done(target: &str, task: &TaskId) -> Result<()> {
     let dequeue = dequeue[0].name();
     tracing::info!(task = %task, "serving until the chief says training is over");
     loop {
-        let watch = session(target, &g).and_then(|s| loop {
+        let watch = session(target, &g, &[]).and_then(|s| loop {
             match s.run(&[], &[&dequeue], &[]) {
                 Ok(_) => break Ok(()),
                 Err(e) if e.code() == Code::OutOfRange => break Ok(()),
@@ -123,7 +125,7 @@ pub fn report_finished(target: &str, chief: &TaskId, worker_index: u32) -> Resul
     let enqueue = g.with_device(&cpu(chief), |g| {
         g.queue_enqueue("finished_enqueue", &q, &[index])
     })?;
-    let s = session(target, &g)?;
+    let s = session(target, &g, &[])?;
     s.run(&[], &[], &[&enqueue])?;
     let _ = s.close();
     Ok(())
@@ -152,7 +154,7 @@ impl ChiefSignals {
             closes.push((task.clone(), close));
         }
         Ok(Self {
-            session: session(target, &g)?,
+            session: session(target, &g, &[])?,
             finished: dequeue[0].name(),
             closes,
         })
