@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::kernels_support::as_f64s;
 use crate::support::cluster::InProcessCluster;
 use serde_json::Value;
 use tessera::client::Session;
@@ -125,32 +126,6 @@ fn feed_tensor(graph: &GraphDef, name: &str, v: &Value) -> Tensor {
     .unwrap()
 }
 
-/// A fetched tensor's values as f64.
-fn values_of(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::Float => t
-            .values::<f32>()
-            .unwrap()
-            .iter()
-            .map(|&x| x as f64)
-            .collect(),
-        DType::Double => t.values::<f64>().unwrap().to_vec(),
-        DType::Int32 => t
-            .values::<i32>()
-            .unwrap()
-            .iter()
-            .map(|&x| x as f64)
-            .collect(),
-        DType::Int64 => t
-            .values::<i64>()
-            .unwrap()
-            .iter()
-            .map(|&x| x as f64)
-            .collect(),
-        other => panic!("no fetches of {other} in these graphs"),
-    }
-}
-
 fn expected(v: &Value) -> Vec<f64> {
     match v {
         Value::Array(a) => a.iter().map(|x| x.as_f64().unwrap()).collect(),
@@ -192,7 +167,7 @@ fn replay(name: &str, mode: Mode) {
             .zip(&out)
             .zip(run["values"].as_array().unwrap())
         {
-            let (got, want) = (values_of(got), expected(want));
+            let (got, want) = (as_f64s(got), expected(want));
             assert_eq!(got.len(), want.len(), "{name} run {k} {fetch} ({mode:?})");
             for (g, w) in got.iter().zip(&want) {
                 assert!(

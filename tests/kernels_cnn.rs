@@ -11,10 +11,8 @@
 //!   the gradients TensorFlow registers for the gradient ops (`Relu6Grad`, `SoftplusGrad`,
 //!   `SeluGrad`, the depthwise backprops), for second derivatives.
 
-use std::process::Command;
-
 use crate::kernels_support::*;
-use crate::support::tensorflow::{python_with, Client};
+use crate::support::tensorflow::script_json;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use tessera::client::Session;
@@ -307,12 +305,9 @@ fn check_elementwise(case: &Value) {
 #[test]
 fn cnn_kernels_match_tensorflow() {
     let test = "cnn_kernels_match_tensorflow";
-    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+    let Some(json) = script_json(test, SCRIPT, &["tensorflow", "numpy"]) else {
         return;
     };
-    let mut command = Command::new(python);
-    command.arg(SCRIPT);
-    let json = Client::spawn(command).finish_quietly().json;
     let group = |k: &str| json[k].as_array().unwrap().clone();
     let (depthwise, batch_norm, lrn, elementwise) = (
         group("depthwise"),

@@ -16,10 +16,8 @@
 //!   before the kernel runs, and paddings too large for any tensor refused by the kernel, both
 //!   RESOURCE_EXHAUSTED naming the node.
 
-use std::process::Command;
-
 use crate::kernels_support::*;
-use crate::support::tensorflow::{python_with, Client};
+use crate::support::tensorflow::script_json;
 use bytes::Bytes;
 use serde_json::Value;
 use tessera::client::Session;
@@ -89,32 +87,6 @@ fn tensor(v: &Value) -> Tensor {
         other => panic!("no tensors of {other} here"),
     }
     .unwrap()
-}
-
-/// A tensor's values as f64s (floats and integers).
-fn as_f64s(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::Float => t
-            .values::<f32>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DType::Double => t.values::<f64>().unwrap().to_vec(),
-        DType::Int32 => t
-            .values::<i32>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DType::Int64 => t
-            .values::<i64>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        other => panic!("no numbers in {other}"),
-    }
 }
 
 /// Asserts `got` is `want`: the same dtype and shape, integers, bools and strings equal,
@@ -301,12 +273,9 @@ fn check_graph(json: &Value) {
 #[test]
 fn everyday_ops_match_tensorflow() {
     let test = "everyday_ops_match_tensorflow";
-    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+    let Some(json) = script_json(test, SCRIPT, &["tensorflow", "numpy"]) else {
         return;
     };
-    let mut command = Command::new(python);
-    command.arg(SCRIPT);
-    let json = Client::spawn(command).finish_quietly().json;
     let kernels = json["kernels"].as_array().unwrap();
     let grads = json["grads"].as_array().unwrap();
     let ops: std::collections::BTreeSet<&str> =

@@ -14,10 +14,8 @@
 //!   `SparseToDense`'s gradient where TensorFlow's goes wrong (vector indices, a scalar
 //!   value), against the values worked out by hand.
 
-use std::process::Command;
-
 use crate::kernels_support::*;
-use crate::support::tensorflow::{python_with, Client};
+use crate::support::tensorflow::script_json;
 use bytes::Bytes;
 use serde_json::Value;
 use tessera::client::{Session, SessionOptions};
@@ -385,12 +383,9 @@ fn check_gradient(case: &Value) {
 #[test]
 fn feature_columns_match_tensorflow() {
     let test = "feature_columns_match_tensorflow";
-    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+    let Some(json) = script_json(test, SCRIPT, &["tensorflow", "numpy"]) else {
         return;
     };
-    let mut command = Command::new(python);
-    command.arg(SCRIPT);
-    let json = Client::spawn(command).finish_quietly().json;
     check_hashes(&json["hash"]);
     let cases = array(&json["cases"]);
     let count = |op: &str| cases.iter().filter(|c| c["op"] == op).count();

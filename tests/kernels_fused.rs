@@ -12,10 +12,8 @@
 //!   list, and a `num_args` that does not fit it with INVALID_ARGUMENT, at kernel creation, so
 //!   a worker refuses them at RegisterGraph.
 
-use std::process::Command;
-
 use crate::kernels_support::*;
-use crate::support::tensorflow::{python_with, Client};
+use crate::support::tensorflow::script_json;
 use serde_json::Value;
 use tessera::cluster::TaskId;
 use tessera::error::Code;
@@ -139,12 +137,9 @@ fn check_case(case: &Value) {
 #[test]
 fn fused_kernels_match_tensorflow() {
     let test = "fused_kernels_match_tensorflow";
-    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+    let Some(json) = script_json(test, SCRIPT, &["tensorflow", "numpy"]) else {
         return;
     };
-    let mut command = Command::new(python);
-    command.arg(SCRIPT);
-    let json = Client::spawn(command).finish_quietly().json;
     let group = |k: &str| json[k].as_array().unwrap().clone();
     let (matmul, conv, batch_norm) = (group("matmul"), group("conv"), group("batch_norm"));
     assert!(matmul.len() >= 11 && conv.len() >= 20 && batch_norm.len() >= 2);

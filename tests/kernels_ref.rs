@@ -871,19 +871,6 @@ fn floats(dtype: DType, dims: &[usize], values: &[f64]) -> Tensor {
     }
 }
 
-/// A float tensor's values as f64.
-fn as_f64(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::Float => t
-            .values::<f32>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        _ => t.values::<f64>().unwrap().into_owned(),
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Form {
     Ref,
@@ -988,7 +975,7 @@ fn run_case(case: &Case, form: Form, dtype: DType, use_locking: bool) -> Vec<Vec
         }
         after.push(
             vars.iter()
-                .map(|v| as_f64(&v.snapshot().unwrap()))
+                .map(|v| as_f64s(&v.snapshot().unwrap()))
                 .collect(),
         );
     }

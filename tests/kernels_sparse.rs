@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::kernels_support::*;
-use crate::support::tensorflow::{python_with, Client};
+use crate::support::tensorflow::{python_with, script_json, Client};
 use serde_json::Value;
 use tessera::error::Code;
 use tessera::graph::registry::dtype_named;
@@ -172,12 +172,9 @@ fn code_named(name: &str) -> Code {
 #[test]
 fn embedding_kernels_match_tensorflow() {
     let test = "embedding_kernels_match_tensorflow";
-    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+    let Some(json) = script_json(test, SCRIPT, &["tensorflow", "numpy"]) else {
         return;
     };
-    let mut command = Command::new(python);
-    command.arg(SCRIPT);
-    let json = Client::spawn(command).finish_quietly().json;
     let cases = json["cases"].as_array().unwrap();
     assert!(cases.len() >= 150, "too few cases: {}", cases.len());
     let (mut values, mut errors) = (0, 0);

@@ -93,19 +93,6 @@ fn index_tensor(dtype: DType, values: &[i64]) -> Tensor {
     }
 }
 
-/// A float tensor's values as f64.
-fn as_f64(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::Float => t
-            .values::<f32>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        _ => t.values::<f64>().unwrap().into_owned(),
-    }
-}
-
 /// A handle to variable `name` of this test's device.
 fn handle(name: &str) -> Tensor {
     Tensor::resource(ResourceHandle {
@@ -246,7 +233,7 @@ fn run_case(case: &Value, form: Form, use_locking: bool) -> Vec<Vec<f64>> {
                 shape.as_slice(),
                 "{op}: the variable keeps its shape"
             );
-            as_f64(&t)
+            as_f64s(&t)
         })
         .collect()
 }
@@ -585,7 +572,7 @@ fn repeated_indices_apply_in_order_and_other_rows_stay() {
     assert_f32(&w.snapshot().unwrap(), &[4, 2], &want_w, 1e-6);
     assert_f32(&accum.snapshot().unwrap(), &[4, 2], &want_a, 1e-6);
     // update_slots = false: accum stays, var moves by lr * g / sqrt(accum).
-    let before = as_f64(&w.snapshot().unwrap());
+    let before = as_f64s(&w.snapshot().unwrap());
     adagrad(
         &rm,
         f32s(&[1, 2], &[1.0, -1.0]),
@@ -599,9 +586,9 @@ fn repeated_indices_apply_in_order_and_other_rows_stay() {
     assert_f32(&w.snapshot().unwrap(), &[4, 2], &want, 1e-5);
     assert_f32(&accum.snapshot().unwrap(), &[4, 2], &want_a, 0.0);
     // No indices: nothing changes.
-    let before = as_f64(&w.snapshot().unwrap());
+    let before = as_f64s(&w.snapshot().unwrap());
     adagrad(&rm, f32s(&[0, 2], &[]), i64s(&[0], &[]), &[]).unwrap();
-    assert_eq!(as_f64(&w.snapshot().unwrap()), before);
+    assert_eq!(as_f64s(&w.snapshot().unwrap()), before);
 }
 
 #[test]

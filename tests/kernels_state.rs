@@ -42,20 +42,7 @@ fn sample(op: &str, dtype: DType, n: usize) -> Vec<f64> {
         .remove(0);
     assert_eq!(out.dtype(), dtype);
     assert_eq!(out.dims(), &[n]);
-    floats(&out)
-}
-
-/// A float32 or float64 tensor's values as f64.
-fn floats(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::Float => t
-            .values::<f32>()
-            .unwrap()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        _ => t.values::<f64>().unwrap().into_owned(),
-    }
+    as_f64s(&out)
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {
@@ -571,7 +558,7 @@ fn seeded_random_ops_draw_tensorflows_numbers() {
             let out = step(&kernel, &node, vec![ivec(&[7])], &rm)
                 .unwrap()
                 .remove(0);
-            let got = floats(&out);
+            let got = as_f64s(&out);
             for (i, (g, w)) in got.iter().zip(want).enumerate() {
                 // Uniform values are bit for bit; normal ones go through sin, cos and log,
                 // which may differ in the last place between math libraries.

@@ -13,11 +13,10 @@
 //! behaviour (staleness, repeated rows, the take's deadline and its error) and the op
 //! signatures need no TensorFlow.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::kernels_support::*;
-use crate::support::tensorflow::{python_with, Client};
+use crate::support::tensorflow::script_json;
 use serde_json::Value;
 use tessera::error::Code;
 use tessera::graph::registry;
@@ -228,12 +227,9 @@ fn replay(case: &Value) {
 #[test]
 fn the_sparse_accumulator_ops_match_tensorflow() {
     let test = "the_sparse_accumulator_ops_match_tensorflow";
-    let Some(python) = python_with(test, &["tensorflow", "numpy"]) else {
+    let Some(json) = script_json(test, SCRIPT, &["tensorflow", "numpy"]) else {
         return;
     };
-    let mut command = Command::new(python);
-    command.arg(SCRIPT);
-    let json = Client::spawn(command).finish_quietly().json;
     let cases = json["cases"].as_array().unwrap();
     let (mut takes, mut refusals) = (0, 0);
     for case in cases {

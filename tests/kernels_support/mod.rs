@@ -124,6 +124,25 @@ pub fn ivec(values: &[i32]) -> Tensor {
     i32s(&[values.len()], values)
 }
 
+/// A float32, float64, int32 or int64 tensor's values as f64.
+pub fn as_f64s(t: &Tensor) -> Vec<f64> {
+    fn widen<T: tessera::tensor::Element + Copy + Into<f64>>(t: &Tensor) -> Vec<f64> {
+        t.values::<T>().unwrap().iter().map(|&v| v.into()).collect()
+    }
+    match t.dtype() {
+        DType::Float => widen::<f32>(t),
+        DType::Double => widen::<f64>(t),
+        DType::Int32 => widen::<i32>(t),
+        DType::Int64 => t
+            .values::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        other => panic!("no numbers in a {other} tensor"),
+    }
+}
+
 /// Asserts the tensor is float32 with these dims and values within `tol`.
 pub fn assert_f32(t: &Tensor, dims: &[usize], expected: &[f64], tol: f64) {
     assert_eq!(t.dtype(), DType::Float, "{t:?}");

@@ -88,6 +88,15 @@ pub fn python_with(test: &str, modules: &[&str]) -> Option<String> {
     None
 }
 
+/// The JSON line `script` prints last, run by a Python that has `modules`; `None` where there
+/// is none (see [`python_with`]: the test then passes saying why, except under CI).
+pub fn script_json(test: &str, script: &str, modules: &[&str]) -> Option<serde_json::Value> {
+    let python = python_with(test, modules)?;
+    let mut command = Command::new(python);
+    command.arg(script);
+    Some(Client::spawn(command).finish_quietly().json)
+}
+
 /// A TensorFlow server process, killed when dropped.
 pub struct TfServer {
     _client: Client,
