@@ -95,6 +95,7 @@ pub mod client;
 pub mod cluster;
 pub mod codec;
 pub mod data;
+pub mod dataset;
 pub mod device;
 pub mod error;
 pub mod exec;

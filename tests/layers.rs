@@ -36,6 +36,8 @@ const LAYERS: &[&[&str]] = &[
     // What kernels run against: devices, resources, the rendezvous, per-step state.
     &["runtime"],
     &["kernels"],
+    // tf.data: datasets and iterators, whose functions are kernels.
+    &["dataset"],
     // Placement, partitioning and the executor.
     &["exec"],
     // The actors of a daemon and the worker's service.

@@ -48,7 +48,7 @@ pub struct SessionOptions {
     /// Fails a step that has not finished after this long with DEADLINE_EXCEEDED
     /// (TensorFlow's `RunOptions.timeout_in_ms`); `None` waits for the kernels.
     pub step_timeout: Option<Duration>,
-    /// Creates the kernels; [`crate::kernels::create_kernel`] unless a test injects others.
+    /// Creates the kernels; [`crate::exec::create_kernel`] unless a test injects others.
     pub kernels: Arc<KernelLookup>,
     /// Which ops `kernels` has a kernel for on a device type, for placement:
     /// [`registered_kernel`] unless `kernels` is another set.
@@ -77,7 +77,7 @@ impl Default for SessionOptions {
         Self {
             allow_soft_placement: true,
             step_timeout: None,
-            kernels: Arc::new(crate::kernels::create_kernel),
+            kernels: Arc::new(crate::exec::create_kernel),
             has_kernel: registered_kernel,
             device_count: 1,
             gpu_count: 0,

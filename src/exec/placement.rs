@@ -33,7 +33,6 @@ use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::exec::edges::GraphEdges;
 use crate::graph::attr;
-use crate::kernels;
 use crate::proto::{DeviceAttributes, GraphDef, NodeDef};
 use crate::tensor::DType;
 
@@ -52,9 +51,9 @@ pub struct PlacementOptions<'a> {
     pub has_kernel: &'a dyn Fn(&str, DeviceType) -> bool,
 }
 
-/// The production kernel predicate: tessera's kernel registry.
+/// The production kernel predicate: tessera's kernel registry, datasets included.
 pub fn registered_kernel(op: &str, device_type: DeviceType) -> bool {
-    kernels::kernel_for(op, device_type).is_some()
+    crate::exec::kernel_for(op, device_type).is_some()
 }
 
 /// Ops that only read their input's shape; TensorFlow places them with their input.

@@ -48,6 +48,36 @@ pub fn scalar(dtype: DType, value: f64) -> Result<TensorProto> {
             bool_val: vec![value != 0.0],
             ..proto(dtype, &[])
         },
+        DType::UInt8 | DType::Int8 | DType::Int16 | DType::UInt16 => TensorProto {
+            int_val: vec![match dtype {
+                DType::UInt8 => i32::from(value as u8),
+                DType::Int8 => i32::from(value as i8),
+                DType::Int16 => i32::from(value as i16),
+                _ => i32::from(value as u16),
+            }],
+            ..proto(dtype, &[])
+        },
+        DType::UInt32 => TensorProto {
+            uint32_val: vec![value as u32],
+            ..proto(dtype, &[])
+        },
+        DType::UInt64 => TensorProto {
+            uint64_val: vec![value as u64],
+            ..proto(dtype, &[])
+        },
+        // Through float32, as TensorFlow's Python converts a number to a 16-bit float.
+        DType::Half => TensorProto {
+            half_val: vec![i32::from(half::f16::from_f32(value as f32).to_bits())],
+            ..proto(dtype, &[])
+        },
+        DType::BFloat16 => TensorProto {
+            half_val: vec![i32::from(half::bf16::from_f32(value as f32).to_bits())],
+            ..proto(dtype, &[])
+        },
+        DType::Complex64 => TensorProto {
+            scomplex_val: vec![value as f32, 0.0],
+            ..proto(dtype, &[])
+        },
         DType::String | DType::Resource | DType::Variant => {
             return Err(Status::invalid_argument(format!(
                 "no numeric scalar of dtype {dtype}"

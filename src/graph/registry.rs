@@ -374,6 +374,15 @@ pub fn dtype_named(name: &str) -> Option<DType> {
             "string" => DType::String,
             "resource" => DType::Resource,
             "variant" => DType::Variant,
+            "uint8" => DType::UInt8,
+            "int8" => DType::Int8,
+            "int16" => DType::Int16,
+            "uint16" => DType::UInt16,
+            "uint32" => DType::UInt32,
+            "uint64" => DType::UInt64,
+            "half" | "float16" => DType::Half,
+            "bfloat16" => DType::BFloat16,
+            "complex64" => DType::Complex64,
             _ => return None,
         },
     )
@@ -405,13 +414,32 @@ fn parse_attr(op: &str, spec: &str) -> AttrDef {
             def.ty = "type".into();
             for t in set.split(',') {
                 match t.trim() {
-                    "numbertype" | "realnumbertype" => def.allowed.extend([
+                    // TensorFlow's sets, less the dtypes tessera has no element type for.
+                    t @ ("numbertype" | "realnumbertype") => {
+                        def.allowed.extend([
+                            DType::Float,
+                            DType::Double,
+                            DType::Int32,
+                            DType::Int64,
+                            DType::UInt8,
+                            DType::Int8,
+                            DType::Int16,
+                            DType::UInt16,
+                            DType::UInt32,
+                            DType::UInt64,
+                            DType::Half,
+                            DType::BFloat16,
+                        ]);
+                        if t == "numbertype" {
+                            def.allowed.push(DType::Complex64);
+                        }
+                    }
+                    "floatingpoint" => def.allowed.extend([
                         DType::Float,
                         DType::Double,
-                        DType::Int32,
-                        DType::Int64,
+                        DType::Half,
+                        DType::BFloat16,
                     ]),
-                    "floatingpoint" => def.allowed.extend([DType::Float, DType::Double]),
                     other => def.allowed.extend(dtype_named(other)),
                 }
             }

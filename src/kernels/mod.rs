@@ -52,6 +52,9 @@ pub struct OpContext<'a> {
     /// Whether the node's inputs are dead (an untaken branch). Only transfer nodes
     /// (`_Send`/`_Recv`) run dead, to carry the deadness to the other side of their edge.
     input_dead: bool,
+    /// The function library of the graph the node belongs to, for kernels that run
+    /// functions they name (a `tf.data` map); `None` where there is none.
+    functions: Option<&'a Arc<functional::FunctionLibrary>>,
 }
 
 impl<'a> OpContext<'a> {
@@ -77,6 +80,7 @@ impl<'a> OpContext<'a> {
             intra: IntraPool::global(),
             frame_iter: (0, 0),
             input_dead: false,
+            functions: None,
         }
     }
 
@@ -97,7 +101,25 @@ impl<'a> OpContext<'a> {
             intra: self.intra,
             frame_iter: self.frame_iter,
             input_dead: false,
+            functions: self.functions,
         }
+    }
+
+    /// The same context with `functions`, the library of the node's graph.
+    pub fn with_functions(mut self, functions: Option<&'a Arc<functional::FunctionLibrary>>) -> Self {
+        self.functions = functions;
+        self
+    }
+
+    /// The function library of the node's graph: FAILED_PRECONDITION naming the node where the
+    /// node runs without one.
+    pub fn functions(&self) -> Result<&'a Arc<functional::FunctionLibrary>> {
+        self.functions.ok_or_else(|| {
+            self.named(Status::failed_precondition(
+                "this node runs functions of its graph's library, and it runs where no library \
+                 is at hand",
+            ))
+        })
     }
 
     /// The same context in iteration `frame_iter.1` of the while-loop frame `frame_iter.0`.

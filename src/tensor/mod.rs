@@ -26,6 +26,7 @@ use bytes::Bytes;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 pub use dtype::DType;
+pub use half::{bf16, f16};
 pub use proto::{declared_bytes, MAX_PROTO_TENSOR_BYTES};
 pub use shape::{PartialShape, Shape};
 pub use var::Var;
@@ -183,6 +184,47 @@ pod_element!(f32, Float);
 pod_element!(f64, Double);
 pod_element!(i32, Int32);
 pod_element!(i64, Int64);
+pod_element!(u8, UInt8);
+pod_element!(i8, Int8);
+pod_element!(i16, Int16);
+pod_element!(u16, UInt16);
+pod_element!(u32, UInt32);
+pod_element!(u64, UInt64);
+pod_element!(half::f16, Half);
+pod_element!(half::bf16, BFloat16);
+pod_element!(Complex64, Complex64);
+
+/// One `DT_COMPLEX64` element: a real and an imaginary float32, in that order (as `std::complex`
+/// lays them out, and as `tensor_content` carries them).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+pub struct Complex64 {
+    /// The real part.
+    pub re: f32,
+    /// The imaginary part.
+    pub im: f32,
+}
+
+// SAFETY: two f32s with no padding (repr(C), size 8, align 4); every bit pattern is valid.
+unsafe impl bytemuck::Zeroable for Complex64 {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for Complex64 {}
+
+impl Complex64 {
+    /// The complex number `re + im·i`.
+    pub fn new(re: f32, im: f32) -> Self {
+        Self { re, im }
+    }
+
+    /// Reads one element from its 8 little-endian bytes.
+    pub fn from_le_bytes(bytes: [u8; 8]) -> Self {
+        let [a, b, c, d, e, f, g, h] = bytes;
+        Self {
+            re: f32::from_le_bytes([a, b, c, d]),
+            im: f32::from_le_bytes([e, f, g, h]),
+        }
+    }
+}
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
@@ -656,6 +698,17 @@ impl Tensor {
         })
     }
 
+    /// The elements of a fixed-size tensor as their little-endian bytes, whatever the dtype:
+    /// what kernels that only move elements read (a tensor in a device's memory is copied to
+    /// the host first).
+    pub fn raw_bytes(&self) -> Result<&Bytes> {
+        match &self.data {
+            Data::Bytes(bytes) => Ok(bytes),
+            Data::Device(on) => on.host(),
+            _ => Err(self.not_elements()),
+        }
+    }
+
     /// Returns the only element of a one-element tensor.
     pub fn scalar_value<T: Element>(&self) -> Result<T> {
         let values = self.values::<T>()?;
@@ -731,32 +784,30 @@ impl fmt::Debug for Tensor {
         }
         write!(f, "Tensor<{}{}>", self.dtype, self.shape)?;
         const SHOWN: usize = 8;
+        macro_rules! shown {
+            ($t:ty) => {
+                write!(
+                    f,
+                    " {:?}",
+                    &self.values::<$t>().map_err(|_| fmt::Error)?[..self.num_elements().min(SHOWN)]
+                )
+            };
+        }
         match self.dtype {
-            DType::Float => write!(
-                f,
-                " {:?}",
-                &self.values::<f32>().map_err(|_| fmt::Error)?[..self.num_elements().min(SHOWN)]
-            ),
-            DType::Double => write!(
-                f,
-                " {:?}",
-                &self.values::<f64>().map_err(|_| fmt::Error)?[..self.num_elements().min(SHOWN)]
-            ),
-            DType::Int32 => write!(
-                f,
-                " {:?}",
-                &self.values::<i32>().map_err(|_| fmt::Error)?[..self.num_elements().min(SHOWN)]
-            ),
-            DType::Int64 => write!(
-                f,
-                " {:?}",
-                &self.values::<i64>().map_err(|_| fmt::Error)?[..self.num_elements().min(SHOWN)]
-            ),
-            DType::Bool => write!(
-                f,
-                " {:?}",
-                &self.values::<bool>().map_err(|_| fmt::Error)?[..self.num_elements().min(SHOWN)]
-            ),
+            DType::Float => shown!(f32),
+            DType::Double => shown!(f64),
+            DType::Int32 => shown!(i32),
+            DType::Int64 => shown!(i64),
+            DType::Bool => shown!(bool),
+            DType::UInt8 => shown!(u8),
+            DType::Int8 => shown!(i8),
+            DType::Int16 => shown!(i16),
+            DType::UInt16 => shown!(u16),
+            DType::UInt32 => shown!(u32),
+            DType::UInt64 => shown!(u64),
+            DType::Half => shown!(f16),
+            DType::BFloat16 => shown!(bf16),
+            DType::Complex64 => shown!(Complex64),
             DType::String => write!(
                 f,
                 " {:?}",

@@ -16,7 +16,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
 
-use super::{Data, Element, ResourceHandle, Shape, Tensor};
+use super::{Complex64, Data, Element, ResourceHandle, Shape, Tensor};
 use crate::error::{Result, Status};
 use crate::proto::{DataType, NamedTensorProto, ResourceHandleProto, TensorProto};
 use crate::tensor::DType;
@@ -62,8 +62,11 @@ impl std::fmt::Display for Described<'_> {
 }
 
 impl Tensor {
-    /// Reads a `TensorProto` of a supported dtype (float32, float64, int32, int64, bool, string,
-    /// resource). Fixed-size elements in `tensor_content` are kept without a copy.
+    /// Reads a `TensorProto` of a supported dtype (every [`DType`] but variant). Fixed-size
+    /// elements in `tensor_content` are kept without a copy; typed values come from the field
+    /// TensorFlow uses for the dtype: `int_val` for (u)int8 and (u)int16, `half_val` holding the
+    /// 16 bits of each float16 or bfloat16, `uint32_val`, `uint64_val`, and `scomplex_val` as
+    /// (real, imaginary) pairs for complex64.
     ///
     /// Fails with INVALID_ARGUMENT when the shape is not fully defined, the content length does
     /// not match the shape, there are more values than elements, a bool byte is not 0 or 1, or
@@ -100,6 +103,37 @@ impl Tensor {
             DType::Int32 => fixed(&proto.int_val, n, &what)?,
             DType::Int64 => fixed(&proto.int64_val, n, &what)?,
             DType::Bool => fixed(&proto.bool_val, n, &what)?,
+            DType::UInt8 => fixed(&narrow::<u8>(&proto.int_val, &what)?, n, &what)?,
+            DType::Int8 => fixed(&narrow::<i8>(&proto.int_val, &what)?, n, &what)?,
+            DType::Int16 => fixed(&narrow::<i16>(&proto.int_val, &what)?, n, &what)?,
+            DType::UInt16 => fixed(&narrow::<u16>(&proto.int_val, &what)?, n, &what)?,
+            DType::UInt32 => fixed(&proto.uint32_val, n, &what)?,
+            DType::UInt64 => fixed(&proto.uint64_val, n, &what)?,
+            DType::Half => {
+                let bits = narrow::<u16>(&proto.half_val, &what)?;
+                let values: Vec<half::f16> = bits.into_iter().map(half::f16::from_bits).collect();
+                fixed(&values, n, &what)?
+            }
+            DType::BFloat16 => {
+                let bits = narrow::<u16>(&proto.half_val, &what)?;
+                let values: Vec<half::bf16> = bits.into_iter().map(half::bf16::from_bits).collect();
+                fixed(&values, n, &what)?
+            }
+            DType::Complex64 => {
+                if proto.scomplex_val.len() % 2 != 0 {
+                    return Err(Status::invalid_argument(format!(
+                        "TensorProto for a {what} carries {} floats in scomplex_val; they \
+                         must come in (real, imaginary) pairs",
+                        proto.scomplex_val.len()
+                    )));
+                }
+                let values: Vec<Complex64> = proto
+                    .scomplex_val
+                    .chunks_exact(2)
+                    .map(|pair| Complex64::new(pair[0], pair[1]))
+                    .collect();
+                fixed(&values, n, &what)?
+            }
             DType::String => Data::Strings(broadcast(&proto.string_val, n, &what)?.into()),
             DType::Resource => {
                 let Some(last) = proto.resource_handle_val.last() else {
@@ -332,6 +366,11 @@ fn count_values(proto: &TensorProto, dtype: DType) -> usize {
         DType::String => proto.string_val.len(),
         DType::Resource => proto.resource_handle_val.len(),
         DType::Variant => proto.variant_val.len(),
+        DType::UInt8 | DType::Int8 | DType::Int16 | DType::UInt16 => proto.int_val.len(),
+        DType::UInt32 => proto.uint32_val.len(),
+        DType::UInt64 => proto.uint64_val.len(),
+        DType::Half | DType::BFloat16 => proto.half_val.len(),
+        DType::Complex64 => proto.scomplex_val.len(),
     }
 }
 
@@ -350,19 +389,23 @@ fn check_no_foreign_values(proto: &TensorProto, dtype: DType, what: &Described<'
             proto.resource_handle_val.len(),
             Some(DType::Resource),
         ),
-        ("half_val", proto.half_val.len(), None),
-        ("scomplex_val", proto.scomplex_val.len(), None),
+        ("half_val", proto.half_val.len(), Some(DType::Half)),
+        (
+            "scomplex_val",
+            proto.scomplex_val.len(),
+            Some(DType::Complex64),
+        ),
         ("dcomplex_val", proto.dcomplex_val.len(), None),
         ("variant_val", proto.variant_val.len(), None),
-        ("uint32_val", proto.uint32_val.len(), None),
-        ("uint64_val", proto.uint64_val.len(), None),
+        ("uint32_val", proto.uint32_val.len(), Some(DType::UInt32)),
+        ("uint64_val", proto.uint64_val.len(), Some(DType::UInt64)),
         ("float8_val", proto.float8_val.len(), None),
     ];
     for (field, count, owner) in fields {
         if count == 0 {
             continue;
         }
-        if owner != Some(dtype) {
+        if owner.map(typed_field) != Some(typed_field(dtype)) {
             return Err(Status::invalid_argument(format!(
                 "TensorProto for a {what} carries {count} values in {field}, which does not \
                  belong to {dtype}; put them in {} or tensor_content",
@@ -391,7 +434,31 @@ fn typed_field(dtype: DType) -> &'static str {
         DType::String => "string_val",
         DType::Resource => "resource_handle_val",
         DType::Variant => "variant_val",
+        DType::UInt8 | DType::Int8 | DType::Int16 | DType::UInt16 => "int_val",
+        DType::UInt32 => "uint32_val",
+        DType::UInt64 => "uint64_val",
+        DType::Half | DType::BFloat16 => "half_val",
+        DType::Complex64 => "scomplex_val",
     }
+}
+
+/// The values of an `int32` field (`int_val`, `half_val`) that holds a narrower type, each
+/// checked to fit: TensorFlow writes uint8 255 as 255, int8 -1 as -1, a float16 as its 16 bits.
+fn narrow<T: TryFrom<i32>>(values: &[i32], what: &Described<'_>) -> Result<Vec<T>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            T::try_from(v).map_err(|_| {
+                Status::invalid_argument(format!(
+                    "TensorProto for a {what} carries {v} at value {i} of {}, out of the \
+                     range of {}",
+                    typed_field(what.0),
+                    what.0
+                ))
+            })
+        })
+        .collect()
 }
 
 /// Builds the elements from `tensor_content` (possibly empty, for zero-element tensors).

@@ -125,7 +125,7 @@ mod tests {
         for node in &mut graph.node {
             node.device = device.name().to_string();
         }
-        let kernels = crate::kernels::create_kernel;
+        let kernels = crate::exec::create_kernel;
         Arc::new(Executor::new(&graph, &[], &[&b.name()], &[], device, &kernels).unwrap())
     }
 

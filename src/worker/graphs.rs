@@ -16,7 +16,7 @@ use crate::error::{Result, Status};
 use crate::exec::executor::{Executor, TensorRef};
 use crate::exec::partition::{self, PartitionOptions};
 use crate::graph::registry;
-use crate::kernels::{create_kernel, kernel_for};
+use crate::exec::{create_kernel, kernel_for};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::device::Device;
 use crate::tensor::DType;

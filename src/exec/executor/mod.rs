@@ -63,6 +63,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{Result, Status};
 use crate::graph::{attr, is_loop_back_edge, registry, ControlFlowOp};
+use crate::kernels::functional::FunctionLibrary;
 use crate::kernels::{inline_kind, Inline, OpKernel};
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::device::Device;
@@ -258,6 +259,9 @@ struct Plan {
     /// Whether a node keeps state in the step's resource container (TensorArrays, stacks,
     /// temporary variables), which is dropped when the step ends.
     per_step_resources: bool,
+    /// The graph's function library, for kernels that run the functions they name when they
+    /// run (`tf.data`'s map, filter and the iterator's dataset factory).
+    functions: Arc<FunctionLibrary>,
 }
 
 /// Runs the pruned graph for one signature, step after step; `Send + Sync`, steps may overlap.
@@ -501,9 +505,15 @@ impl Executor {
                 "TensorArrayV3" | "StackV2" | "Stack" | "TemporaryVariable"
             )
         });
+        let functions = Arc::new(FunctionLibrary::new(
+            graph.library.clone(),
+            device.device_type(),
+            crate::exec::create_kernel,
+        ));
         Ok(Self {
             inline: InlineLimits::default(),
             plan: Arc::new(Plan {
+                functions,
                 device,
                 nodes,
                 roots,

@@ -295,7 +295,8 @@ impl StepCommon {
         .with_files(device.files())
         .with_intra(device.intra())
         .with_frame_iter(frame_iter)
-        .with_dead_input(dead);
+        .with_dead_input(dead)
+        .with_functions(Some(&self.plan.functions));
         let started = Instant::now();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             node.kernel.compute(&mut ctx)

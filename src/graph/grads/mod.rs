@@ -10,6 +10,7 @@ pub mod gather_nd;
 pub mod math;
 pub mod nn;
 pub mod sparse;
+pub mod sparse_columns;
 
 use crate::error::Result;
 use crate::graph::builder::{Graph, NodeSpec, Output};

@@ -10,8 +10,11 @@ use crate::graph::registry::{OpDef, Registry};
 use crate::graph::shape_fn::{self as sf, ShapeCtx};
 use crate::tensor::PartialShape;
 
-const FLOAT: &str = "T: {float, double}";
-const REAL: &str = "T: {float, double, int32, int64}";
+const FLOAT: &str = "T: {float, double, half, bfloat16}";
+/// TensorFlow's real number types that tessera computes on (the narrow ones through
+/// `kernels::cpu::widen`).
+const REAL: &str =
+    "T: {float, double, int32, int64, uint8, int8, int16, uint16, uint32, half, bfloat16}";
 
 pub(super) fn register(r: &mut Registry) {
     OpDef::build("BiasAdd")

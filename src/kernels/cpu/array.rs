@@ -477,6 +477,18 @@ fn ones_like(ctx: &mut OpContext<'_>) -> Result<()> {
     let shape = x.shape().clone();
     let out = match x.dtype() {
         DType::Bool => Tensor::from_vec(shape, vec![true; n])?,
+        // The dtypes no arithmetic kernel is compiled for: ones converted as Cast does.
+        DType::UInt8
+        | DType::Int8
+        | DType::Int16
+        | DType::UInt16
+        | DType::UInt32
+        | DType::UInt64
+        | DType::Half
+        | DType::BFloat16
+        | DType::Complex64 => {
+            super::cast::convert_to(ctx, &Tensor::from_vec(shape, vec![1i32; n])?, x.dtype())?
+        }
         dtype => dispatch_real!(ctx, dtype, T => Tensor::from_vec(shape, vec![T::one(); n])?),
     };
     ctx.set_output(0, out);

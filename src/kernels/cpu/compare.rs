@@ -221,7 +221,9 @@ fn where_true(ctx: &mut OpContext<'_>) -> Result<()> {
         x.values::<bool>()?.into_owned()
     } else {
         dispatch!(ctx, x.dtype(),
-            [Float => f32, Double => f64, Int32 => i32, Int64 => i64, Bool => bool],
+            [Float => f32, Double => f64, Int32 => i32, Int64 => i64, Bool => bool,
+             UInt8 => u8, Int8 => i8, Int16 => i16, UInt16 => u16, UInt32 => u32, UInt64 => u64,
+             Half => half::f16, BFloat16 => half::bf16, Complex64 => crate::tensor::Complex64],
             T => x.values::<T>()?.iter().map(|&v| v != <T as Default>::default()).collect()
         )
     };

@@ -1,14 +1,12 @@
 //! Element-wise arithmetic: binary ops with broadcasting (Add, Sub, Mul, RealDiv, DivNoNan,
 //! Pow, Maximum, Minimum, FloorDiv, FloorMod), unary ops (Neg, Square, Sqrt, Rsqrt, Exp, Log,
-//! Abs, Sign, Reciprocal), AddN, Cast, and CheckNumerics (the identity that fails on a NaN or
-//! an infinity). Matrix products live in `matmul`.
+//! Abs, Sign, Reciprocal), AddN, and CheckNumerics (the identity that fails on a NaN or an
+//! infinity). Matrix products live in `matmul`, Cast in `cast`.
 //!
 //! Integer division (RealDiv, FloorDiv, FloorMod on int32/int64) checks the divisor for zeros
 //! first and fails with INVALID_ARGUMENT instead of trapping, as TensorFlow does.
 
 use std::sync::Arc;
-
-use num_traits::AsPrimitive;
 
 use super::numeric::{int_pow, Real};
 use super::{broadcast, split};
@@ -17,7 +15,7 @@ use crate::error::Result;
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
-use crate::tensor::{DType, Element, Tensor};
+use crate::tensor::{DType, Tensor};
 
 /// Returns the factory for an element-wise math op.
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
@@ -49,7 +47,7 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "Floor" => |_| stateless(floor),
         "Ceil" => |_| stateless(ceil),
         "Round" => |_| stateless(round),
-        "Cast" => Cast::create,
+        "Cast" => super::cast::Cast::create,
         "MatMul" => super::matmul::MatMul::create,
         "BatchMatMulV2" | "BatchMatMul" | "BatchMatMulV3" => super::matmul::BatchMatMul::create,
         _ => return None,
@@ -232,96 +230,6 @@ fn add_n(ctx: &mut OpContext<'_>) -> Result<()> {
     });
     ctx.set_output(0, out);
     Ok(())
-}
-
-/// Cast: converts between every numeric dtype and bool (C++ `static_cast` semantics: floats
-/// truncate toward zero, saturating; non-zero is `true`; `true` is 1).
-struct Cast {
-    src: Option<DType>,
-    dst: DType,
-}
-
-impl Cast {
-    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        let src = match attr::get(node, "SrcT") {
-            Some(_) => Some(attr::dtype(node, "SrcT")?),
-            None => None,
-        };
-        Ok(Arc::new(Cast {
-            src,
-            dst: attr::dtype(node, "DstT")?,
-        }))
-    }
-}
-
-fn convert<S: AsPrimitive<D>, D: Element>(values: &[S]) -> Vec<D> {
-    values.iter().map(|v| v.as_()).collect()
-}
-
-/// Converts `x` (element type `S`) to `dst`.
-fn cast_from<S>(ctx: &OpContext<'_>, x: &Tensor, dst: DType) -> Result<Tensor>
-where
-    S: Real + AsPrimitive<f32> + AsPrimitive<f64> + AsPrimitive<i32> + AsPrimitive<i64>,
-{
-    let v = x.values::<S>()?;
-    let shape = x.shape().clone();
-    match dst {
-        DType::Float => Tensor::from_vec(shape, convert::<S, f32>(&v)),
-        DType::Double => Tensor::from_vec(shape, convert::<S, f64>(&v)),
-        DType::Int32 => Tensor::from_vec(shape, convert::<S, i32>(&v)),
-        DType::Int64 => Tensor::from_vec(shape, convert::<S, i64>(&v)),
-        DType::Bool => Tensor::from_vec(
-            shape,
-            v.iter().map(|&e| !Real::is_zero(e)).collect::<Vec<bool>>(),
-        ),
-        other => Err(ctx.invalid(format!("cannot cast {} to {other}", x.dtype()))),
-    }
-}
-
-/// Maps `true` to `one` and `false` to zero.
-fn from_bools<T: Real>(values: &[bool], one: T) -> Vec<T> {
-    values
-        .iter()
-        .map(|&b| if b { one } else { T::zero() })
-        .collect()
-}
-
-/// Converts a bool tensor to `dst` (`true` is 1).
-fn cast_from_bool(ctx: &OpContext<'_>, x: &Tensor, dst: DType) -> Result<Tensor> {
-    let v = x.values::<bool>()?;
-    let shape = x.shape().clone();
-    match dst {
-        DType::Float => Tensor::from_vec(shape, from_bools(&v, 1.0f32)),
-        DType::Double => Tensor::from_vec(shape, from_bools(&v, 1.0f64)),
-        DType::Int32 => Tensor::from_vec(shape, from_bools(&v, 1i32)),
-        DType::Int64 => Tensor::from_vec(shape, from_bools(&v, 1i64)),
-        other => Err(ctx.invalid(format!("cannot cast bool to {other}"))),
-    }
-}
-
-impl OpKernel for Cast {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let x = input(ctx, 0)?;
-        if let Some(src) = self.src {
-            if src != x.dtype() {
-                return Err(ctx.invalid(format!("input is {} but attr SrcT is {src}", x.dtype())));
-            }
-        }
-        let out = if x.dtype() == self.dst {
-            x
-        } else {
-            match x.dtype() {
-                DType::Float => cast_from::<f32>(ctx, &x, self.dst)?,
-                DType::Double => cast_from::<f64>(ctx, &x, self.dst)?,
-                DType::Int32 => cast_from::<i32>(ctx, &x, self.dst)?,
-                DType::Int64 => cast_from::<i64>(ctx, &x, self.dst)?,
-                DType::Bool => cast_from_bool(ctx, &x, self.dst)?,
-                other => return Err(ctx.invalid(format!("cannot cast {other} to {}", self.dst))),
-            }
-        };
-        ctx.set_output(0, out);
-        Ok(())
-    }
 }
 
 /// `CheckNumerics` and `CheckNumericsV2`: the input unchanged, or INVALID_ARGUMENT with the

@@ -4,11 +4,15 @@
 //! (`math`, `matmul`, `nn` with `conv`, `depthwise`, `pool`, `batch_norm`, `lrn` and
 //! `activation`, `fused` (TensorFlow's fused ops as chains of those kernels), `reduce`,
 //! `scan` (cumulative sums and products), `top_k`, `compare`, `array`, `slicing`, `pad`,
-//! `gather_nd`, `feature_columns` (its hashes in `fingerprint`), `random`, `list` with
-//! `list_tensor`,
+//! `gather_nd`, `feature_columns` (its hashes in `fingerprint`), `strings` (RE2 through
+//! `re2`, printf through `printf`, tensor summaries through `summary_text`), `parsing`
+//! (`tf.train.Example` read by `example_wire`), `decode` (numbers, raw bytes, CSV),
+//! `sparse_cross` and `sparse_rows` (crossed columns, empty rows filled, sparse reshapes),
+//! `lookup` (hash tables as resources), `random`, `list` with `list_tensor`,
 //! `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training` with
 //! `sparse_training`, `io`, `queue`,
-//! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`)
+//! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`,
+//! `logging` (Print, PrintV2, ReadFile, WriteFile))
 //! exposes its own `kernel_for`; this module asks them in turn. Shared pieces: `broadcast` (numpy
 //! broadcasting), `numeric` (element arithmetic traits), `items` (element types that can be
 //! moved around, strings included) and `rows` (cutting and joining tensors along dimension 0,
@@ -29,16 +33,32 @@ use crate::tensor::{DType, Tensor};
 
 /// Runs `$body` with the type alias `$T` bound to the Rust type of `$dtype`, for the listed
 /// dtypes; any other dtype returns INVALID_ARGUMENT from the enclosing function.
+///
+/// After `raw`, groups of dtypes of one element size run `$body` with `$T` bound to that
+/// size's [`items::Raw`] carrier, their dtype named ([`items::RawDType`]) while it runs.
 macro_rules! dispatch {
-    ($ctx:expr, $dtype:expr, [$($variant:ident => $t:ty),* $(,)?], $T:ident => $body:expr) => {{
+    ($ctx:expr, $dtype:expr, [$($variant:ident => $t:ty),* $(,)?], $T:ident => $body:expr) => {
+        dispatch!($ctx, $dtype, [$($variant => $t),*], raw [], $T => $body)
+    };
+    ($ctx:expr, $dtype:expr, [$($variant:ident => $t:ty),* $(,)?],
+     raw [$($($raw:ident)|+ => $rt:ty),* $(,)?], $T:ident => $body:expr) => {{
         match $dtype {
             $(crate::tensor::DType::$variant => {
                 #[allow(dead_code)]
                 type $T = $t;
                 $body
             })*
+            // One arm per element size (one copy of `$body` per carrier, not per dtype).
+            $(#[allow(unused_parens)]
+            dtype @ ($(crate::tensor::DType::$raw)|+) => {
+                #[allow(dead_code)]
+                type $T = $rt;
+                let _named = crate::kernels::cpu::items::RawDType::enter(dtype);
+                $body
+            })*
             other => {
-                let accepted: &[crate::tensor::DType] = &[$(crate::tensor::DType::$variant),*];
+                let accepted: &[crate::tensor::DType] =
+                    &[$(crate::tensor::DType::$variant,)* $($(crate::tensor::DType::$raw,)+)*];
                 return Err(crate::kernels::cpu::unsupported_dtype($ctx, other, accepted));
             }
         }
@@ -72,13 +92,20 @@ macro_rules! dispatch_all {
 }
 
 /// [`dispatch!`] over every dtype whose elements can be moved around: the fixed-size ones
-/// and strings (as [`Items`]).
+/// and strings (as [`Items`]); the dtypes kernels seldom compute on travel as their bytes
+/// ([`items::Raw`]), as TensorFlow registers its moving kernels for every type.
 macro_rules! dispatch_items {
     ($ctx:expr, $dtype:expr, $T:ident => $body:expr) => {
         dispatch!(
             $ctx,
             $dtype,
             [Float => f32, Double => f64, Int32 => i32, Int64 => i64, Bool => bool, String => bytes::Bytes],
+            raw [
+                UInt8 | Int8 => crate::kernels::cpu::items::Raw<1>,
+                Int16 | UInt16 | Half | BFloat16 => crate::kernels::cpu::items::Raw<2>,
+                UInt32 => crate::kernels::cpu::items::Raw<4>,
+                UInt64 | Complex64 => crate::kernels::cpu::items::Raw<8>,
+            ],
             $T => $body
         )
     };
@@ -89,11 +116,14 @@ mod activation;
 mod array;
 mod batch_norm;
 pub mod broadcast;
+mod cast;
 pub mod collective;
 mod compare;
 mod control_flow;
 mod conv;
+mod decode;
 mod depthwise;
+mod example_wire;
 mod feature_columns;
 mod fingerprint;
 mod fused;
@@ -103,32 +133,42 @@ mod io;
 mod items;
 mod list;
 mod list_tensor;
+mod logging;
+mod lookup;
 mod lrn;
 mod math;
 mod matmul;
 pub(crate) mod nn;
 mod numeric;
 mod pad;
+mod parsing;
 mod pool;
+mod printf;
 mod queue;
-mod random;
+pub mod random;
+mod re2;
 pub(crate) mod reduce;
 mod ref_variable;
 mod resource_scatter;
-mod rows;
+pub mod rows;
 mod scan;
 mod segment;
 mod sendrecv;
 mod slicing;
+mod sparse_cross;
+mod sparse_rows;
 mod sparse_training;
 mod split;
 mod stack;
+mod strings;
 pub mod summary;
+mod summary_text;
 mod tensor_array;
 mod tensor_array_ops;
 mod top_k;
 pub mod training;
 mod variable;
+mod widen;
 
 pub use items::Items;
 pub use list::TensorList;
@@ -138,6 +178,11 @@ pub use tensor_array::TensorArray;
 
 /// Returns the CPU kernel factory for `op`.
 pub fn kernel_for(op: &str) -> Option<KernelFactory> {
+    unwrapped_kernel_for(op).map(|factory| widen::wrap(op, factory))
+}
+
+/// The factory of `op`'s own kernel, before [`widen`] wraps it to take the narrow dtypes.
+fn unwrapped_kernel_for(op: &str) -> Option<KernelFactory> {
     COMPUTING
         .iter()
         .chain(&MAY_WAIT)
@@ -149,7 +194,7 @@ type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else (a TensorList is a
 /// value, so its ops are among them).
-const COMPUTING: [Family; 16] = [
+const COMPUTING: [Family; 21] = [
     math::kernel_for,
     nn::kernel_for,
     fused::kernel_for,
@@ -161,6 +206,11 @@ const COMPUTING: [Family; 16] = [
     slicing::kernel_for,
     gather_nd::kernel_for,
     feature_columns::kernel_for,
+    strings::kernel_for,
+    parsing::kernel_for,
+    decode::kernel_for,
+    sparse_cross::kernel_for,
+    sparse_rows::kernel_for,
     pad::kernel_for,
     random::kernel_for,
     control_flow::kernel_for,
@@ -169,10 +219,10 @@ const COMPUTING: [Family; 16] = [
 ];
 
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of
-/// an all-reduce, a queue or accumulator, a file (checkpoints, event files); and those that
+/// an all-reduce, a queue, accumulator or lookup table, a file (checkpoints, event files); and those that
 /// keep a step's state (TensorArrays, stacks), which only take a short lock but change what
 /// later nodes see.
-const MAY_WAIT: [Family; 12] = [
+const MAY_WAIT: [Family; 14] = [
     variable::kernel_for,
     ref_variable::kernel_for,
     resource_scatter::kernel_for,
@@ -182,9 +232,11 @@ const MAY_WAIT: [Family; 12] = [
     io::kernel_for,
     queue::kernel_for,
     accumulator::kernel_for,
+    lookup::kernel_for,
     tensor_array_ops::kernel_for,
     stack::kernel_for,
     summary::kernel_for,
+    logging::kernel_for,
 ];
 
 /// Whether a node may run inline on the thread that starts its step (see [`Inline`]). Only

@@ -12,7 +12,7 @@ use crate::error::{Result, Status};
 use crate::tensor::{DType, Shape, Tensor};
 
 /// Rows `[start, end)` of `t` (rank >= 1): a tensor of shape `[end - start] + dims[1..]`.
-pub(super) fn slice_rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor> {
+pub fn slice_rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor> {
     let dims = t.dims();
     let Some(&n) = dims.first() else {
         return Err(Status::invalid_argument(format!(
@@ -44,7 +44,7 @@ pub(super) fn slice_rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor>
 }
 
 /// The rows of `t` (rank >= 1), each of shape `dims[1..]` (buffers shared).
-pub(super) fn unstack(t: &Tensor) -> Result<Vec<Tensor>> {
+pub fn unstack(t: &Tensor) -> Result<Vec<Tensor>> {
     let n = t.dims().first().copied().unwrap_or(0);
     let row_shape = Shape::new(t.dims().get(1..).unwrap_or_default().to_vec());
     (0..n)
@@ -54,7 +54,7 @@ pub(super) fn unstack(t: &Tensor) -> Result<Vec<Tensor>> {
 
 /// Joins the elements of `parts` (all of `dtype`), in order, into one tensor of `shape`;
 /// the caller has checked that the parts' shapes add up to it.
-pub(super) fn join(dtype: DType, parts: &[&Tensor], shape: Shape) -> Result<Tensor> {
+pub fn join(dtype: DType, parts: &[&Tensor], shape: Shape) -> Result<Tensor> {
     match dtype {
         DType::String => {
             let mut all = Vec::with_capacity(shape.num_elements());
@@ -92,7 +92,7 @@ pub(super) fn join(dtype: DType, parts: &[&Tensor], shape: Shape) -> Result<Tens
 }
 
 /// Stacks `rows` (all of `dtype` and shape `row`) along a new dimension 0.
-pub(super) fn stack(dtype: DType, rows: &[&Tensor], row: &Shape) -> Result<Tensor> {
+pub fn stack(dtype: DType, rows: &[&Tensor], row: &Shape) -> Result<Tensor> {
     let mut dims = vec![rows.len()];
     dims.extend_from_slice(row.dims());
     join(dtype, rows, Shape::new(dims))

@@ -547,6 +547,15 @@ impl UniqueKey for f64 {
     }
 }
 
+/// The dtypes moved as their bytes key by their bits: exact for the integer types; a float16's
+/// or bfloat16's `-0.0` and NaN count as values of their own.
+impl<const N: usize> UniqueKey for super::items::Raw<N> {
+    type Key = [u8; N];
+    fn key(&self) -> Option<[u8; N]> {
+        Some(self.0)
+    }
+}
+
 impl UniqueKey for Bytes {
     type Key = Bytes;
     fn key(&self) -> Option<Bytes> {

@@ -54,9 +54,12 @@ impl Library<'_> {
 }
 
 /// A function ready to run: its nodes in run order with their kernels.
-pub(super) struct Function {
+pub struct Function {
+    /// The function's name in its library.
     pub name: String,
+    /// The types of its arguments, in order.
     pub arg_types: Vec<DType>,
+    /// The types of its results, in order.
     pub output_types: Vec<DType>,
     nodes: Vec<Step>,
     /// Where each output comes from (node indices in run order).

@@ -28,7 +28,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use function::{Function, Library};
+pub use function::Function;
+use function::Library;
 
 use crate::device::DeviceType;
 use crate::error::{Result, Status};
@@ -62,6 +63,46 @@ pub fn without_library(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
         "node `{}` (op {}) runs functions of its graph's library; it is created with the graph",
         node.name, node.op
     )))
+}
+
+/// Creates a kernel: the lookup a function library instantiates its bodies' nodes with.
+pub type KernelFn = fn(&NodeDef, DeviceType) -> Result<Arc<dyn OpKernel>>;
+
+/// A graph's function library, kept for kernels that instantiate functions when they run
+/// rather than when they are created (a `tf.data` map function: the dataset op that names it
+/// may itself run inside a function). Kernels reach it through [`OpContext::functions`].
+pub struct FunctionLibrary {
+    library: Option<FunctionDefLibrary>,
+    device_type: DeviceType,
+    kernels: KernelFn,
+}
+
+impl FunctionLibrary {
+    /// The functions of `library`, their nodes' kernels created through `kernels` for
+    /// `device_type`.
+    pub fn new(
+        library: Option<FunctionDefLibrary>,
+        device_type: DeviceType,
+        kernels: KernelFn,
+    ) -> Self {
+        Self {
+            library,
+            device_type,
+            kernels,
+        }
+    }
+
+    /// Instantiates the function that `node`'s attr `attr` names: NOT_FOUND naming the node,
+    /// the attr and the function when the library has no such function.
+    pub fn instantiate(&self, node: &NodeDef, attr: &str) -> Result<Function> {
+        let lib = Library {
+            library: self.library.as_ref(),
+            device_type: self.device_type,
+            kernels: &self.kernels,
+            stack: RefCell::new(Vec::new()),
+        };
+        lib.instantiate(node, attr)
+    }
 }
 
 /// Creates the kernel of a functional node whose functions are in `library`, their nodes'

@@ -55,7 +55,15 @@ fn safetensors_dtype(dtype: DType) -> Option<Dtype> {
         DType::Int32 => Some(Dtype::I32),
         DType::Int64 => Some(Dtype::I64),
         DType::Bool => Some(Dtype::BOOL),
-        DType::String | DType::Resource | DType::Variant => None,
+        DType::UInt8 => Some(Dtype::U8),
+        DType::Int8 => Some(Dtype::I8),
+        DType::Int16 => Some(Dtype::I16),
+        DType::UInt16 => Some(Dtype::U16),
+        DType::UInt32 => Some(Dtype::U32),
+        DType::UInt64 => Some(Dtype::U64),
+        DType::Half => Some(Dtype::F16),
+        DType::BFloat16 => Some(Dtype::BF16),
+        DType::Complex64 | DType::String | DType::Resource | DType::Variant => None,
     }
 }
 

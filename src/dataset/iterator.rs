@@ -1,0 +1,399 @@
+//! Iterators: resources in the device's `ResourceMgr` holding one walk of a dataset, and the
+//! ops on them.
+//!
+//! - `OneShotIterator` runs its `dataset_factory` function the first time it runs and walks
+//!   what it returns; `Iterator`/`IteratorV2` (TF1's `make_initializable_iterator`) and the
+//!   anonymous ones (TF2) are set by `MakeIterator`, which starts a new walk each time it runs.
+//! - `IteratorGetNext(Sync)` gives the next element, OUT_OF_RANGE ("End of sequence") at the
+//!   end; `IteratorGetNextAsOptional` an optional instead, which `OptionalHasValue` and
+//!   `OptionalGetValue` open.
+//! - `IteratorToStringHandle` / `IteratorFromStringHandle(V2)` pass a handle as a string (a
+//!   serialized `ResourceHandleProto`, as TensorFlow writes it), so a `feedable` iterator can
+//!   switch between datasets; `DeleteIterator` drops one.
+//!
+//! A walk is asked for one element at a time: concurrent `get_next`s of one iterator take
+//! turns, as in TensorFlow.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use prost::Message;
+
+use super::{dataset_input, dataset_of, Element, Iter, Signature};
+use crate::error::{Code, Result, Status};
+use crate::graph::attr;
+use crate::kernels::{KernelFactory, OpContext, OpKernel};
+use crate::proto::{NodeDef, ResourceHandleProto};
+use crate::runtime::resource::Resource;
+use crate::tensor::{DType, ResourceHandle, Tensor};
+
+/// The container of resources that have no name of their own (anonymous iterators, seed
+/// generators): each gets a unique one.
+pub(super) const ANONYMOUS: &str = "__anonymous";
+
+/// The `type_name` of an iterator's handle.
+const ITERATOR_TYPE: &str = "IteratorResource";
+
+pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
+    let factory: KernelFactory = match op {
+        "OneShotIterator" | "Iterator" | "IteratorV2" | "AnonymousIterator"
+        | "AnonymousIteratorV2" | "AnonymousIteratorV3" => IteratorOp::create,
+        "MakeIterator" => |_| Ok(Arc::new(MakeIterator)),
+        "IteratorGetNext" | "IteratorGetNextSync" => |_| Ok(Arc::new(GetNext { optional: false })),
+        "IteratorGetNextAsOptional" => |_| Ok(Arc::new(GetNext { optional: true })),
+        "OptionalHasValue" | "OptionalGetValue" | "OptionalFromValue" | "OptionalNone" => {
+            |n| Ok(Arc::new(OptionalOp { op: n.op.clone() }))
+        }
+        "DeleteIterator" => |_| Ok(Arc::new(DeleteIterator)),
+        "IteratorToStringHandle" => |_| Ok(Arc::new(ToStringHandle)),
+        "IteratorFromStringHandle" | "IteratorFromStringHandleV2" => {
+            |_| Ok(Arc::new(FromStringHandle))
+        }
+        "SerializeIterator" | "DeserializeIterator" => |n| {
+            let op = n.op.clone();
+            Ok(Arc::new(Unsupported(op)) as Arc<dyn OpKernel>)
+        },
+        _ => return None,
+    };
+    Some(factory)
+}
+
+/// An iterator: the element signature its ops declare, and the walk it holds.
+pub struct IteratorResource {
+    signature: Signature,
+    walk: Mutex<Option<Box<dyn Iter>>>,
+}
+
+impl Resource for IteratorResource {
+    fn type_name(&self) -> &'static str {
+        "iterator"
+    }
+}
+
+impl IteratorResource {
+    /// Replaces the walk (what `MakeIterator` does).
+    fn set(&self, walk: Box<dyn Iter>) {
+        *self.walk.lock().expect("iterator lock poisoned") = Some(walk);
+    }
+
+    /// The next element of the walk; FAILED_PRECONDITION when it was never set.
+    fn next(&self, ctx: &OpContext<'_>) -> Result<Option<Element>> {
+        let mut walk = self.walk.lock().expect("iterator lock poisoned");
+        let Some(walk) = walk.as_mut() else {
+            return Err(ctx.named(Status::failed_precondition(
+                "GetNext() failed because the iterator has not been initialized. Ensure that \
+                 you have run the initializer operation for this iterator before getting the \
+                 next element.",
+            )));
+        };
+        walk.next(ctx)
+    }
+}
+
+/// The iterator behind input `i`: NOT_FOUND naming the node when there is none.
+fn iterator_input(ctx: &OpContext<'_>, i: usize) -> Result<Arc<IteratorResource>> {
+    let t = ctx.input(i)?;
+    if t.dtype() != DType::Resource {
+        return Err(ctx.invalid(format!(
+            "input {i} must be an iterator's resource handle, got {}",
+            t.dtype()
+        )));
+    }
+    let h = t.resource_handle().map_err(|e| ctx.invalid(e.message()))?;
+    ctx.resources
+        .lookup::<IteratorResource>(&h.container, &h.name)
+        .map_err(|e| match e.code() {
+            Code::NotFound => ctx.named(Status::not_found(format!(
+                "iterator `{}` does not exist on {} (deleted, or its handle came from another \
+                 task); create it with its iterator op",
+                h.name, ctx.device
+            ))),
+            _ => ctx.invalid(e.message()),
+        })
+}
+
+/// The ops that create an iterator and output its handle.
+struct IteratorOp {
+    node: NodeDef,
+    signature: Signature,
+    /// The resource's name: `shared_name`, else the node's (every step that runs the node,
+    /// whichever of the session's signatures it is in, reaches the same iterator, as
+    /// TensorFlow's session keeps one kernel per stateful node); anonymous iterators take a
+    /// new one each run.
+    name: Option<String>,
+    container: String,
+    /// A one-shot iterator's walk is made once.
+    made: OnceLock<()>,
+}
+
+static NEXT_UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+fn unique_name(node: &NodeDef) -> String {
+    format!(
+        "_{}_{}",
+        NEXT_UNIQUE.fetch_add(1, Ordering::Relaxed),
+        node.name
+    )
+}
+
+impl IteratorOp {
+    fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
+        let anonymous = node.op.starts_with("Anonymous");
+        let shared = attr::string_or(node, "shared_name", "")?;
+        let name = match (anonymous, shared.is_empty()) {
+            (true, _) => None,
+            (false, false) => Some(shared),
+            (false, true) => Some(node.name.clone()),
+        };
+        let container = match anonymous {
+            true => ANONYMOUS.to_string(),
+            false => attr::string_or(node, "container", "")?,
+        };
+        Ok(Arc::new(IteratorOp {
+            signature: Signature::of(node)?,
+            node: node.clone(),
+            name,
+            container,
+            made: OnceLock::new(),
+        }))
+    }
+}
+
+impl OpKernel for IteratorOp {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let name = self.name.clone().unwrap_or_else(|| unique_name(&self.node));
+        let iterator = ctx
+            .resources
+            .lookup_or_create(&self.container, &name, || {
+                Ok(IteratorResource {
+                    signature: self.signature.clone(),
+                    walk: Mutex::new(None),
+                })
+            })
+            .map_err(|e| ctx.named(e))?;
+        if iterator.signature.types != self.signature.types {
+            return Err(ctx.invalid(format!(
+                "iterator `{name}` exists with element types {:?}, this node declares {:?}",
+                iterator.signature.types, self.signature.types
+            )));
+        }
+        if self.node.op == "OneShotIterator" && self.made.get().is_none() {
+            let factory = ctx.functions()?.instantiate(&self.node, "dataset_factory")?;
+            let made = factory.call(ctx, &[])?;
+            let [dataset] = made.as_slice() else {
+                return Err(ctx.invalid(format!(
+                    "dataset_factory `{}` must return one dataset, it returned {} tensors",
+                    factory.name,
+                    made.len()
+                )));
+            };
+            let walk = dataset_of(ctx, dataset)?.iterate(ctx)?;
+            iterator.set(walk);
+            let _ = self.made.set(());
+        }
+        ctx.set_output(
+            0,
+            Tensor::resource(ResourceHandle {
+                device: ctx.device.to_string(),
+                container: self.container.clone(),
+                name,
+                type_name: ITERATOR_TYPE.into(),
+            }),
+        );
+        if self.node.op == "AnonymousIteratorV2" {
+            ctx.set_output(1, Tensor::variant(Arc::new(())));
+        }
+        Ok(())
+    }
+}
+
+/// `MakeIterator(dataset, iterator)`: starts a walk of the dataset in the iterator.
+struct MakeIterator;
+
+impl OpKernel for MakeIterator {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let dataset = dataset_input(ctx, 0)?;
+        let iterator = iterator_input(ctx, 1)?;
+        let walk = dataset.iterate(ctx).map_err(|e| named_once(ctx, e))?;
+        iterator.set(walk);
+        Ok(())
+    }
+}
+
+/// `e` naming the node, unless it already does.
+fn named_once(ctx: &OpContext<'_>, e: Status) -> Status {
+    let node = ctx.node();
+    if e.message().contains(&format!("node `{}` (op {})", node.name, node.op)) {
+        e
+    } else {
+        ctx.named(e)
+    }
+}
+
+/// What an optional variant holds: an element, or nothing.
+struct OptionalValue(Option<Element>);
+
+fn optional_tensor(value: Option<Element>) -> Tensor {
+    Tensor::variant(Arc::new(OptionalValue(value)))
+}
+
+/// `IteratorGetNext(Sync)`: the next element; `IteratorGetNextAsOptional`: it as an optional.
+struct GetNext {
+    optional: bool,
+}
+
+impl OpKernel for GetNext {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let iterator = iterator_input(ctx, 0)?;
+        let next = iterator.next(ctx).map_err(|e| named_once(ctx, e))?;
+        if self.optional {
+            ctx.set_output(0, optional_tensor(next));
+            return Ok(());
+        }
+        let Some(element) = next else {
+            return Err(ctx.named(Status::out_of_range("End of sequence")));
+        };
+        let signature = Signature::of(ctx.node())?;
+        check_element(ctx, &signature, &element)?;
+        for (i, t) in element.into_iter().enumerate() {
+            ctx.set_output(i, t);
+        }
+        Ok(())
+    }
+}
+
+/// Fails unless `element` has the types (and shapes compatible with those) the node declares.
+fn check_element(ctx: &OpContext<'_>, signature: &Signature, element: &[Tensor]) -> Result<()> {
+    if element.len() != signature.types.len() {
+        return Err(ctx.invalid(format!(
+            "the dataset's elements have {} components, this node declares {}",
+            element.len(),
+            signature.types.len()
+        )));
+    }
+    for (i, (t, &want)) in element.iter().zip(&signature.types).enumerate() {
+        if t.dtype() != want {
+            return Err(ctx.invalid(format!(
+                "component {i} of the element is {}, this node declares {want}",
+                t.dtype()
+            )));
+        }
+        if let Some(shape) = signature.shapes.get(i) {
+            if !shape.is_compatible_with(t.shape()) {
+                return Err(ctx.invalid(format!(
+                    "component {i} of the element has shape {}, this node declares {shape}",
+                    t.shape()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The optional ops: `OptionalHasValue`, `OptionalGetValue`, `OptionalFromValue`,
+/// `OptionalNone`.
+struct OptionalOp {
+    op: String,
+}
+
+impl OpKernel for OptionalOp {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        match self.op.as_str() {
+            "OptionalFromValue" => {
+                let value = ctx.inputs().to_vec();
+                ctx.set_output(0, optional_tensor(Some(value)));
+                return Ok(());
+            }
+            "OptionalNone" => {
+                ctx.set_output(0, optional_tensor(None));
+                return Ok(());
+            }
+            _ => {}
+        }
+        let t = ctx.input(0)?;
+        let value = match (t.dtype(), t.num_elements()) {
+            (DType::Variant, 1) => t.variants()?[0].clone().downcast::<OptionalValue>().ok(),
+            _ => None,
+        };
+        let Some(value) = value else {
+            return Err(ctx.invalid("input 0 must be an optional (a scalar variant)"));
+        };
+        if self.op == "OptionalHasValue" {
+            ctx.set_output(0, Tensor::scalar(value.0.is_some()));
+            return Ok(());
+        }
+        let Some(element) = value.0.clone() else {
+            return Err(ctx.invalid("The optional does not have a value"));
+        };
+        check_element(ctx, &Signature::of(ctx.node())?, &element)?;
+        for (i, t) in element.into_iter().enumerate() {
+            ctx.set_output(i, t);
+        }
+        Ok(())
+    }
+}
+
+/// `DeleteIterator(handle, deleter)`.
+struct DeleteIterator;
+
+impl OpKernel for DeleteIterator {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let h = ctx.input(0)?.resource_handle()?.clone();
+        ctx.resources
+            .delete(&h.container, &h.name)
+            .map_err(|e| ctx.named(e))
+    }
+}
+
+/// `IteratorToStringHandle`: the handle as a serialized `ResourceHandleProto`.
+struct ToStringHandle;
+
+impl OpKernel for ToStringHandle {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let iterator = iterator_input(ctx, 0);
+        iterator?;
+        let h = ctx.input(0)?.resource_handle()?.clone();
+        ctx.set_output(0, Tensor::string(h.to_proto().encode_to_vec()));
+        Ok(())
+    }
+}
+
+/// `IteratorFromStringHandle(V2)`: a handle from its string form.
+struct FromStringHandle;
+
+impl OpKernel for FromStringHandle {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let t = ctx.input(0)?;
+        let bytes = match (t.dtype(), t.num_elements()) {
+            (DType::String, 1) => t.strings()?[0].clone(),
+            _ => {
+                return Err(ctx.invalid(format!(
+                    "string_handle must be a scalar string, got a {} tensor of shape {}",
+                    t.dtype(),
+                    t.shape()
+                )))
+            }
+        };
+        let proto = ResourceHandleProto::decode(bytes).map_err(|e| {
+            ctx.invalid(format!(
+                "string_handle is not an iterator's string handle (from \
+                 IteratorToStringHandle): {e}"
+            ))
+        })?;
+        let handle = ResourceHandle::from_proto(&proto);
+        ctx.set_output(0, Tensor::resource(handle));
+        Ok(())
+    }
+}
+
+/// An op tessera registers so graphs holding it load, but does not run yet.
+struct Unsupported(String);
+
+impl OpKernel for Unsupported {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        Err(ctx.named(Status::unimplemented(format!(
+            "{} is not supported yet: tessera cannot save or restore an iterator's position",
+            self.0
+        ))))
+    }
+}
