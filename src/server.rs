@@ -55,7 +55,7 @@ use crate::device;
 use crate::device::memory::MemoryBudget;
 use crate::error::mailbox_failure;
 use crate::error::{Result, Status};
-use crate::format::files::{Files, ALLOWED_DIRS_KEY};
+use crate::format::files::{Files, ALLOWED_DIRS_KEY, DATA_ALLOWED_DIRS_KEY};
 use crate::master::grpc::MasterGrpc;
 use crate::master::local::{self, LocalMaster};
 use crate::master::{ListDevices, Master, MasterState};
@@ -236,6 +236,7 @@ impl Server {
             }
             None => Files::ambient(),
         };
+        let data_files = data_files(&config)?;
         let prepared = Instant::now();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopped = Arc::new(Stopped::default());
@@ -279,7 +280,7 @@ impl Server {
                 })
                 .map_err(|e| Status::internal(format!("cannot spawn the grpc thread: {e}")))?
         };
-        let actors = match start_actors(&config, devices, files) {
+        let actors = match start_actors(&config, devices, files, data_files) {
             Ok(actors) => actors,
             Err(e) => {
                 drop(actors_tx);
@@ -445,6 +446,7 @@ fn start_actors(
     config: &TaskConfig,
     devices: Vec<DeviceAttributes>,
     files: Files,
+    data_files: Files,
 ) -> Result<Actors> {
     let task = config.task.clone();
     let master_state = MasterState::with_cluster(
@@ -504,6 +506,7 @@ fn start_actors(
                     WorkerOptions {
                         max_sessions: limits.max_sessions,
                         files,
+                        data_files,
                         cpu_memory_limit: Some(cpu_memory_limit),
                         ..WorkerOptions::from_timeouts(&timeouts)
                     },
@@ -556,6 +559,25 @@ fn start_actors(
             "actors did not start within {ACTORS_START_DEADLINE:?}"
         ))),
     }
+}
+
+/// Where the task's input kernels may read: [`DataConfig::read_dirs`](crate::cluster::DataConfig::read_dirs)
+/// of its config, a refusal naming `data.allowed_dirs` and how to allow another directory.
+fn data_files(config: &TaskConfig) -> Result<Files> {
+    let Some(dirs) = config.data.read_dirs(&config.checkpoints) else {
+        return Ok(Files::ambient());
+    };
+    let files = Files::confined_as(DATA_ALLOWED_DIRS_KEY, &dirs)
+        .map_err(|e| e.context(config.task.to_string()))?;
+    Ok(match (&config.data.widen_hint, &config.data.allowed_dirs) {
+        (Some(how), _) => files.widened_by(format!("on {}, {how}", config.task)),
+        // Only [checkpoints] is set: reads stay under its directories until [data] says more.
+        (None, None) => files.widened_by(format!(
+            "add this one to [data] allowed_dirs in the task's cluster file ({DATA_ALLOWED_DIRS_KEY} \
+             is unset, so reads are confined to {ALLOWED_DIRS_KEY})"
+        )),
+        (None, Some(_)) => files,
+    })
 }
 
 /// What to warn about at start when a task serving any client's checkpoint paths is reachable

@@ -66,6 +66,10 @@ fn the_example_file_loads_with_the_values_its_comments_document() {
         config.checkpoints.allowed_dirs,
         Some(vec![PathBuf::from("/var/lib/tessera/checkpoints")])
     );
+    assert_eq!(
+        config.data.allowed_dirs,
+        Some(vec![PathBuf::from("/var/lib/tessera/data")])
+    );
     assert!(
         !config.is_chief(),
         "the example has a chief job, so worker 0 is not chief"
@@ -139,6 +143,67 @@ fn checkpoint_directories_come_from_the_file_or_a_comma_separated_variable() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("allowed_dirs"), "{err}");
+}
+
+#[test]
+fn data_directories_come_from_the_file_or_a_comma_separated_variable() {
+    let base = "bad_task_index.toml";
+    let index = ("TESSERA__TASK__INDEX", "0");
+    let config = load(base, &[index]).unwrap();
+    assert_eq!(config.data.allowed_dirs, None);
+    // Neither section: reads go anywhere, as in TensorFlow.
+    assert_eq!(config.data.read_dirs(&config.checkpoints), None);
+    let config = load(
+        base,
+        &[index, ("TESSERA__DATA__ALLOWED_DIRS", "/data/a, /data/b")],
+    )
+    .unwrap();
+    assert_eq!(
+        config.data.allowed_dirs,
+        Some(vec![PathBuf::from("/data/a"), PathBuf::from("/data/b")])
+    );
+    // Only [checkpoints]: reads stay under the checkpoint directories, not anywhere.
+    let config = load(
+        base,
+        &[index, ("TESSERA__CHECKPOINTS__ALLOWED_DIRS", "/ckpt")],
+    )
+    .unwrap();
+    assert_eq!(config.data.allowed_dirs, None);
+    assert_eq!(
+        config.data.read_dirs(&config.checkpoints),
+        Some(vec![PathBuf::from("/ckpt")])
+    );
+    // Both: the data directories and the checkpoint directories.
+    let config = load(
+        base,
+        &[
+            index,
+            ("TESSERA__CHECKPOINTS__ALLOWED_DIRS", "/ckpt"),
+            ("TESSERA__DATA__ALLOWED_DIRS", "/data"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        config.data.read_dirs(&config.checkpoints),
+        Some(vec![PathBuf::from("/data"), PathBuf::from("/ckpt")])
+    );
+    let err = load(base, &[index, ("TESSERA__DATA__ALLOWED_DIRS", "/data/a,,")])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "environment variable TESSERA__DATA__ALLOWED_DIRS: data.allowed_dirs: an entry is \
+         empty; list directories such as [\"/var/lib/tessera/data\"], or [] to read only \
+         under the checkpoint directories"
+    );
+    let err = load(base, &[index, ("TESSERA__DATA__DIRS", "/x")])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "environment variable TESSERA__DATA__DIRS: data.dirs: unknown key; the keys allowed in \
+         [data] are allowed_dirs"
+    );
 }
 
 #[test]
@@ -231,7 +296,7 @@ const BAD_FILES: &[(&str, &str)] = &[
     (
         "bad_unknown_section.toml",
         "device: unknown key; the keys allowed at the top level are cluster, task, devices, \
-         timeouts, metrics, limits, checkpoints, tls, auth",
+         timeouts, metrics, limits, checkpoints, data, tls, auth",
     ),
     (
         "bad_duplicate_address.toml",
@@ -294,6 +359,17 @@ const BAD_FILES: &[(&str, &str)] = &[
     (
         "bad_empty_job.toml",
         "cluster.ps: job has no tasks; list its addresses or remove the job",
+    ),
+    (
+        "bad_data_empty_dir.toml",
+        "data.allowed_dirs: an entry is empty; list directories such as \
+         [\"/var/lib/tessera/data\"], or [] to read only under the checkpoint directories",
+    ),
+    (
+        "bad_data_dirs_type.toml",
+        "data.allowed_dirs: expected a list of directories such as \
+         [\"/var/lib/tessera/ckpt\"], found a list; set data.allowed_dirs to a list of \
+         directories such as [\"/var/lib/tessera/ckpt\"]",
     ),
 ];
 

@@ -391,7 +391,7 @@ fn a_vocabulary_file_outside_the_allowed_directories_is_refused_naming_the_node(
         )
         .unwrap();
         let mut ctx = OpContext::new(&init, vec![handle.clone(), name], &resources, DEVICE, 1)
-            .with_files(&files);
+            .with_data_files(&files);
         kernel.compute(&mut ctx)
     };
     let err = run(&outside_file).expect_err("outside the allowed directories");

@@ -227,9 +227,10 @@ fn node(op: &str) -> NodeDef {
 fn the_ops_the_readme_says_do_not_run_are_refused_and_reported() {
     let text = readme();
     let ops = listed_ops(&text);
-    assert!(ops.len() >= 20, "ops listed: {ops:?}");
+    // The table shrinks as ops land; a handful listed shows the parser still reads it.
+    assert!(ops.len() >= 5, "ops listed: {ops:?}");
     let dtypes = listed_dtypes(&text);
-    assert!(dtypes.len() >= 8, "dtypes listed: {dtypes:?}");
+    assert!(dtypes.len() >= 5, "dtypes listed: {dtypes:?}");
 
     // The probe: one node per listed op, and a Cast to each listed dtype.
     let mut graph = GraphDef {

@@ -37,6 +37,14 @@ PROGRAM:
            1088 x 16 table partitioned over the ps tasks (fixed_size_partitioner, --partitions
            shards, embedding_lookup's --partition-strategy) and summed, then a dense softmax;
            Adagrad 0.1, whose gradient for the table is sparse (the looked-up rows only).
+  pipeline The classic MLP fed by a tf.data pipeline in the graph instead of feed_dict: the
+           training digits as uint8 pixels with int64 labels (from_tensor_slices), a map that
+           scales the pixels, shuffle seeded per worker, repeat, batch 32, prefetch; a
+           one-shot iterator (--iterator initializable: one initialised by the scaffold's
+           local_init_op); accuracy by tf.compat.v1.nn.in_top_k. With --epochs N the data
+           ends after N passes and the monitored session stops at the OutOfRangeError; with
+           --save-iterator the chief's checkpoints hold the iterator's position
+           (make_saveable_from_iterator), so a restart resumes the input where it stopped.
 
 Options:
   --v2-behavior off        tf.compat.v1.disable_v2_behavior(): reference variables (VariableV2,
@@ -68,7 +76,7 @@ Options:
 
 Results (JSON): program, v2_behavior, worker, first_loss (this worker's first step), last_loss,
 local_steps, global_step (read after training), train_seconds (from this worker's first step
-to its last, the session's start and the evaluation left out), accuracy and eval_loss (on the held-out images),
+to its last, the evaluation left out), accuracy and eval_loss (on the held-out images),
 variable_devices, variable_ops (the op types of the variables), control_flow_ops (the control
 flow, TensorArray, Stack and TensorList op types in the graph and its functions), checkpoint (the chief's last
 checkpoint's basename and the global step in it).
@@ -103,7 +111,7 @@ except ImportError as e:  # pragma: no cover - depends on the host
 
 BATCH = 32
 CONTROL_FLOW = re.compile(r"Switch|Merge|Enter|Exit|NextIteration|LoopCond|While|If$|TensorArray|Stack|TensorList|PartitionedCall")
-DEFAULT_STEPS = {"classic": 200, "sync": 200, "rnn": 100, "cnn": 200, "embedding": 200}
+DEFAULT_STEPS = {"classic": 200, "sync": 200, "rnn": 100, "cnn": 200, "embedding": 200, "pipeline": 200}
 DEFAULT_PS_TASKS = {"cnn": 2, "embedding": 2}
 # The embedding program's ids: pixel position x 17 + the pixel's value (0..16).
 LEVELS = 17
@@ -236,7 +244,37 @@ def embedding(x, partitions, strategy, kind):
     return dense(tf.reduce_sum(rows, axis=1), 16, 10, "logits", seed=9)
 
 
-def build(args, ps, workers, index):
+def pipeline(args, data, index):
+    """The pipeline program's input: the training digits as uint8 pixels (0..16) and int64
+    labels from a tf.data pipeline (from_tensor_slices, a map that scales the pixels in the
+    graph, shuffle seeded per worker, repeat, batch, prefetch), walked by a one-shot or an
+    initializable iterator; `(x, y, initializer)`."""
+    train_x, train_y = data[0], data[1]
+    pixels = np.round(train_x * 16).astype(np.uint8)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((pixels, train_y))
+        .map(lambda p, label: (tf.cast(p, tf.float32) / 16.0, label))
+        .shuffle(len(pixels), seed=100 + index)
+        .repeat(args.epochs)
+        .batch(BATCH)
+        .prefetch(1)
+    )
+    if args.iterator == "one-shot":
+        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+        initializer = None
+    else:
+        iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+        initializer = iterator.initializer
+    if args.save_iterator:
+        # The chief's checkpoints hold the iterator's position: a restarted job resumes its
+        # input where it stopped.
+        saveable = tf.data.experimental.make_saveable_from_iterator(iterator)
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, saveable)
+    x, y = iterator.get_next()
+    return x, y, initializer
+
+
+def build(args, ps, workers, index, data=None):
     """The program's graph for worker `index` of `workers`, variables on the ps tasks (round
     robin; unplaced without ps)."""
     me = f"/job:worker/task:{index}"
@@ -249,8 +287,12 @@ def build(args, ps, workers, index):
     with graph.as_default(), tf.compat.v1.device(setter):
         tf.compat.v1.set_random_seed(0)
         step = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
-        y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+        initializer = None
+        if args.program == "pipeline":
+            x, y, initializer = pipeline(args, data, index)
+        else:
+            x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
+            y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
         if args.program == "rnn":
             logits = rnn(x, args.cell)
         elif args.program == "cnn":
@@ -260,7 +302,10 @@ def build(args, ps, workers, index):
         else:
             logits = mlp(x)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-        correct = tf.equal(tf.argmax(logits, 1), y)
+        if args.program == "pipeline":
+            correct = tf.compat.v1.nn.in_top_k(logits, y, 1)
+        else:
+            correct = tf.equal(tf.argmax(logits, 1), y)
         accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="accuracy")
         hooks = []
         if args.program == "rnn":
@@ -288,7 +333,7 @@ def build(args, ps, workers, index):
             sparse_update_ops=sorted(op for op in ops if op.startswith(("SparseApply", "ResourceSparseApply"))),
         )
     return graph, dict(step=step, x=x, y=y, loss=loss, accuracy=accuracy, train_op=train_op,
-                       hooks=hooks, **info)
+                       hooks=hooks, initializer=initializer, **info)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,7 +355,7 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
     """Trains as worker `index` through `master`; returns this worker's results. `on_ready`
     is called once the session is open (the chief's: the model is initialised)."""
     train_x, train_y, test_x, test_y = data
-    graph, m = build(args, ps, workers, index)
+    graph, m = build(args, ps, workers, index, data)
     chief = index == 0
     me = f"/job:worker/task:{index}"
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", me])
@@ -329,7 +374,18 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
         )
         stop = tf.compat.v1.train.StopAtStepHook(last_step=args.steps)
         hooks = m["hooks"] + [stop, evaluate]
+        scaffold = None
+        if m["initializer"] is not None:
+            scaffold = tf.compat.v1.train.Scaffold(
+                local_init_op=tf.group(
+                    tf.compat.v1.local_variables_initializer(), m["initializer"]
+                )
+            )
+        started = time.perf_counter()
+        # A finite dataset ends the loop with OutOfRangeError, which the monitored session
+        # takes as the end of training (its hooks' `end` still run).
         with tf.compat.v1.train.MonitoredTrainingSession(
+            scaffold=scaffold,
             master=master,
             is_chief=chief,
             checkpoint_dir=args.checkpoint_dir if chief else None,
@@ -343,12 +399,14 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
         ) as session:
             if on_ready:
                 on_ready()
-            started = time.perf_counter()
             while not args.evaluate_only and not session.should_stop():
-                xs, ys = batches.next()
-                loss, _ = session.run([m["loss"], m["train_op"]], {m["x"]: xs, m["y"]: ys})
+                if args.program == "pipeline":
+                    loss, _ = session.run([m["loss"], m["train_op"]])
+                else:
+                    xs, ys = batches.next()
+                    loss, _ = session.run([m["loss"], m["train_op"]], {m["x"]: xs, m["y"]: ys})
                 losses.append(float(loss))
-            train_seconds = time.perf_counter() - started
+    train_seconds = time.perf_counter() - started
     accuracy, global_step = float(evaluate.values[0]), int(evaluate.values[1])
     eval_loss = float(evaluate.values[2])
     result = dict(
@@ -465,6 +523,13 @@ def main():
         )
         if name == "rnn":
             program.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
+        if name == "pipeline":
+            program.add_argument("--iterator", choices=["one-shot", "initializable"],
+                                 default="one-shot")
+            program.add_argument("--epochs", type=int, default=-1,
+                                 help="passes over the data (-1: until --steps)")
+            program.add_argument("--save-iterator", action="store_true",
+                                 help="checkpoints hold the iterator's position")
         if name == "embedding":
             program.add_argument("--partitions", type=int, default=2)
             program.add_argument("--partition-strategy", choices=["mod", "div"], default="mod")
@@ -475,6 +540,9 @@ def main():
         return
     args.program = args.command
     args.cell = getattr(args, "cell", "lstm")
+    args.iterator = getattr(args, "iterator", "one-shot")
+    args.epochs = getattr(args, "epochs", -1)
+    args.save_iterator = getattr(args, "save_iterator", False)
     args.partitions = getattr(args, "partitions", 2)
     args.partition_strategy = getattr(args, "partition_strategy", "mod")
     args.partitioner = getattr(args, "partitioner", "fixed")

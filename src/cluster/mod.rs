@@ -8,8 +8,8 @@ pub mod server_def;
 mod spec;
 
 pub use config::{
-    CheckpointsConfig, ClassicFlags, ConfigError, DeviceConfig, Limits, MetricsConfig, TaskConfig,
-    Timeouts,
+    CheckpointsConfig, ClassicFlags, ConfigError, DataConfig, DeviceConfig, Limits, MetricsConfig,
+    TaskConfig, Timeouts,
 };
 pub use device_name::DeviceName;
 pub use server_def::{local_task, make_server_def, LocalTask, ServerDefArgs};

@@ -294,6 +294,7 @@ impl TaskConfig {
             metrics: Default::default(),
             limits: Default::default(),
             checkpoints: Default::default(),
+            data: Default::default(),
             security: Default::default(),
         })
     }

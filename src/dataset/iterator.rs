@@ -11,19 +11,30 @@
 //!   serialized `ResourceHandleProto`, as TensorFlow writes it), so a `feedable` iterator can
 //!   switch between datasets; `DeleteIterator` drops one.
 //!
+//! - `SerializeIterator` / `DeserializeIterator` save and restore where the walk is (what
+//!   `make_saveable_from_iterator` puts in a checkpoint), so a restarted job resumes its input
+//!   where it stopped: the state is the number of elements the walk has given since it
+//!   started, and a restore starts the dataset's walk again and passes over that many. A
+//!   pipeline walks the same elements again when its shuffles are seeded (an op or graph
+//!   seed; unseeded, a restored walk is at the same position in another order, as any new
+//!   walk of it would be); passing over them costs the input pipeline's time for those
+//!   elements, without training on them.
+//!
 //! A walk is asked for one element at a time: concurrent `get_next`s of one iterator take
 //! turns, as in TensorFlow.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use prost::Message;
 
-use super::{dataset_input, dataset_of, Element, Iter, Signature};
+use super::{dataset_input, dataset_of, Dataset, Element, Iter, Signature};
+use crate::format::checkpoint::StoredVariant;
 use crate::error::{Code, Result, Status};
 use crate::graph::attr;
+use crate::kernels::functional::Function;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
-use crate::proto::{NodeDef, ResourceHandleProto};
+use crate::proto::{NodeDef, ResourceHandleProto, VariantTensorDataProto};
 use crate::runtime::resource::Resource;
 use crate::tensor::{DType, ResourceHandle, Tensor};
 
@@ -49,10 +60,8 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "IteratorFromStringHandle" | "IteratorFromStringHandleV2" => {
             |_| Ok(Arc::new(FromStringHandle))
         }
-        "SerializeIterator" | "DeserializeIterator" => |n| {
-            let op = n.op.clone();
-            Ok(Arc::new(Unsupported(op)) as Arc<dyn OpKernel>)
-        },
+        "SerializeIterator" => |_| Ok(Arc::new(SerializeIterator)),
+        "DeserializeIterator" => |_| Ok(Arc::new(DeserializeIterator)),
         _ => return None,
     };
     Some(factory)
@@ -61,7 +70,18 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
 /// An iterator: the element signature its ops declare, and the walk it holds.
 pub struct IteratorResource {
     signature: Signature,
-    walk: Mutex<Option<Box<dyn Iter>>>,
+    walk: Mutex<Option<Walk>>,
+    /// A one-shot iterator's dataset factory: a restore makes the dataset anew, so that its
+    /// walk is a first walk again (a shuffle reshuffled each walk draws its first seeds).
+    factory: Mutex<Option<Arc<Function>>>,
+}
+
+/// One walk of a dataset, and how far it has gone.
+struct Walk {
+    dataset: Arc<dyn Dataset>,
+    elements: Box<dyn Iter>,
+    /// Elements given since the walk started.
+    given: u64,
 }
 
 impl Resource for IteratorResource {
@@ -71,23 +91,41 @@ impl Resource for IteratorResource {
 }
 
 impl IteratorResource {
-    /// Replaces the walk (what `MakeIterator` does).
-    fn set(&self, walk: Box<dyn Iter>) {
-        *self.walk.lock().expect("iterator lock poisoned") = Some(walk);
+    /// Starts a new walk of `dataset`, passing over its first `skip` elements (what
+    /// `MakeIterator` does with none to skip, and a restore with the saved position).
+    fn start(&self, ctx: &OpContext<'_>, dataset: Arc<dyn Dataset>, skip: u64) -> Result<()> {
+        let mut elements = dataset.clone().iterate(ctx)?;
+        let mut given = 0;
+        while given < skip && elements.next(ctx)?.is_some() {
+            given += 1;
+        }
+        *self.walk.lock().expect("iterator lock poisoned") = Some(Walk {
+            dataset,
+            elements,
+            given,
+        });
+        Ok(())
     }
 
     /// The next element of the walk; FAILED_PRECONDITION when it was never set.
     fn next(&self, ctx: &OpContext<'_>) -> Result<Option<Element>> {
         let mut walk = self.walk.lock().expect("iterator lock poisoned");
         let Some(walk) = walk.as_mut() else {
-            return Err(ctx.named(Status::failed_precondition(
-                "GetNext() failed because the iterator has not been initialized. Ensure that \
-                 you have run the initializer operation for this iterator before getting the \
-                 next element.",
-            )));
+            return Err(not_initialized(ctx));
         };
-        walk.next(ctx)
+        let next = walk.elements.next(ctx)?;
+        if next.is_some() {
+            walk.given += 1;
+        }
+        Ok(next)
     }
+}
+
+fn not_initialized(ctx: &OpContext<'_>) -> Status {
+    ctx.named(Status::failed_precondition(
+        "GetNext() failed because the iterator has not been initialized. Ensure that you have \
+         run the initializer operation for this iterator before getting the next element.",
+    ))
 }
 
 /// The iterator behind input `i`: NOT_FOUND naming the node when there is none.
@@ -122,8 +160,6 @@ struct IteratorOp {
     /// new one each run.
     name: Option<String>,
     container: String,
-    /// A one-shot iterator's walk is made once.
-    made: OnceLock<()>,
 }
 
 static NEXT_UNIQUE: AtomicU64 = AtomicU64::new(0);
@@ -154,7 +190,6 @@ impl IteratorOp {
             node: node.clone(),
             name,
             container,
-            made: OnceLock::new(),
         }))
     }
 }
@@ -168,6 +203,7 @@ impl OpKernel for IteratorOp {
                 Ok(IteratorResource {
                     signature: self.signature.clone(),
                     walk: Mutex::new(None),
+                    factory: Mutex::new(None),
                 })
             })
             .map_err(|e| ctx.named(e))?;
@@ -177,19 +213,14 @@ impl OpKernel for IteratorOp {
                 iterator.signature.types, self.signature.types
             )));
         }
-        if self.node.op == "OneShotIterator" && self.made.get().is_none() {
-            let factory = ctx.functions()?.instantiate(&self.node, "dataset_factory")?;
-            let made = factory.call(ctx, &[])?;
-            let [dataset] = made.as_slice() else {
-                return Err(ctx.invalid(format!(
-                    "dataset_factory `{}` must return one dataset, it returned {} tensors",
-                    factory.name,
-                    made.len()
-                )));
-            };
-            let walk = dataset_of(ctx, dataset)?.iterate(ctx)?;
-            iterator.set(walk);
-            let _ = self.made.set(());
+        // A one-shot iterator's walk is made once per resource: every signature of the
+        // session runs its own kernel for the node, and all reach the one iterator.
+        let unmade = || iterator.walk.lock().expect("iterator lock poisoned").is_none();
+        if self.node.op == "OneShotIterator" && unmade() {
+            let factory = Arc::new(ctx.functions()?.instantiate(&self.node, "dataset_factory")?);
+            let dataset = make_dataset(ctx, &factory)?;
+            *iterator.factory.lock().expect("iterator lock poisoned") = Some(factory);
+            iterator.start(ctx, dataset, 0)?;
         }
         ctx.set_output(
             0,
@@ -207,6 +238,19 @@ impl OpKernel for IteratorOp {
     }
 }
 
+/// Runs a one-shot iterator's dataset factory.
+fn make_dataset(ctx: &OpContext<'_>, factory: &Function) -> Result<Arc<dyn Dataset>> {
+    let made = factory.call(ctx, &[])?;
+    let [dataset] = made.as_slice() else {
+        return Err(ctx.invalid(format!(
+            "dataset_factory `{}` must return one dataset, it returned {} tensors",
+            factory.name,
+            made.len()
+        )));
+    };
+    dataset_of(ctx, dataset)
+}
+
 /// `MakeIterator(dataset, iterator)`: starts a walk of the dataset in the iterator.
 struct MakeIterator;
 
@@ -214,9 +258,9 @@ impl OpKernel for MakeIterator {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let dataset = dataset_input(ctx, 0)?;
         let iterator = iterator_input(ctx, 1)?;
-        let walk = dataset.iterate(ctx).map_err(|e| named_once(ctx, e))?;
-        iterator.set(walk);
-        Ok(())
+        iterator
+            .start(ctx, dataset, 0)
+            .map_err(|e| named_once(ctx, e))
     }
 }
 
@@ -386,14 +430,73 @@ impl OpKernel for FromStringHandle {
     }
 }
 
-/// An op tessera registers so graphs holding it load, but does not run yet.
-struct Unsupported(String);
+/// The `type_name` of a saved iterator position.
+const POSITION_TYPE: &str = "tessera.IteratorPosition";
 
-impl OpKernel for Unsupported {
+/// `SerializeIterator`: where the walk is, as a variant a checkpoint can hold.
+struct SerializeIterator;
+
+impl OpKernel for SerializeIterator {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        Err(ctx.named(Status::unimplemented(format!(
-            "{} is not supported yet: tessera cannot save or restore an iterator's position",
-            self.0
-        ))))
+        let iterator = iterator_input(ctx, 0)?;
+        let given = match iterator.walk.lock().expect("iterator lock poisoned").as_ref() {
+            Some(walk) => walk.given,
+            None => return Err(not_initialized(ctx)),
+        };
+        let proto = VariantTensorDataProto {
+            type_name: POSITION_TYPE.into(),
+            metadata: Default::default(),
+            tensors: vec![Tensor::scalar(given as i64).to_proto()],
+        };
+        ctx.set_output(0, Tensor::variant(Arc::new(StoredVariant(proto))));
+        Ok(())
+    }
+}
+
+/// `DeserializeIterator(iterator, serialized)`: restarts the walk at the saved position.
+struct DeserializeIterator;
+
+impl OpKernel for DeserializeIterator {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let iterator = iterator_input(ctx, 0)?;
+        let t = ctx.input(1)?;
+        let stored = match (t.dtype(), t.num_elements()) {
+            (DType::Variant, 1) => t.variants()?[0].clone().downcast::<StoredVariant>().ok(),
+            _ => None,
+        };
+        let given = stored
+            .filter(|s| s.0.type_name == POSITION_TYPE && s.0.tensors.len() == 1)
+            .and_then(|s| Tensor::from_proto(&s.0.tensors[0]).ok())
+            .and_then(|p| p.scalar_value::<i64>().ok())
+            .filter(|&n| n >= 0);
+        let Some(given) = given else {
+            return Err(ctx.invalid(
+                "the serialized state is not an iterator position saved by tessera's \
+                 SerializeIterator (a checkpoint of TensorFlow's own iterator state cannot be \
+                 restored here)",
+            ));
+        };
+        let factory = iterator.factory.lock().expect("iterator lock poisoned").clone();
+        let dataset = match factory {
+            Some(factory) => make_dataset(ctx, &factory)?,
+            None => match iterator.walk.lock().expect("iterator lock poisoned").as_ref() {
+                Some(walk) => walk.dataset.clone(),
+                None => {
+                    // An initializable iterator restored before its initializer runs (what a
+                    // monitored session does): its `MakeIterator` starts from the first
+                    // element, as TensorFlow's does.
+                    tracing::info!(
+                        node = %ctx.node().name,
+                        position = given,
+                        "iterator restored before it was initialized; its initializer starts \
+                         it from the first element"
+                    );
+                    return Ok(());
+                }
+            },
+        };
+        iterator
+            .start(ctx, dataset, given as u64)
+            .map_err(|e| named_once(ctx, e))
     }
 }

@@ -75,6 +75,7 @@ impl Dataset for Prefetch {
             node: self.node.clone(),
             device: ctx.device.to_string(),
             files: ctx.files().clone(),
+            data_files: ctx.data_files().clone(),
             functions: ctx.functions().ok().cloned(),
             resources: ResourceMgr::new(),
         };
@@ -124,6 +125,7 @@ struct Env {
     node: NodeDef,
     device: String,
     files: Files,
+    data_files: Files,
     functions: Option<Arc<FunctionLibrary>>,
     resources: ResourceMgr,
 }
@@ -132,6 +134,7 @@ impl Env {
     fn context(&self) -> OpContext<'_> {
         OpContext::new(&self.node, Vec::new(), &self.resources, &self.device, 0)
             .with_files(&self.files)
+            .with_data_files(&self.data_files)
             .with_functions(self.functions.as_ref())
     }
 }

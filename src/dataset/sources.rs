@@ -2,9 +2,10 @@
 //! one per row), `RangeDataset`, and files (`TFRecordDataset`, `TextLineDataset`,
 //! `FixedLengthRecordDataset`; uncompressed, `ZLIB` or `GZIP`).
 //!
-//! Files are opened through the task's file confinement as it was when the dataset was made,
-//! so a client cannot read outside the directories the task allows (a refused path is
-//! PERMISSION_DENIED naming the path and the key that allows more); they are opened one after
+//! Files are opened through the task's read confinement (`OpContext::data_files`, `[data]
+//! allowed_dirs`) as it was when the dataset was made, so a client cannot read outside the
+//! directories the task allows (a refused path is PERMISSION_DENIED naming the path and
+//! `data.allowed_dirs`, the key that allows more); they are opened one after
 //! the other as the walk reaches them, so a missing file is NOT_FOUND at the element that
 //! needs it, as in TensorFlow. A corrupt record is DATA_LOSS naming the file and the offset.
 
@@ -322,7 +323,7 @@ fn file_records(
         filenames,
         compression,
         format,
-        files: ctx.files().clone(),
+        files: ctx.data_files().clone(),
     }))
 }
 

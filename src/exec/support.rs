@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use crate::graph::registry;
-use crate::kernels::cpu::kernel_for;
 use crate::proto::{attr_value, DataType, GraphDef, NodeDef};
 use crate::tensor::DType;
 
@@ -89,7 +88,7 @@ fn gap(node: &NodeDef, functions: &HashSet<&str>) -> Option<Gap> {
     if registry::global().get(&node.op).is_none() {
         return Some(Gap::Op);
     }
-    if kernel_for(&node.op).is_none() {
+    if super::kernel_for(&node.op, crate::device::DeviceType::Cpu).is_none() {
         return Some(Gap::Kernel);
     }
     node.attr.values().find_map(|value| {

@@ -1,10 +1,15 @@
-//! Where the checkpoint and summary kernels may touch the filesystem.
+//! Where a task's kernels may touch the filesystem.
 //!
 //! A task's clients name paths: `SaveV2`'s prefix, `MergeV2Checkpoints`' sources and
-//! destination, a summary writer's log directory. TensorFlow lets them name any path the
-//! daemon's user can reach, and so does tessera by default ([`Files::ambient`]). With
-//! `[checkpoints] allowed_dirs` set, the task holds [`Files::confined`] instead, and every file
-//! those kernels touch goes through it:
+//! destination, a summary writer's log directory, a `TFRecordDataset`'s files, a vocabulary
+//! file. TensorFlow lets them name any path the daemon's user can reach, and so does tessera by
+//! default ([`Files::ambient`]). A task holds two confinements, each a [`Files`] naming its own
+//! config key: the checkpoint and summary kernels (and `WriteFile`) write through one
+//! (`[checkpoints] allowed_dirs`, [`ALLOWED_DIRS_KEY`]), the kernels that only read input
+//! (`tf.data` file sources, `ReadFile`, `InitializeTableFromTextFileV2`) read through the other
+//! (`[data] allowed_dirs`, [`DATA_ALLOWED_DIRS_KEY`]; the server decides its directories, see
+//! `DataConfig::read_dirs`). A confined one ([`Files::confined`], [`Files::confined_as`]) checks
+//! every file its kernels touch:
 //!
 //! * [`Files::resolve`] checks a path before anything is touched: it is made absolute, its
 //!   longest existing ancestor canonicalised (symlinks and `..` resolved as the OS resolves
@@ -26,20 +31,32 @@ use cap_std::fs::Dir;
 
 use crate::error::{Result, Status};
 
-/// The config key that confines the kernels' paths; errors name it.
+/// The config key that confines the checkpoint and summary kernels' paths; errors name it.
 pub const ALLOWED_DIRS_KEY: &str = "checkpoints.allowed_dirs";
+
+/// The config key that confines the paths the input kernels read; errors name it.
+pub const DATA_ALLOWED_DIRS_KEY: &str = "data.allowed_dirs";
 
 /// [`Files::ambient`], for contexts that borrow one.
 pub static AMBIENT: Files = Files::ambient();
 
-/// Which paths a task's checkpoint and summary kernels may touch.
-#[derive(Clone, Debug, Default)]
+/// Which paths a task's kernels may touch through it.
+#[derive(Clone, Debug)]
 pub struct Files {
     /// `None`: any path (TensorFlow's behaviour).
     roots: Option<Arc<[Root]>>,
+    /// The config key that lists the directories (`checkpoints.allowed_dirs`); refusals
+    /// name it.
+    key: &'static str,
     /// How the task's operator allows another directory (a refused path's message ends
     /// with it); `None`: the cluster file's key.
     widen: Option<Arc<str>>,
+}
+
+impl Default for Files {
+    fn default() -> Self {
+        Self::ambient()
+    }
 }
 
 /// Two confinements are equal when they allow the same directories.
@@ -77,6 +94,7 @@ impl Files {
     pub const fn ambient() -> Self {
         Self {
             roots: None,
+            key: ALLOWED_DIRS_KEY,
             widen: None,
         }
     }
@@ -88,15 +106,21 @@ impl Files {
         self
     }
 
-    /// Only paths under `dirs`, each of which must exist and be a directory; an error names
-    /// the one that is not.
+    /// Only paths under `dirs` (`[checkpoints] allowed_dirs`), each of which must exist and
+    /// be a directory; an error names the one that is not.
     pub fn confined(dirs: &[PathBuf]) -> Result<Self> {
+        Self::confined_as(ALLOWED_DIRS_KEY, dirs)
+    }
+
+    /// Only paths under `dirs`, the directories the config key `key` lists
+    /// (`data.allowed_dirs`), which its refusals name; each must exist and be a directory.
+    pub fn confined_as(key: &'static str, dirs: &[PathBuf]) -> Result<Self> {
         let mut roots = Vec::with_capacity(dirs.len());
         for dir in dirs {
             let refuse = |e: io::Error| {
                 Status::failed_precondition(format!(
-                    "{ALLOWED_DIRS_KEY}: cannot open directory `{}`: {e}; create it, or list \
-                     only directories that exist",
+                    "{key}: cannot open directory `{}`: {e}; create it, or list only \
+                     directories that exist",
                     dir.display()
                 ))
             };
@@ -109,8 +133,14 @@ impl Files {
         }
         Ok(Self {
             roots: Some(roots.into()),
+            key,
             widen: None,
         })
+    }
+
+    /// The config key that lists the allowed directories (`checkpoints.allowed_dirs`).
+    pub fn key(&self) -> &'static str {
+        self.key
     }
 
     /// Whether paths are confined.
@@ -138,8 +168,9 @@ impl Files {
         };
         let full = canonical_prefix(&shown).map_err(|e| {
             Status::permission_denied(format!(
-                "cannot check path `{}` against {ALLOWED_DIRS_KEY}: {e}",
-                shown.display()
+                "cannot check path `{}` against {}: {e}",
+                shown.display(),
+                self.key
             ))
         })?;
         for root in roots.iter() {
@@ -162,15 +193,19 @@ impl Files {
             .iter()
             .map(|r| format!("\"{}\"", r.path.display()))
             .collect();
-        let widen = self
-            .widen
-            .as_deref()
-            .unwrap_or("add this one to [checkpoints] allowed_dirs in the task's cluster file");
+        let widen = match &self.widen {
+            Some(how) => how.to_string(),
+            None => {
+                let (section, name) = self.key.split_once('.').unwrap_or(("", self.key));
+                format!("add this one to [{section}] {name} in the task's cluster file")
+            }
+        };
         Err(Status::permission_denied(format!(
-            "path `{}` (resolved to `{}`) is outside {ALLOWED_DIRS_KEY} = [{}]; write under one \
-             of those directories, or {widen}",
+            "path `{}` (resolved to `{}`) is outside {} = [{}]; use a path under one of those \
+             directories, or {widen}",
             shown.display(),
             full.display(),
+            self.key,
             allowed.join(", ")
         )))
     }
@@ -385,6 +420,34 @@ mod tests {
         assert!(target.read().is_err());
         assert!(target.remove_file().is_err());
         assert!(outside.join("model.index").exists());
+    }
+
+    #[test]
+    fn each_confinement_names_its_own_key_and_section() {
+        let (_root, allowed, outside) = scratch();
+        let reads =
+            Files::confined_as(DATA_ALLOWED_DIRS_KEY, std::slice::from_ref(&allowed)).unwrap();
+        assert_eq!(reads.key(), DATA_ALLOWED_DIRS_KEY);
+        let message = denied(&reads, &outside.join("train.tfrecord"));
+        assert!(
+            message.contains("outside data.allowed_dirs = ["),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("add this one to [data] allowed_dirs in the task's cluster file"),
+            "{message}"
+        );
+        let missing = outside.join("missing");
+        let err =
+            Files::confined_as(DATA_ALLOWED_DIRS_KEY, std::slice::from_ref(&missing)).unwrap_err();
+        assert!(err.message().starts_with("data.allowed_dirs: "), "{err}");
+        let writes = Files::confined(std::slice::from_ref(&allowed)).unwrap();
+        let message = denied(&writes, &outside.join("model"));
+        assert!(
+            message
+                .ends_with("add this one to [checkpoints] allowed_dirs in the task's cluster file"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -19,12 +19,14 @@
 //! - [`gradients()`]: the backward graph, with per-op functions in `grads/`;
 //!   [`sparse_gradients`] gives the gradient of a tensor read only through gathers as
 //!   [`IndexedSlices`] (its rows and their indices).
+//! - [`einsum`]: einsum equations, parsed once for the `Einsum` kernel, shape and gradient.
 //! - [`window`]: the sliding-window geometry of convolutions and pooling (output sizes,
 //!   padding, attr checks), shared by their shape functions and kernels.
 
 pub mod attr;
 pub mod builder;
 pub mod const_value;
+pub mod einsum;
 mod context;
 mod control_flow;
 pub mod function;

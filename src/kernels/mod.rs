@@ -44,6 +44,8 @@ pub struct OpContext<'a> {
     space: Option<&'a Arc<dyn MemorySpace>>,
     /// The paths the checkpoint and summary kernels may touch.
     files: &'a Files,
+    /// The paths the input kernels may read.
+    data_files: &'a Files,
     /// The device's intra-op threads, which a kernel splits large work over.
     intra: &'a IntraPool,
     /// The frame and iteration the node runs in: `(0, 0)` outside while loops. Rendezvous keys
@@ -77,6 +79,7 @@ impl<'a> OpContext<'a> {
             memory: None,
             space: None,
             files: &AMBIENT,
+            data_files: &AMBIENT,
             intra: IntraPool::global(),
             frame_iter: (0, 0),
             input_dead: false,
@@ -85,7 +88,8 @@ impl<'a> OpContext<'a> {
     }
 
     /// A context for `node`, another node run inside this one's kernel (a fused op's stage, a
-    /// function's body): the same device, resources, step, memory budget, files and frame.
+    /// function's body): the same device, resources, step, memory budget, files (both) and
+    /// frame.
     pub fn for_node<'b>(&'b self, node: &'b NodeDef, inputs: Vec<Tensor>) -> OpContext<'b> {
         OpContext {
             node,
@@ -98,6 +102,7 @@ impl<'a> OpContext<'a> {
             memory: self.memory,
             space: self.space,
             files: self.files,
+            data_files: self.data_files,
             intra: self.intra,
             frame_iter: self.frame_iter,
             input_dead: false,
@@ -205,6 +210,19 @@ impl<'a> OpContext<'a> {
     /// through it.
     pub fn files(&self) -> &'a Files {
         self.files
+    }
+
+    /// The same context on a device whose input kernels may read only the paths `files`
+    /// allows.
+    pub fn with_data_files(mut self, files: &'a Files) -> Self {
+        self.data_files = files;
+        self
+    }
+
+    /// The paths the input kernels (`tf.data` file sources, `ReadFile`, a table's text file)
+    /// may read: every file they open goes through it.
+    pub fn data_files(&self) -> &'a Files {
+        self.data_files
     }
 
     /// Checks that `bytes` more would fit in the device's memory budget now, before the kernel

@@ -26,6 +26,9 @@ pub struct Device {
     memory: Option<Arc<MemoryBudget>>,
     /// The paths its checkpoint and summary kernels may touch.
     files: Files,
+    /// The paths its input kernels (`tf.data` file sources, `ReadFile`, vocabulary files)
+    /// may read.
+    data_files: Files,
     /// The threads its executors run nodes on: its tower's pool in a daemon, the process's
     /// shared pool when it has none.
     pool: Option<ThreadPool>,
@@ -54,6 +57,7 @@ impl Device {
             resources,
             memory: None,
             files: Files::ambient(),
+            data_files: Files::ambient(),
             pool: None,
             space: None,
             intra: None,
@@ -73,6 +77,7 @@ impl Device {
             resources: Arc::new(resources),
             memory: self.memory.clone(),
             files: self.files.clone(),
+            data_files: self.data_files.clone(),
             pool: self.pool.clone(),
             space: self.space.clone(),
             intra: self.intra.clone(),
@@ -121,6 +126,17 @@ impl Device {
     /// The paths the device's checkpoint and summary kernels may touch.
     pub fn files(&self) -> &Files {
         &self.files
+    }
+
+    /// The same device, its input kernels' reads confined to `files`.
+    pub fn with_data_files(mut self, files: Files) -> Self {
+        self.data_files = files;
+        self
+    }
+
+    /// The paths the device's input kernels may read.
+    pub fn data_files(&self) -> &Files {
+        &self.data_files
     }
 
     /// The same device with a memory limit of `bytes`: kernel outputs that would take the

@@ -66,6 +66,9 @@ pub struct WorkerOptions {
     /// The paths the devices' checkpoint and summary kernels may touch
     /// (`checkpoints.allowed_dirs`).
     pub files: Files,
+    /// The paths the devices' input kernels may read (`data.allowed_dirs`, with the
+    /// checkpoint directories).
+    pub data_files: Files,
     /// Bytes each CPU device's steps and variables may take (`devices.cpu_memory_limit`);
     /// `None`, no limit.
     pub cpu_memory_limit: Option<u64>,
@@ -88,6 +91,7 @@ impl WorkerOptions {
             session_ttl: Duration::from_secs(3600),
             max_sessions: crate::cluster::Limits::default().max_sessions,
             files: Files::ambient(),
+            data_files: Files::ambient(),
             cpu_memory_limit: None,
         }
     }
@@ -173,7 +177,8 @@ impl WorkerState {
                     .cloned()
                     .unwrap_or_else(|| Arc::new(ResourceMgr::new()));
                 let mut device = Device::with_resources(&d.name, device_type, resources)
-                    .with_files(options.files.clone());
+                    .with_files(options.files.clone())
+                    .with_data_files(options.data_files.clone());
                 if let Some(tower) = towers.iter().find(|t| t.device() == d.name) {
                     device = device
                         .with_pool(tower.pool().clone())

@@ -448,6 +448,7 @@ pub(crate) fn train(args: TrainArgs) -> anyhow::Result<()> {
     tessera::train::job::check_tower_gpus(&config, &spec, &tessera::device::CudaProbe)?;
     tessera::train::job::provide_tower_devices(&mut config, &spec);
     tessera::train::job::confine_checkpoints(&mut config, &spec)?;
+    tessera::train::job::confine_data(&mut config, &spec);
     let task = config.task.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::ops::{RawCheckpoints, RawLimits, RawMetrics};
+use super::ops::{RawCheckpoints, RawData, RawLimits, RawMetrics};
 use super::schema::{check_schema, describe, sorted_keys};
 use super::security::{validate_security, RawAuth, RawTls};
 use super::{
@@ -60,6 +60,8 @@ struct RawFile {
     limits: RawLimits,
     #[serde(default)]
     checkpoints: RawCheckpoints,
+    #[serde(default)]
+    data: RawData,
     tls: Option<RawTls>,
     #[serde(default)]
     auth: RawAuth,
@@ -574,6 +576,7 @@ impl RawFile {
         let metrics = self.metrics.validate(&invalid)?;
         let limits = self.limits.validate(&invalid)?;
         let checkpoints = self.checkpoints.validate(&invalid)?;
+        let data = self.data.validate(&invalid)?;
         let security = validate_security(self.tls, self.auth, &invalid)?;
         Ok(TaskConfig {
             cluster,
@@ -584,6 +587,7 @@ impl RawFile {
             metrics,
             limits,
             checkpoints,
+            data,
             security,
         })
     }

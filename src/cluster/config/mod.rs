@@ -19,7 +19,7 @@ mod security;
 mod tensorflow;
 
 pub use file::{ENV_PREFIX, ENV_SEPARATOR};
-pub use ops::{CheckpointsConfig, Limits, MetricsConfig};
+pub use ops::{CheckpointsConfig, DataConfig, Limits, MetricsConfig};
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -48,6 +48,9 @@ pub struct TaskConfig {
     /// Where clients' checkpoint and summary kernels may touch files (`[checkpoints]`); any
     /// path by default.
     pub checkpoints: CheckpointsConfig,
+    /// Where clients' input kernels may read files (`[data]`, with the checkpoint directories:
+    /// [`DataConfig::read_dirs`]); any path when neither section is set.
+    pub data: DataConfig,
     /// TLS and the cluster token, for the server and every channel to a peer (`[tls]`,
     /// `[auth]`); plain text without a token by default.
     pub security: Security,
@@ -161,6 +164,7 @@ impl TaskConfig {
             metrics: MetricsConfig::default(),
             limits: Limits::default(),
             checkpoints: CheckpointsConfig::default(),
+            data: DataConfig::default(),
             security: Security::default(),
         }
     }

@@ -1,6 +1,7 @@
 //! The operator's sections of a cluster file: `[metrics]` (where the Prometheus endpoint
 //! listens, off when absent), `[limits]` (how much one request, session or shard may take) and
-//! `[checkpoints]` (where clients' checkpoint and summary kernels may touch files).
+//! `[checkpoints]` (where clients' checkpoint and summary kernels may touch files) and `[data]`
+//! (where the input kernels may read).
 //!
 //! Limits exist so that one careless or hostile client cannot take a shared task down: a
 //! request over a limit is refused with RESOURCE_EXHAUSTED whose message names the limit's
@@ -59,8 +60,47 @@ pub struct CheckpointsConfig {
     pub widen_hint: Option<String>,
 }
 
+/// `[data]`: where the input kernels (`tf.data` file sources, `ReadFile`,
+/// `InitializeTableFromTextFileV2`) may read. [`DataConfig::read_dirs`] says which
+/// directories that is once `[checkpoints]` is known.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DataConfig {
+    /// The directories the input kernels may read (`data.allowed_dirs`), besides the
+    /// checkpoint directories; `None`: see [`DataConfig::read_dirs`].
+    pub allowed_dirs: Option<Vec<PathBuf>>,
+    /// How this task's operator allows another directory, for a refused path's message;
+    /// `None`: the cluster file's key. Set by the program that runs the task (`tessera train`
+    /// names its `--data`), never read from a file or a client.
+    pub widen_hint: Option<String>,
+}
+
+impl DataConfig {
+    /// The directories the input kernels may read, given the task's `[checkpoints]`: the data
+    /// directories and the checkpoint directories together. With neither set, `None`: any
+    /// path, as TensorFlow reads. With only `[checkpoints]` set, its directories alone: an
+    /// operator who confined what clients may write has not said that they may read anywhere
+    /// (`/etc/passwd` through `ReadFile`), so a refusal tells them to add the directory to
+    /// `[data] allowed_dirs`.
+    pub fn read_dirs(&self, checkpoints: &CheckpointsConfig) -> Option<Vec<PathBuf>> {
+        if self.allowed_dirs.is_none() && checkpoints.allowed_dirs.is_none() {
+            return None;
+        }
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let both = self.allowed_dirs.iter().chain(&checkpoints.allowed_dirs);
+        for dir in both.flatten() {
+            if !dirs.contains(dir) {
+                dirs.push(dir.clone());
+            }
+        }
+        Some(dirs)
+    }
+}
+
 /// The keys of `[checkpoints]`.
 pub(super) const CHECKPOINT_KEYS: &[&str] = &["allowed_dirs"];
+
+/// The keys of `[data]`.
+pub(super) const DATA_KEYS: &[&str] = &["allowed_dirs"];
 
 /// The keys of `[metrics]`.
 pub(super) const METRICS_KEYS: &[&str] = &["listen"];
@@ -172,6 +212,13 @@ pub(super) struct RawCheckpoints {
     allowed_dirs: Option<PathList>,
 }
 
+/// `[data]` as written: a list in the file, `"a,b"` from the environment.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawData {
+    allowed_dirs: Option<PathList>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum PathList {
@@ -179,15 +226,16 @@ enum PathList {
     Joined(String),
 }
 
-impl RawCheckpoints {
-    pub(super) fn validate(
+impl PathList {
+    /// The directories listed at `key`; an empty entry is refused, `example` and `empty`
+    /// saying what to write instead.
+    fn validate(
         self,
+        key: &str,
+        (example, empty): (&str, &str),
         invalid: &dyn Fn(&str, String) -> ConfigError,
-    ) -> Result<CheckpointsConfig, ConfigError> {
-        let Some(list) = self.allowed_dirs else {
-            return Ok(CheckpointsConfig::default());
-        };
-        let dirs: Vec<String> = match list {
+    ) -> Result<Vec<PathBuf>, ConfigError> {
+        let dirs: Vec<String> = match self {
             PathList::List(dirs) => dirs,
             PathList::Joined(text) => text.split(',').map(|d| d.trim().to_string()).collect(),
         };
@@ -195,16 +243,57 @@ impl RawCheckpoints {
         for dir in dirs {
             if dir.is_empty() {
                 return Err(invalid(
-                    "checkpoints.allowed_dirs",
-                    "an entry is empty; list directories such as [\"/var/lib/tessera/ckpt\"], \
-                     or [] to refuse every checkpoint path"
-                        .into(),
+                    key,
+                    format!(
+                        "an entry is empty; list directories such as [\"{example}\"], or [] to \
+                         {empty}"
+                    ),
                 ));
             }
             allowed.push(PathBuf::from(dir));
         }
+        Ok(allowed)
+    }
+}
+
+impl RawCheckpoints {
+    pub(super) fn validate(
+        self,
+        invalid: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<CheckpointsConfig, ConfigError> {
+        let allowed_dirs = match self.allowed_dirs {
+            None => None,
+            Some(list) => Some(list.validate(
+                "checkpoints.allowed_dirs",
+                ("/var/lib/tessera/ckpt", "refuse every checkpoint path"),
+                invalid,
+            )?),
+        };
         Ok(CheckpointsConfig {
-            allowed_dirs: Some(allowed),
+            allowed_dirs,
+            widen_hint: None,
+        })
+    }
+}
+
+impl RawData {
+    pub(super) fn validate(
+        self,
+        invalid: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<DataConfig, ConfigError> {
+        let allowed_dirs = match self.allowed_dirs {
+            None => None,
+            Some(list) => Some(list.validate(
+                "data.allowed_dirs",
+                (
+                    "/var/lib/tessera/data",
+                    "read only under the checkpoint directories",
+                ),
+                invalid,
+            )?),
+        };
+        Ok(DataConfig {
+            allowed_dirs,
             widen_hint: None,
         })
     }
@@ -346,6 +435,40 @@ mod tests {
             "CreateSession: the graph has 12 nodes, over limits.max_graph_nodes = 10; stay within it, \
              or raise limits.max_graph_nodes in the task's [limits] section"
         );
+    }
+
+    #[test]
+    fn reads_are_allowed_under_the_data_and_checkpoint_dirs_and_anywhere_when_neither_is_set() {
+        let dirs = |names: &[&str]| Some(names.iter().map(PathBuf::from).collect::<Vec<_>>());
+        let data = |names: Option<Vec<PathBuf>>| DataConfig {
+            allowed_dirs: names,
+            widen_hint: None,
+        };
+        let checkpoints = |names: Option<Vec<PathBuf>>| CheckpointsConfig {
+            allowed_dirs: names,
+            widen_hint: None,
+        };
+        assert_eq!(data(None).read_dirs(&checkpoints(None)), None);
+        // Only checkpoints set: reads stay under them rather than anywhere.
+        assert_eq!(
+            data(None).read_dirs(&checkpoints(dirs(&["/ckpt"]))),
+            dirs(&["/ckpt"])
+        );
+        assert_eq!(data(dirs(&[])).read_dirs(&checkpoints(None)), dirs(&[]));
+        assert_eq!(
+            data(dirs(&["/data", "/ckpt"])).read_dirs(&checkpoints(dirs(&["/ckpt", "/c2"]))),
+            dirs(&["/data", "/ckpt", "/c2"])
+        );
+    }
+
+    #[test]
+    fn an_empty_data_dir_is_refused_naming_the_key() {
+        let raw = RawData {
+            allowed_dirs: Some(PathList::Joined("/data/a,,".into())),
+        };
+        let err = raw.validate(&invalid).unwrap_err().to_string();
+        assert!(err.contains("data.allowed_dirs"), "{err}");
+        assert!(err.contains("an entry is empty"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! integers, rounded and as 1).
 
 use super::file::Sources;
-use super::ops::{CHECKPOINT_KEYS, LIMIT_KEYS, METRICS_KEYS};
+use super::ops::{CHECKPOINT_KEYS, DATA_KEYS, LIMIT_KEYS, METRICS_KEYS};
 use super::ConfigError;
 
 pub(super) const TOP_KEYS: &[&str] = &[
@@ -18,6 +18,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "metrics",
     "limits",
     "checkpoints",
+    "data",
     "tls",
     "auth",
 ];
@@ -69,7 +70,7 @@ impl Kind {
             ("limits", _) if LIMIT_KEYS.contains(&key) => Kind::Integer,
             ("tls", "cert" | "key" | "ca" | "server_name") | ("auth", "token_file") => Kind::Text,
             ("tls", "require_client_cert") => Kind::Bool,
-            ("checkpoints", "allowed_dirs") => Kind::Paths,
+            ("checkpoints" | "data", "allowed_dirs") => Kind::Paths,
             _ => return None,
         })
     }
@@ -145,6 +146,7 @@ pub(super) fn check_schema(root: &config::Value, sources: &Sources) -> Result<()
             "metrics" => METRICS_KEYS,
             "limits" => LIMIT_KEYS,
             "checkpoints" => CHECKPOINT_KEYS,
+            "data" => DATA_KEYS,
             "tls" => TLS_KEYS,
             "auth" => AUTH_KEYS,
             "cluster" => continue,

@@ -99,6 +99,7 @@ impl TaskConfig {
             metrics: Default::default(),
             limits: Default::default(),
             checkpoints: Default::default(),
+            data: Default::default(),
             security: Default::default(),
         })
     }
@@ -278,6 +279,7 @@ impl TaskConfig {
             metrics: Default::default(),
             limits: Default::default(),
             checkpoints: Default::default(),
+            data: Default::default(),
             security: Default::default(),
         })
     }

@@ -293,6 +293,7 @@ impl StepCommon {
         .with_memory(device.memory())
         .with_memory_space(device.memory_space())
         .with_files(device.files())
+        .with_data_files(device.data_files())
         .with_intra(device.intra())
         .with_frame_iter(frame_iter)
         .with_dead_input(dead)

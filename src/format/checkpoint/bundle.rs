@@ -14,6 +14,10 @@
 //! little-endian integer (8 bytes past 4 GiB), not its varint bytes. The entry's `crc32c` is
 //! the masked CRC32C of what TensorFlow feeds it: the raw bytes for fixed-size tensors; for
 //! strings the lengths (as above), the stored length checksum, then the string bytes.
+//! Variants (an iterator's position) are stored element after element as TensorFlow's
+//! `WriteVariantTensor` does: the varint64 length of the element's serialized
+//! `VariantTensorDataProto`, the proto, then the proto's masked CRC32C; only variant values
+//! that are [`StoredVariant`]s can be saved.
 //!
 //! A partitioned variable is saved as slices (TensorFlow's `BundleWriter::AddSlice`): its
 //! name's entry holds only the dtype, the full shape and the list of slices, and each slice is
@@ -126,8 +130,34 @@ pub fn create_prefix_dir(files: &Files, prefix: &str) -> Result<()> {
     })
 }
 
+/// A variant value that can be saved in a checkpoint: its `VariantTensorDataProto`, as
+/// TensorFlow encodes a variant for storage. Kernels that save state (an iterator's
+/// `SerializeIterator`) output these; reading a variant entry gives them back.
+#[derive(Clone, Debug)]
+pub struct StoredVariant(pub crate::proto::VariantTensorDataProto);
+
 /// Appends a tensor's stored bytes to `out`; returns the unmasked CRC32C TensorFlow records.
 fn encode_tensor(t: &Tensor, out: &mut Vec<u8>) -> Result<u32> {
+    if t.dtype() == DType::Variant {
+        let mut crc = 0u32;
+        for v in t.variants()? {
+            let stored = v.clone().downcast::<StoredVariant>().map_err(|_| {
+                Status::invalid_argument(
+                    "this variant tensor cannot be saved in a checkpoint (only an iterator's \
+                     serialized state can)",
+                )
+            })?;
+            let proto = prost::Message::encode_to_vec(&stored.0);
+            let mut len = Vec::new();
+            table::put_varint(&mut len, proto.len() as u64);
+            let checksum = mask_crc(crc32c::crc32c(&proto)).to_le_bytes();
+            for part in [&len[..], &proto[..], &checksum[..]] {
+                out.extend_from_slice(part);
+                crc = crc32c::crc32c_append(crc, part);
+            }
+        }
+        return Ok(crc);
+    }
     if t.dtype() == DType::String {
         let strings = t.strings()?;
         let mut crc = 0u32;
@@ -771,6 +801,13 @@ impl Stored {
                 _ => io_error(path, "read", &e),
             })?;
         let shape = self.shape;
+        if self.dtype == DType::Variant {
+            let (values, crc) = decode_variants(&buf, shape.num_elements()).map_err(lost)?;
+            if crc != self.crc32c {
+                return Err(lost("checksum mismatch".into()));
+            }
+            return Tensor::from_variants(shape, values);
+        }
         if self.dtype == DType::String {
             let (strings, crc) = decode_strings(&buf, shape.num_elements()).map_err(lost)?;
             if crc != self.crc32c {
@@ -818,6 +855,41 @@ fn cut(
             Tensor::from_strings(out_shape, out)
         }
     }
+}
+
+/// Decodes `n` variants laid out as [`encode_tensor`] writes them; returns them and the
+/// data's CRC.
+fn decode_variants(
+    buf: &[u8],
+    n: usize,
+) -> std::result::Result<(Vec<crate::tensor::VariantValue>, u32), String> {
+    let mut pos = 0;
+    let mut crc = 0u32;
+    let mut values = Vec::with_capacity(n.min(buf.len()));
+    for i in 0..n {
+        let start = pos;
+        let len = table::get_varint(buf, &mut pos)
+            .ok_or(format!("length of variant {i} is truncated"))?;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| pos.checked_add(l))
+            .filter(|&e| e + 4 <= buf.len())
+            .ok_or(format!("variant {i} runs past the entry"))?;
+        let proto = &buf[pos..end];
+        let checksum = u32::from_le_bytes(buf[end..end + 4].try_into().expect("4 bytes"));
+        if unmask_crc(checksum) != crc32c::crc32c(proto) {
+            return Err(format!("variant {i}'s checksum mismatch"));
+        }
+        crc = crc32c::crc32c_append(crc, &buf[start..end + 4]);
+        let decoded = <crate::proto::VariantTensorDataProto as prost::Message>::decode(proto)
+            .map_err(|e| format!("variant {i} is not a VariantTensorDataProto: {e}"))?;
+        values.push(std::sync::Arc::new(StoredVariant(decoded)) as crate::tensor::VariantValue);
+        pos = end + 4;
+    }
+    if pos != buf.len() {
+        return Err(format!("{} bytes after the last variant", buf.len() - pos));
+    }
+    Ok((values, crc))
 }
 
 /// Decodes `n` strings laid out as TensorFlow writes them; returns them and the data's CRC.

@@ -10,5 +10,5 @@ pub mod bundle;
 pub mod slice;
 pub mod table;
 
-pub use bundle::{merge_bundles, write_bundle, BundleReader, SaveSpec};
+pub use bundle::{merge_bundles, write_bundle, BundleReader, SaveSpec, StoredVariant};
 pub use slice::{ShapeAndSlice, TensorSlice};

@@ -7,6 +7,7 @@
 pub mod array;
 pub(crate) mod control_flow;
 pub mod gather_nd;
+pub mod linalg;
 pub mod math;
 pub mod nn;
 pub mod sparse;

@@ -1,5 +1,5 @@
 //! Functional control flow (`functional_ops.cc`): `If`/`StatelessIf` (`tf.cond`),
-//! `While`/`StatelessWhile` (`tf.while_loop`) and `PartitionedCall`/`StatefulPartitionedCall`
+//! `Case`/`StatelessCase` (`tf.switch_case`), `While`/`StatelessWhile` (`tf.while_loop`) and `PartitionedCall`/`StatefulPartitionedCall`
 //! (a `tf.function` called in a graph), declared as TensorFlow declares them. Their functions
 //! live in the graph's library; their kernels are in `kernels/functional/`, and masters lower
 //! them to v1 control flow (`graph/lower.rs`) before placing a graph.
@@ -22,6 +22,19 @@ pub(super) fn register(r: &mut Registry) {
             .attr("Tout: list(type) >= 0")
             .attr("then_branch: func")
             .attr("else_branch: func")
+            .attr("output_shapes: list(shape) = []")
+            .shape(if_shape)
+            .no_grad();
+        if stateful { op.stateful() } else { op }.register(r);
+    }
+    for (name, stateful) in [("Case", true), ("StatelessCase", false)] {
+        let op = OpDef::build(name)
+            .input("branch_index: int32")
+            .input("input: Tin")
+            .output("output: Tout")
+            .attr("Tin: list(type) >= 0")
+            .attr("Tout: list(type) >= 0")
+            .attr("branches: list(func) >= 1")
             .attr("output_shapes: list(shape) = []")
             .shape(if_shape)
             .no_grad();

@@ -14,6 +14,7 @@ mod functional;
 mod fused;
 mod gather_nd;
 mod io;
+mod linalg;
 mod list;
 mod lookup;
 mod math;
@@ -67,6 +68,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     list::register(r);
     training::register(r);
     sparse_training::register(r);
+    linalg::register(r);
 }
 
 /// Constructors shared by every family: constants and the one- and two-input op shapes.

@@ -56,7 +56,10 @@ pub(super) fn register(r: &mut Registry) {
     OpDef::build("DecodeRaw")
         .input("bytes: string")
         .output("output: out_type")
-        .attr("out_type: {half, float, double, int32, uint16, uint8, int16, int8, int64, complex64, bool, bfloat16}")
+        .attr(concat!(
+            "out_type: {half, float, double, int32, uint16, uint8, int16, int8, int64, ",
+            "complex64, bool, bfloat16}"
+        ))
         .attr("little_endian: bool = true")
         .shape(decode_raw_shape)
         .no_grad()
@@ -116,7 +119,10 @@ fn parse_example_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     };
     let depth = lead.as_ref().map(|l| l.len() + 1);
     let mut out = Vec::with_capacity(ctx.num_outputs);
-    out.extend(std::iter::repeat_n(PartialShape::new(vec![None, depth]), sparse));
+    out.extend(std::iter::repeat_n(
+        PartialShape::new(vec![None, depth]),
+        sparse,
+    ));
     out.extend(std::iter::repeat_n(PartialShape::new(vec![None]), sparse));
     out.extend(std::iter::repeat_n(PartialShape::new(vec![depth]), sparse));
     for shape in dense_shapes(ctx)? {
@@ -127,7 +133,10 @@ fn parse_example_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
             _ => PartialShape::unknown(),
         });
     }
-    out.extend(std::iter::repeat_n(PartialShape::new(vec![None]), 2 * ragged));
+    out.extend(std::iter::repeat_n(
+        PartialShape::new(vec![None]),
+        2 * ragged,
+    ));
     Ok(out)
 }
 

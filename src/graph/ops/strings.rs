@@ -154,9 +154,9 @@ fn print_grad(_: &mut Graph, c: &GradCtx) -> Result<Vec<Option<Output>>> {
 /// Fails unless input `i` is a scalar (or of unknown rank), in TensorFlow's words.
 fn scalar_input(ctx: &ShapeCtx<'_>, i: usize, what: &str) -> Result<()> {
     match ctx.input(i).rank() {
-        Some(r) if r != 0 => Err(ctx.error(format!(
-            "Shape must be rank 0 but is rank {r} for {what}"
-        ))),
+        Some(r) if r != 0 => {
+            Err(ctx.error(format!("Shape must be rank 0 but is rank {r} for {what}")))
+        }
         _ => Ok(()),
     }
 }

@@ -13,8 +13,8 @@
 //!   (-2^63); uint64 takes [2^63, 2^64) exactly and the rest through int64;
 //! - between integers: the low bits (C++'s conversions); to bool: non-zero (NaN included);
 //!   from bool: 1 and 0;
-//! - complex64: from a real number, that number and 0i; to a real type, the real part
-//!   converted as above; to bool, whether either part is non-zero.
+//! - complex64: from a real number, that number and 0i; to a real type or bool, the real part
+//!   converted as above (TensorFlow's Cast of 1i to bool is false).
 //!
 //! TensorFlow's vectorized loop saturates out-of-range floats to int8, uint8, int16 and uint16
 //! instead (300.0 to uint8 is 255 there), for the elements of a tensor that fill whole vector
@@ -166,7 +166,7 @@ fn cvtt32(x: f64) -> i32 {
 /// x86's `cvttsd2si` to 64 bits: truncation toward zero, -2^63 for NaN and out of range.
 fn cvtt64(x: f64) -> i64 {
     // -2^63 itself is in range; below it no f64 truncates into range.
-    if x >= -9_223_372_036_854_775_808.0 && x < 9_223_372_036_854_775_808.0 {
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&x) {
         x as i64
     } else {
         i64::MIN
@@ -286,9 +286,6 @@ impl Target for bool {
     }
     fn from_f64(v: f64) -> Self {
         v != 0.0
-    }
-    fn from_complex(v: Complex64) -> Self {
-        v.re != 0.0 || v.im != 0.0
     }
 }
 

@@ -49,7 +49,10 @@ fn invalid(node: &NodeDef, message: impl std::fmt::Display) -> Status {
 /// `s` without its leading and trailing whitespace.
 fn trim(s: &[u8]) -> &[u8] {
     let start = s.iter().position(|&c| !is_space(c)).unwrap_or(s.len());
-    let end = s.iter().rposition(|&c| !is_space(c)).map_or(start, |e| e + 1);
+    let end = s
+        .iter()
+        .rposition(|&c| !is_space(c))
+        .map_or(start, |e| e + 1);
     &s[start..end]
 }
 
@@ -99,7 +102,11 @@ fn parse_float<T: std::str::FromStr>(
     } else {
         return None;
     };
-    Some(if negative { negate(magnitude) } else { magnitude })
+    Some(if negative {
+        negate(magnitude)
+    } else {
+        magnitude
+    })
 }
 
 /// A hexadecimal float's value (after `0x`): digits, an optional point, an optional `p`
@@ -207,7 +214,7 @@ impl OpKernel for DecodeRaw {
         if let Some((i, s)) = strings.iter().enumerate().find(|(_, s)| s.len() != width) {
             return Err(ctx.invalid(format!(
                 "DecodeRaw requires input strings to all be the same size, but element {i} has \
-                 size {} != {width}",
+                 size {width} != {}",
                 s.len()
             )));
         }
@@ -333,18 +340,16 @@ impl DecodeCsv {
                     }
                 }
                 if !(at < n && input[at] == b'"' && (at == n - 1 || input[at + 1] == delim)) {
-                    return Err(ctx.invalid(
-                        "Quoted field has to end with quote followed by delim or end",
-                    ));
+                    return Err(
+                        ctx.invalid("Quoted field has to end with quote followed by delim or end")
+                    );
                 }
                 at += 2;
             } else {
                 while at < n && input[at] != delim {
                     let c = input[at];
                     if (self.quotes && c == b'"') || c == b'\n' || c == b'\r' {
-                        return Err(
-                            ctx.invalid("Unquoted fields cannot have quotes/CRLFs inside")
-                        );
+                        return Err(ctx.invalid("Unquoted fields cannot have quotes/CRLFs inside"));
                     }
                     if include {
                         field.push(c);
@@ -392,7 +397,11 @@ impl Column {
 
     /// Appends the value of `field` (`None`: the column's default, element 0 of `default`);
     /// `Err(type name)` when it does not parse.
-    fn push(&mut self, field: Option<Vec<u8>>, default: &Tensor) -> Result<std::result::Result<(), &'static str>> {
+    fn push(
+        &mut self,
+        field: Option<Vec<u8>>,
+        default: &Tensor,
+    ) -> Result<std::result::Result<(), &'static str>> {
         fn one<T: Parsed + Copy + crate::tensor::Element>(
             column: &mut Vec<T>,
             field: Option<Vec<u8>>,
@@ -478,9 +487,9 @@ impl OpKernel for DecodeCsv {
             for (f, (field, column)) in fields.into_iter().zip(&mut columns).enumerate() {
                 let missing = field.is_empty() || field == self.na_value;
                 if missing && defaults[f].num_elements() != 1 {
-                    return Err(ctx.invalid(format!(
-                        "Field {f} is required but missing in record {r}!"
-                    )));
+                    return Err(
+                        ctx.invalid(format!("Field {f} is required but missing in record {r}!"))
+                    );
                 }
                 let shown = String::from_utf8_lossy(&field).into_owned();
                 let value = (!missing).then_some(field);

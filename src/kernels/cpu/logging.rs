@@ -1,8 +1,9 @@
 //! The kernels with side effects outside the graph: `PrintV2` and the TF1 `Print` (the task's
 //! log, stdout or stderr), and `ReadFile` / `WriteFile` (whole files, through the task's
-//! [`Files`](crate::format::files::Files), so `[checkpoints] allowed_dirs` confines them as
-//! it confines checkpoints: a client cannot read `/etc/passwd` through `ReadFile` when it is
-//! set).
+//! [`Files`](crate::format::files::Files): `WriteFile` writes where `[checkpoints]
+//! allowed_dirs` allows, as checkpoints do, and `ReadFile` reads where `[data] allowed_dirs`
+//! and the checkpoint directories allow, so a client cannot read `/etc/passwd` through it
+//! when either is set).
 //!
 //! `PrintV2` writes its string and `end` where `output_stream` says: `stdout`, `stderr`
 //! (TensorFlow's default), or `log(info)`, `log(warning)`, `log(error)`, which go to the
@@ -19,8 +20,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::summary_text::summarize;
 use super::input;
+use super::summary_text::summarize;
 use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
@@ -163,9 +164,7 @@ fn io_status(ctx: &OpContext<'_>, path: &str, e: &std::io::Error) -> Status {
         ErrorKind::PermissionDenied => {
             Status::permission_denied(format!("{path}; Permission denied"))
         }
-        ErrorKind::IsADirectory => {
-            Status::failed_precondition(format!("{path}; Is a directory"))
-        }
+        ErrorKind::IsADirectory => Status::failed_precondition(format!("{path}; Is a directory")),
         _ => Status::unknown(format!("{path}; {e}")),
     };
     ctx.named(status)
@@ -176,8 +175,12 @@ struct ReadFile;
 
 impl OpKernel for ReadFile {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let path = path_input(ctx, 0, "Input filename tensor must be scalar, but had shape: ")?;
-        let target = ctx.files().resolve(&path).map_err(|e| ctx.named(e))?;
+        let path = path_input(
+            ctx,
+            0,
+            "Input filename tensor must be scalar, but had shape: ",
+        )?;
+        let target = ctx.data_files().resolve(&path).map_err(|e| ctx.named(e))?;
         let mut file = target.open().map_err(|e| io_status(ctx, &path, &e))?;
         let meta = file.metadata().map_err(|e| io_status(ctx, &path, &e))?;
         if meta.is_dir() {
@@ -199,7 +202,11 @@ struct WriteFile;
 
 impl OpKernel for WriteFile {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let path = path_input(ctx, 0, "Input filename tensor must be scalar, but had shape: ")?;
+        let path = path_input(
+            ctx,
+            0,
+            "Input filename tensor must be scalar, but had shape: ",
+        )?;
         let contents = input(ctx, 1)?;
         if contents.dtype() != DType::String || contents.rank() != 0 {
             return Err(ctx.invalid(format!(
@@ -208,7 +215,10 @@ impl OpKernel for WriteFile {
             )));
         }
         let files = ctx.files();
-        if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = Path::new(&path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
             let dir_target = files.resolve(dir).map_err(|e| ctx.named(e))?;
             dir_target
                 .create_dir_all()

@@ -11,9 +11,10 @@
 //! of entries is a no-op, one of another number fails (a text file's never does), and a key
 //! given two values fails. A `MutableHashTableV2` takes inserts (the last value wins), an
 //! import replaces its contents, and a find takes one default or one per key. A text file is
-//! read through the kernel's file confinement (`ctx.files()`), one entry per line: the key and
-//! value are the whole line (index -2), the line number plus `offset` (-1) or a column split
-//! by `delimiter`; `vocab_size` reads that many lines and fails on fewer.
+//! read through the task's read confinement (`ctx.data_files()`, `[data] allowed_dirs`), one
+//! entry per line: the key and value are the whole line (index -2), the line number plus
+//! `offset` (-1) or a column split by `delimiter`; `vocab_size` reads that many lines and
+//! fails on fewer.
 //!
 //! Key and value types: string, int64 or int32 keys; string, int64, int32, float, double or
 //! bool values, as TensorFlow registers `HashTableV2`. Tables are stateful, so these kernels
@@ -734,7 +735,7 @@ impl OpKernel for FromTextFile {
             return Err(ctx.invalid("filename cannot be empty."));
         }
         self.check_indices(ctx, &table)?;
-        let target = ctx.files().resolve(&file).map_err(|e| ctx.named(e))?;
+        let target = ctx.data_files().resolve(&file).map_err(|e| ctx.named(e))?;
         let text = target.read().map_err(|e| {
             let status = if e.kind() == std::io::ErrorKind::NotFound {
                 Status::not_found(format!("{file}; No such file or directory"))

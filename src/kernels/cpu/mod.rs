@@ -9,6 +9,7 @@
 //! (`tf.train.Example` read by `example_wire`), `decode` (numbers, raw bytes, CSV),
 //! `sparse_cross` and `sparse_rows` (crossed columns, empty rows filled, sparse reshapes),
 //! `lookup` (hash tables as resources), `random`, `list` with `list_tensor`,
+//! `linalg` (Einsum in `einsum`, MatrixInverse, HistogramFixedWidth),
 //! `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training` with
 //! `sparse_training`, `io`, `queue`,
 //! `accumulator`, `tensor_array_ops` (the array itself in `tensor_array`), `stack`, `summary`,
@@ -123,6 +124,7 @@ mod control_flow;
 mod conv;
 mod decode;
 mod depthwise;
+mod einsum;
 mod example_wire;
 mod feature_columns;
 mod fingerprint;
@@ -131,6 +133,7 @@ mod gather_nd;
 mod gemm;
 mod io;
 mod items;
+mod linalg;
 mod list;
 mod list_tensor;
 mod logging;
@@ -194,7 +197,7 @@ type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else (a TensorList is a
 /// value, so its ops are among them).
-const COMPUTING: [Family; 21] = [
+const COMPUTING: [Family; 22] = [
     math::kernel_for,
     nn::kernel_for,
     fused::kernel_for,
@@ -216,6 +219,7 @@ const COMPUTING: [Family; 21] = [
     control_flow::kernel_for,
     list::kernel_for,
     segment::kernel_for,
+    linalg::kernel_for,
 ];
 
 /// The families whose kernels may wait: for a variable's lock, a tensor, the other members of

@@ -112,9 +112,7 @@ impl Parse {
             if dims.iter().skip(1).any(Option::is_none) {
                 return Err(invalid(
                     node,
-                    format!(
-                        "dense_shapes[{i}] = {shape}: only the first dimension may be unknown"
-                    ),
+                    format!("dense_shapes[{i}] = {shape}: only the first dimension may be unknown"),
                 ));
             }
             let stride = dims.iter().flatten().product();
@@ -280,7 +278,12 @@ impl Column {
     }
 
     /// Appends elements `range` of `t` (of the column's dtype), `times` times.
-    fn extend_from(&mut self, t: &Tensor, range: std::ops::Range<usize>, times: usize) -> Result<()> {
+    fn extend_from(
+        &mut self,
+        t: &Tensor,
+        range: std::ops::Range<usize>,
+        times: usize,
+    ) -> Result<()> {
         for _ in 0..times {
             match self {
                 Column::Bytes(c) => c.extend_from_slice(&t.strings()?[range.clone()]),
@@ -330,7 +333,12 @@ impl OpKernel for Parse {
                     serialized.shape()
                 )));
             }
-            (self.sparse_keys.clone(), self.dense_keys.clone(), Vec::new(), 1)
+            (
+                self.sparse_keys.clone(),
+                self.dense_keys.clone(),
+                Vec::new(),
+                1,
+            )
         } else {
             if serialized.rank() > 1 {
                 return Err(ctx.invalid(format!(
@@ -416,8 +424,10 @@ impl OpKernel for Parse {
         let batch = serialized.rank() == 1;
         let examples = serialized.strings()?;
         let n = examples.len();
-        let mut dense_values: Vec<Vec<Option<Values>>> = vec![Vec::with_capacity(n); self.dense.len()];
-        let mut sparse_values: Vec<Vec<Option<Values>>> = vec![Vec::with_capacity(n); self.sparse.len()];
+        let mut dense_values: Vec<Vec<Option<Values>>> =
+            vec![Vec::with_capacity(n); self.dense.len()];
+        let mut sparse_values: Vec<Vec<Option<Values>>> =
+            vec![Vec::with_capacity(n); self.sparse.len()];
         for (e, example) in examples.iter().enumerate() {
             let name = names.get(e).map_or("<unknown>", String::as_str);
             let place = Place {
@@ -457,29 +467,28 @@ impl OpKernel for Parse {
                         }));
                     }
                     Some(v) if !cfg.variable() && values_len(v) != cfg.stride => {
-                        return Err(ctx.invalid(if batch
-                            && cfg.kind == Kind::Bytes
-                            && values_len(v) > cfg.stride
-                        {
-                            // TensorFlow reads strings into a slice of the output's size.
-                            format!("{}Can't parse serialized Example.", place.key(key))
-                        } else if batch {
-                            format!(
-                                "{}Number of {} values != expected.  Values size: {} but \
+                        return Err(ctx.invalid(
+                            if batch && cfg.kind == Kind::Bytes && values_len(v) > cfg.stride {
+                                // TensorFlow reads strings into a slice of the output's size.
+                                format!("{}Can't parse serialized Example.", place.key(key))
+                            } else if batch {
+                                format!(
+                                    "{}Number of {} values != expected.  Values size: {} but \
                                  output shape: {}",
-                                place.key(key),
-                                cfg.kind.list_name(),
-                                values_len(v),
-                                shown(&cfg.shape)
-                            )
-                        } else {
-                            format!(
-                                "{}Can't parse serialized Example: Some {}_list slice was not \
+                                    place.key(key),
+                                    cfg.kind.list_name(),
+                                    values_len(v),
+                                    shown(&cfg.shape)
+                                )
+                            } else {
+                                format!(
+                                    "{}Can't parse serialized Example: Some {}_list slice was not \
                                  parsed.",
-                                place.key(key),
-                                cfg.kind.list_name()
-                            )
-                        }));
+                                    place.key(key),
+                                    cfg.kind.list_name()
+                                )
+                            },
+                        ));
                     }
                     _ => {}
                 }
@@ -495,7 +504,12 @@ impl OpKernel for Parse {
 
         for (s, (kind, per_example)) in self.sparse.iter().zip(sparse_values).enumerate() {
             let total: usize = per_example.iter().flatten().map(values_len).sum();
-            let widest = per_example.iter().flatten().map(values_len).max().unwrap_or(0);
+            let widest = per_example
+                .iter()
+                .flatten()
+                .map(values_len)
+                .max()
+                .unwrap_or(0);
             let depth = lead.len() + 1;
             ctx.check_fits((total as u64) * (8 * depth as u64 + element_bytes(*kind)))?;
             let mut indices = Vec::with_capacity(total * depth);

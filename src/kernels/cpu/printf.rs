@@ -209,16 +209,31 @@ mod tests {
         let plain = Spec::default();
         assert_eq!(float(0.5, &plain, Conv::Fixed), "0.500000");
         assert_eq!(float(-0.0, &plain, Conv::Fixed), "-0.000000");
-        assert_eq!(float(2.5, &spec(Some(b'-'), 6, Some(0)), Conv::Fixed), "2     ");
-        assert_eq!(float(-0.25, &spec(Some(b'0'), 8, Some(1)), Conv::Fixed), "-00000.2");
-        assert_eq!(float(f64::NAN, &spec(Some(b'0'), 5, None), Conv::Fixed), "  nan");
+        assert_eq!(
+            float(2.5, &spec(Some(b'-'), 6, Some(0)), Conv::Fixed),
+            "2     "
+        );
+        assert_eq!(
+            float(-0.25, &spec(Some(b'0'), 8, Some(1)), Conv::Fixed),
+            "-00000.2"
+        );
+        assert_eq!(
+            float(f64::NAN, &spec(Some(b'0'), 5, None), Conv::Fixed),
+            "  nan"
+        );
         assert_eq!(float(1e20, &spec(None, 0, Some(2)), Conv::Exp), "1.00e+20");
         assert_eq!(float(1.5e-300, &plain, Conv::Exp), "1.500000e-300");
         assert_eq!(float(123456789.0, &plain, Conv::General), "1.23457e+08");
         assert_eq!(float(0.0001, &plain, Conv::General), "0.0001");
         assert_eq!(float(0.00001, &plain, Conv::General), "1e-05");
-        assert_eq!(float(123.456, &spec(None, 0, Some(0)), Conv::General), "1e+02");
-        assert_eq!(float(0.5, &spec(Some(b'#'), 0, None), Conv::General), "0.500000");
+        assert_eq!(
+            float(123.456, &spec(None, 0, Some(0)), Conv::General),
+            "1e+02"
+        );
+        assert_eq!(
+            float(0.5, &spec(Some(b'#'), 0, None), Conv::General),
+            "0.500000"
+        );
         assert_eq!(int(-5, &spec(Some(b'0'), 4, None)), "-005");
         assert_eq!(int(333, &spec(Some(b'+'), 5, None)), " +333");
         assert_eq!(string(b"ab", &spec(Some(b'-'), 4, None)), b"ab  ");

@@ -282,6 +282,9 @@ mod tests {
         assert_eq!(global(r"\Qa.b\E+", "a.bb a.b", "-"), "- -");
         let re = Re2::new("a").unwrap();
         assert_eq!(re.replace(b"aaa", b"b").unwrap(), b"baa");
-        assert!(Re2::new("a(").unwrap_err().starts_with("Invalid pattern: a(, error: "));
+        assert!(Re2::new("a(")
+            .err()
+            .unwrap()
+            .starts_with("Invalid pattern: a(, error: "));
     }
 }

@@ -197,8 +197,7 @@ impl OpKernel for Split {
         };
         let sep = scalar_string(ctx, 1, what)?;
         let rows = x.strings()?;
-        let tokens: Vec<Vec<(usize, usize)>> =
-            rows.iter().map(|s| self.tokens(s, &sep)).collect();
+        let tokens: Vec<Vec<(usize, usize)>> = rows.iter().map(|s| self.tokens(s, &sep)).collect();
         let count: usize = tokens.iter().map(Vec::len).sum();
         // Two int64 per index row, a handle per token (the tokens share the input's bytes).
         ctx.check_fits(string_bytes(count, 16 * count))?;
@@ -244,11 +243,7 @@ fn char_count(s: &[u8]) -> usize {
 impl Substr {
     /// The substring of `s`, or `None` when `pos` is out of range.
     fn cut(&self, s: &Bytes, pos: i64, len: i64) -> Option<Bytes> {
-        let size = if self.chars {
-            char_count(s)
-        } else {
-            s.len()
-        } as i64;
+        let size = if self.chars { char_count(s) } else { s.len() } as i64;
         // TensorFlow's bounds: -size <= pos <= size.
         if pos.unsigned_abs() >= (size + i64::from(pos >= 0)) as u64 {
             return None;
@@ -260,10 +255,7 @@ impl Substr {
             start.saturating_add(len).min(size)
         };
         let (a, b) = if self.chars {
-            (
-                char_offset(s, start as usize),
-                char_offset(s, end as usize),
-            )
+            (char_offset(s, start as usize), char_offset(s, end as usize))
         } else {
             (start as usize, end as usize)
         };
@@ -293,17 +285,16 @@ impl OpKernel for Substr {
         };
         // Elementwise when the shapes agree or pos is a scalar; else broadcast, which
         // TensorFlow implements for one and two dimensions.
-        let (shape, pairs): (Shape, Vec<(usize, usize, String)>) =
-            if x.shape() == pos_t.shape() || pos_t.rank() == 0 {
-                let n = strings.len();
-                let scalar = pos_t.rank() == 0;
-                let pairs = (0..n)
-                    .map(|i| (i, if scalar { 0 } else { i }, i.to_string()))
-                    .collect();
-                (x.shape().clone(), pairs)
-            } else {
-                broadcast_pairs(ctx, x.dims(), pos_t.dims())?
-            };
+        let (shape, pairs): (Shape, Pairs) = if x.shape() == pos_t.shape() || pos_t.rank() == 0 {
+            let n = strings.len();
+            let scalar = pos_t.rank() == 0;
+            let pairs = (0..n)
+                .map(|i| (i, if scalar { 0 } else { i }, i.to_string()))
+                .collect();
+            (x.shape().clone(), pairs)
+        } else {
+            broadcast_pairs(ctx, x.dims(), pos_t.dims())?
+        };
         let mut out = Vec::with_capacity(pairs.len());
         for (i, j, at) in pairs {
             let s = &strings[i];
@@ -317,13 +308,12 @@ impl OpKernel for Substr {
     }
 }
 
+/// Per output element: the input element, the pos/len element, the index for messages.
+type Pairs = Vec<(usize, usize, String)>;
+
 /// The output shape of broadcasting `a` against `b` (rank 1 or 2) and, per output element,
 /// the element of each it reads and its index as TensorFlow's messages write it.
-fn broadcast_pairs(
-    ctx: &OpContext<'_>,
-    a: &[usize],
-    b: &[usize],
-) -> Result<(Shape, Vec<(usize, usize, String)>)> {
+fn broadcast_pairs(ctx: &OpContext<'_>, a: &[usize], b: &[usize]) -> Result<(Shape, Pairs)> {
     let rank = a.len().max(b.len());
     let pad = |d: &[usize]| -> Vec<usize> {
         let mut p = vec![1; rank - d.len()];
@@ -427,11 +417,11 @@ impl OpKernel for RegexReplace {
         let x = strings_input(ctx, 0)?;
         let pattern = scalar_string(ctx, 1, "Pattern must be scalar, but received ")?;
         let rewrite = scalar_string(ctx, 2, "Replacement rewrite must be scalar, but received ")?;
-        let cached = self
-            .last
-            .lock()
-            .ok()
-            .and_then(|l| l.as_ref().filter(|(p, _)| *p == pattern).map(|(_, r)| r.clone()));
+        let cached = self.last.lock().ok().and_then(|l| {
+            l.as_ref()
+                .filter(|(p, _)| *p == pattern)
+                .map(|(_, r)| r.clone())
+        });
         let re = match cached {
             Some(re) => re,
             None => {
@@ -551,7 +541,10 @@ impl OpKernel for Strip {
             .iter()
             .map(|s| {
                 let start = s.iter().position(|&c| !is_space(c)).unwrap_or(s.len());
-                let end = s.iter().rposition(|&c| !is_space(c)).map_or(start, |e| e + 1);
+                let end = s
+                    .iter()
+                    .rposition(|&c| !is_space(c))
+                    .map_or(start, |e| e + 1);
                 s.slice(start..end)
             })
             .collect();
@@ -561,8 +554,8 @@ impl OpKernel for Strip {
 }
 
 /// AsString(input): each element through the printf format TensorFlow builds from the attrs:
-/// `%{fill}{width}.{precision}{f|e|g}` for floats, `%{fill}{width}d` for integers, `%{fill}{width}s`
-/// for strings; bools are `true` and `false`.
+/// `%{fill}{width}.{precision}{f|e|g}` for floats, `%{fill}{width}d` for integers,
+/// `%{fill}{width}s` for strings; bools are `true` and `false`.
 struct AsString {
     spec: Spec,
     conv: Conv,
@@ -588,7 +581,10 @@ impl AsString {
         let flag = fill.bytes().next();
         if let Some(c) = flag {
             if !matches!(c, b' ' | b'+' | b'-' | b'0' | b'#') {
-                return Err(invalid(node, format!("Fill argument not supported: \"{fill}\"")));
+                return Err(invalid(
+                    node,
+                    format!("Fill argument not supported: \"{fill}\""),
+                ));
             }
         }
         match dtype {
@@ -647,7 +643,13 @@ impl OpKernel for AsString {
         ctx.check_fits(string_bytes(n, n.saturating_mul(widest)))?;
         let (spec, conv) = (&self.spec, self.conv);
         // TensorFlow's CPU kernels read subnormal floats as zero (`ScopedFlushDenormal`).
-        let flush = |v: f64| if v.is_subnormal() { 0f64.copysign(v) } else { v };
+        let flush = |v: f64| {
+            if v.is_subnormal() {
+                0f64.copysign(v)
+            } else {
+                v
+            }
+        };
         let out: Vec<Bytes> = match x.dtype() {
             DType::Float => x
                 .values::<f32>()?
@@ -748,7 +750,11 @@ impl OpKernel for StringFormat {
                 if self.summarize < 0 {
                     n
                 } else {
-                    n.min((self.summarize as usize).saturating_mul(2).saturating_pow(t.rank() as u32))
+                    n.min(
+                        (self.summarize as usize)
+                            .saturating_mul(2)
+                            .saturating_pow(t.rank() as u32),
+                    )
                 }
             })
             .sum();

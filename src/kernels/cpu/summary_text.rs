@@ -224,11 +224,9 @@ mod tests {
         assert_eq!(s(&[2, 5], 3), "[0 1 2...]...");
         assert_eq!(s(&[2, 3, 4], 5), "[[0 1 2 3][4...]]...");
         assert_eq!(s(&[7], -1), "0 1 2 3 4 5 6");
-        let strings = Tensor::from_strings(
-            vec![1],
-            vec![bytes::Bytes::from_static(b"\x01\"\xc3\xa9")],
-        )
-        .unwrap();
+        let strings =
+            Tensor::from_strings(vec![1], vec![bytes::Bytes::from_static(b"\x01\"\xc3\xa9")])
+                .unwrap();
         assert_eq!(summarize(&strings, 3, false).unwrap(), "\\001\\\"é");
     }
 }

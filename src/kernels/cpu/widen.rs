@@ -130,9 +130,12 @@ struct Widening {
     takes: Takes,
     /// The kernel for the node as it is (`None` when its `T` is narrow).
     direct: Option<Arc<dyn OpKernel>>,
-    /// The node with `T` wide and its kernel, made for the narrow dtype in the key.
-    widened: Mutex<Option<(DType, Arc<NodeDef>, Arc<dyn OpKernel>)>>,
+    /// The wide node and kernel, made for the narrow dtype the last inputs had.
+    widened: Mutex<Option<Widened>>,
 }
+
+/// A narrow dtype, and the node with `T` wide and its kernel made for inputs of it.
+type Widened = (DType, Arc<NodeDef>, Arc<dyn OpKernel>);
 
 impl Widening {
     /// The wide node and kernel for inputs of `narrow`, made once.

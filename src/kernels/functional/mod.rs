@@ -1,7 +1,8 @@
 //! Functional control flow as TensorFlow 2 writes it in graphs: `If`/`StatelessIf`
-//! (`tf.cond`), `While`/`StatelessWhile` (`tf.while_loop`) and
-//! `PartitionedCall`/`StatefulPartitionedCall` (a `tf.function` called in a graph), whose
-//! branches, conditions, bodies and callees are functions of the graph's library.
+//! (`tf.cond`), `Case`/`StatelessCase` (`tf.switch_case`), `While`/`StatelessWhile`
+//! (`tf.while_loop`) and `PartitionedCall`/`StatefulPartitionedCall` (a `tf.function` called
+//! in a graph), whose branches, conditions, bodies and callees are functions of the graph's
+//! library.
 //!
 //! The executor creates these kernels itself ([`create`]), since they need the library of the
 //! graph they belong to. Each function is instantiated once ([`function::Function`]): its
@@ -11,6 +12,8 @@
 //! the device's `ResourceMgr`, which bodies share with their caller), device and step.
 //!
 //! - `If` evaluates its condition by TensorFlow's truth rule ([`truth`]) and runs one branch.
+//! - `Case` runs the branch its int32 index names, the last one for an index out of range
+//!   (TensorFlow's default branch).
 //! - `While` runs `cond` on the loop variables and `body` while the condition is true, and
 //!   returns the final variables. Before each iteration it checks the step's cancellation and
 //!   deadline, so a loop that never ends fails its step with DEADLINE_EXCEEDED naming the
@@ -36,7 +39,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::KernelLookup;
 use crate::kernels::{OpContext, OpKernel};
-use crate::proto::{FunctionDefLibrary, NodeDef};
+use crate::proto::{attr_value, AttrValue, FunctionDefLibrary, NodeDef};
 use crate::tensor::{DType, Tensor};
 
 /// How long before the step's deadline a `While` gives up: its own error, which names the
@@ -49,6 +52,8 @@ pub fn is_functional(op: &str) -> bool {
     matches!(
         op,
         "If" | "StatelessIf"
+            | "Case"
+            | "StatelessCase"
             | "While"
             | "StatelessWhile"
             | "PartitionedCall"
@@ -162,6 +167,29 @@ fn create_with(node: &NodeDef, lib: &Library<'_>) -> Result<Arc<dyn OpKernel>> {
                 else_branch,
             }))
         }
+        "Case" | "StatelessCase" => {
+            let (tin, tout) = (types("Tin")?, types("Tout")?);
+            let funcs = match attr::get(node, "branches") {
+                Some(attr_value::Value::List(l)) if !l.func.is_empty() => l.func.clone(),
+                _ => return Err(bad("attr `branches` must be a non-empty list(func)".into())),
+            };
+            // Each branch is instantiated through a single-func attr named for its place.
+            let mut branches = Vec::with_capacity(funcs.len());
+            for (i, f) in funcs.into_iter().enumerate() {
+                let role = format!("branches[{i}]");
+                let mut one = node.clone();
+                one.attr.insert(
+                    role.clone(),
+                    AttrValue {
+                        value: Some(attr_value::Value::Func(f)),
+                    },
+                );
+                let branch = lib.instantiate(&one, &role)?;
+                check(&branch, &role, &tin, Some(&tout))?;
+                branches.push(branch);
+            }
+            Ok(Arc::new(Case { branches }))
+        }
         "While" | "StatelessWhile" => {
             let t = types("T")?;
             let cond = lib.instantiate(node, "cond")?;
@@ -231,6 +259,30 @@ impl OpKernel for If {
         } else {
             &self.else_branch
         };
+        let outputs = branch.call(ctx, &args)?;
+        for (i, t) in outputs.into_iter().enumerate() {
+            ctx.set_output(i, t);
+        }
+        Ok(())
+    }
+}
+
+/// `Case(branch_index, input...)`: runs `branches[branch_index]` on the inputs; an index out
+/// of range runs the last branch, TensorFlow's default branch.
+struct Case {
+    branches: Vec<Function>,
+}
+
+impl OpKernel for Case {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let index = ctx.input(0)?.clone();
+        if index.rank() != 0 || index.dtype() != DType::Int32 {
+            return Err(ctx.invalid("branch_index must be scalar"));
+        }
+        let i = index.scalar_value::<i32>()?;
+        let last = self.branches.len() - 1;
+        let branch = &self.branches[usize::try_from(i).map_or(last, |i| i.min(last))];
+        let args = ctx.inputs()[1..].to_vec();
         let outputs = branch.call(ctx, &args)?;
         for (i, t) in outputs.into_iter().enumerate() {
             ctx.set_output(i, t);

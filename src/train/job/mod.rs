@@ -27,7 +27,7 @@ pub mod signal;
 pub mod spec;
 
 pub use role::{
-    check, check_tower_gpus, confine_checkpoints, provide_tower_devices, run, ChiefReport,
-    Finished, Replica, StopRequest,
+    check, check_tower_gpus, confine_checkpoints, confine_data, provide_tower_devices, run,
+    ChiefReport, Finished, Replica, StopRequest,
 };
 pub use spec::{DataSource, ModelKind, SyncSpec, TrainSpec, MODEL_NAMES, OPTIMIZER_NAMES};

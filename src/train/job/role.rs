@@ -14,7 +14,7 @@
 //! ```
 
 use std::num::NonZeroU32;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +43,35 @@ use super::spec::TrainSpec;
 
 /// How long the chief waits for the other workers' last steps before its final checkpoint.
 pub const WAIT_FOR_WORKERS: Duration = Duration::from_secs(30);
+/// Lets the task's input kernels read the job's own data files (`--data csv:PATH`,
+/// `tfrecord:PATH`, `idx:IMAGES,LABELS`): each one's directory, when it exists, joins
+/// `[data] allowed_dirs`. Directories the cluster file already allows stay allowed. Reads are
+/// confined once [`confine_checkpoints`] has run (see `DataConfig::read_dirs`), so a client
+/// of the job's tasks reads nowhere but there and the checkpoint directory.
+pub fn confine_data(config: &mut TaskConfig, spec: &TrainSpec) {
+    let mut dirs = config.data.allowed_dirs.take();
+    for file in spec.data.files() {
+        let dir = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        // A missing directory is left to the data reader, whose error names the file.
+        if !dir.is_dir() {
+            continue;
+        }
+        let dirs = dirs.get_or_insert_with(Vec::new);
+        if !dirs.iter().any(|d| d == dir) {
+            dirs.push(dir.to_path_buf());
+        }
+    }
+    config.data.allowed_dirs = dirs;
+    config.data.widen_hint = Some(
+        "add this one to [data] allowed_dirs in the task's cluster file (`tessera train` \
+         allows reads only under its --data files' directories and its --checkpoint_dir)"
+            .into(),
+    );
+}
+
 /// Checkpoints the chief keeps.
 const MAX_TO_KEEP: usize = 5;
 /// How long one training step may take through the task's master.
@@ -787,6 +816,43 @@ mod tests {
         let mut worker = config("worker", 1);
         confine_checkpoints(&mut worker, &TrainSpec::default()).unwrap();
         assert_eq!(worker.checkpoints.allowed_dirs, Some(vec![]));
+    }
+
+    #[test]
+    fn a_job_lets_its_tasks_read_its_data_files_directories() {
+        let scratch = tempfile::tempdir().unwrap();
+        let data = scratch.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let spec = TrainSpec {
+            data: crate::train::job::DataSource::Idx {
+                images: data.join("images.idx"),
+                labels: data.join("labels.idx"),
+            },
+            ..TrainSpec::default()
+        };
+        let mut worker = config("worker", 1);
+        worker.data.allowed_dirs = Some(vec![scratch.path().join("kept")]);
+        confine_data(&mut worker, &spec);
+        assert_eq!(
+            worker.data.allowed_dirs,
+            Some(vec![scratch.path().join("kept"), data])
+        );
+        assert!(worker.data.widen_hint.is_some());
+        // Built-in data adds nothing: with the checkpoint directory confined, reads stay
+        // under it.
+        let mut ps = config("ps", 1);
+        confine_data(&mut ps, &TrainSpec::default());
+        confine_checkpoints(&mut ps, &TrainSpec::default()).unwrap();
+        assert_eq!(ps.data.allowed_dirs, None);
+        assert_eq!(ps.data.read_dirs(&ps.checkpoints), Some(vec![]));
+        // A file whose directory is missing is left to the reader.
+        let missing = TrainSpec {
+            data: crate::train::job::DataSource::parse("csv:/no/such/dir/a.csv").unwrap(),
+            ..TrainSpec::default()
+        };
+        let mut chief = config("worker", 1);
+        confine_data(&mut chief, &missing);
+        assert_eq!(chief.data.allowed_dirs, None);
     }
 
     /// A probe that finds `gpus` GPUs of 16 GiB, or no driver at all.

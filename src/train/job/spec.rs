@@ -5,7 +5,7 @@
 //! Every task of a job gets the same spec (the same flags), so every worker builds the same
 //! graph and reads the same data set, of which it trains on its own shard.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::data::csv::{read_csv, CsvOptions, LabelColumn};
 use crate::data::idx::{read_idx_dims, read_mnist};
@@ -265,6 +265,18 @@ impl DataSource {
             "--data {text}: unknown data source; use digits, synthetic, clicks, teacher, \
              csv:PATH, tfrecord:PATH or idx:IMAGES,LABELS"
         )))
+    }
+
+    /// The files it reads (`csv:PATH`, `tfrecord:PATH`, both of `idx:IMAGES,LABELS`); none
+    /// for the built-in data sets.
+    pub fn files(&self) -> Vec<&Path> {
+        match self {
+            Self::Csv { path, .. } | Self::TfRecord { path, .. } => vec![path.as_path()],
+            Self::Idx { images, labels } => vec![images.as_path(), labels.as_path()],
+            Self::Digits | Self::Synthetic { .. } | Self::Clicks(_) | Self::Teacher(_) => {
+                Vec::new()
+            }
+        }
     }
 
     /// The data in words, for the job's first line.
