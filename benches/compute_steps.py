@@ -90,6 +90,29 @@ def mlp(rng, widths, batch):
     return softmax_loss(y, h), feeds
 
 
+def mlp_data(rng, widths, batch, images=8192):
+    """The MLP with its input from a tf.data pipeline in the graph instead of feeds: uint8
+    pixels and int64 labels (from_tensor_slices), a map that scales the pixels, shuffle,
+    repeat, batch, prefetch, a one-shot iterator."""
+    pixels = rng.integers(0, 256, [images, widths[0]]).astype(np.uint8)
+    labels = rng.integers(0, widths[-1], images).astype(np.int64)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((pixels, labels))
+        .map(lambda p, label: (tf.cast(p, tf.float32) / 255.0, label))
+        .shuffle(1024, seed=1)
+        .repeat()
+        .batch(batch)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    h = x
+    for i, (n_in, n_out) in enumerate(zip(widths, widths[1:])):
+        h = dense(h, n_in, n_out, f"layer{i}", seed=i + 1)
+        if i + 2 < len(widths):
+            h = tf.nn.relu(h)
+    return softmax_loss(y, h), [{}]
+
+
 def cnn(rng, batch):
     x, y, feeds = classifier(rng, [32, 32, 3], 10, batch)
     h = x
@@ -137,6 +160,7 @@ def rnn(rng, batch, steps=16, features=64, units=128):
 
 MODELS = {
     "mlp": lambda rng: mlp(rng, [784, 1024, 10], 256),
+    "mlp_data": lambda rng: mlp_data(rng, [784, 1024, 10], 256),
     "wide_mlp": lambda rng: mlp(rng, [1024, 4096, 4096, 10], 512),
     "cnn": lambda rng: cnn(rng, 128),
     "wide_deep": lambda rng: wide_deep(rng, 512),

@@ -67,6 +67,7 @@ mod kernels_sparse_apply;
 mod kernels_sparse_columns;
 mod kernels_split_concat;
 mod kernels_state;
+mod kernels_stateless_sparse;
 mod kernels_strings;
 mod kernels_tensor_array;
 mod layers;

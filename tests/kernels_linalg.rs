@@ -170,7 +170,11 @@ fn check_gradient(case: &Value) {
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     for (k, want) in array(&case["grads"]).iter().enumerate() {
         let want = tensor(want);
-        let tol = if want.dtype() == DType::Float { 1e-5 } else { 1e-11 };
+        let tol = if want.dtype() == DType::Float {
+            1e-5
+        } else {
+            1e-11
+        };
         assert_close(&format!("{what}, input {k}"), &got[k], &want, tol);
     }
 }
@@ -248,18 +252,30 @@ fn shape_functions_and_implicit_equations_follow_tensorflow() {
     assert_eq!(t.shape.to_string(), "[3,2]");
     let trace = g.einsum("ii", std::slice::from_ref(&b)).unwrap();
     assert_eq!(trace.shape.to_string(), "[]");
-    let batched = g.placeholder("c", DType::Float, known(&[4, 1, 2, 3])).unwrap();
+    let batched = g
+        .placeholder("c", DType::Float, known(&[4, 1, 2, 3]))
+        .unwrap();
     let other = g.placeholder("d", DType::Float, known(&[6, 3, 7])).unwrap();
     let bc = g.einsum("...ij,...jk", &[batched, other]).unwrap();
     assert_eq!(bc.shape.to_string(), "[4,6,2,7]");
     let err = g.einsum("ij,jk->ik", &[a.clone(), a.clone()]).unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
-    assert!(err.message().contains("Expected dimension 3 at axis 0"), "{err}");
+    assert!(
+        err.message().contains("Expected dimension 3 at axis 0"),
+        "{err}"
+    );
     let err = g.einsum("ijk->i", std::slice::from_ref(&a)).unwrap_err();
-    assert!(err.message().contains("Expected input 0 to have rank 3"), "{err}");
+    assert!(
+        err.message().contains("Expected input 0 to have rank 3"),
+        "{err}"
+    );
 
     let m = g
-        .placeholder("m", DType::Double, PartialShape::new(vec![Some(4), None, Some(3)]))
+        .placeholder(
+            "m",
+            DType::Double,
+            PartialShape::new(vec![Some(4), None, Some(3)]),
+        )
         .unwrap();
     let inv = g.matrix_inverse(&m, false).unwrap();
     assert_eq!(inv.shape.to_string(), "[4,3,3]");

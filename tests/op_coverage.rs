@@ -45,7 +45,11 @@ fn every_op_of_the_everyday_graphs_has_a_kernel_and_a_definition() {
         let ops = json[graph]
             .as_array()
             .unwrap_or_else(|| panic!("the script printed no ops for graph `{graph}`"));
-        assert!(ops.len() >= 20, "graph `{graph}` has only {} ops", ops.len());
+        assert!(
+            ops.len() >= 20,
+            "graph `{graph}` has only {} ops",
+            ops.len()
+        );
         total += ops.len();
         for op in ops {
             let op = op.as_str().expect("op names are strings");

@@ -187,6 +187,9 @@ pub struct LocalSession {
     lifecycle: Mutex<Lifecycle>,
     idle: Condvar,
     cancel: CancellationToken,
+    /// The session's name among the sessions of its device, for the resources TensorFlow
+    /// keeps per session (an iterator without a `shared_name`).
+    scope: String,
 }
 
 /// Counts a call as running until dropped, so that `close` can wait for it.
@@ -285,6 +288,10 @@ impl LocalSession {
             lifecycle: Mutex::default(),
             idle: Condvar::new(),
             cancel: CancellationToken::new(),
+            scope: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                format!("local{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+            },
         }
     }
 
@@ -613,6 +620,7 @@ impl LocalSession {
             let local = LocalDevices {
                 devices: &self.devices,
                 incarnations: &self.incarnations,
+                session: &self.scope,
             };
             let mut counter = next_free_suffix(graph);
             return Ok(Runner::Multi(MultiDeviceStep::build(
@@ -632,7 +640,8 @@ impl LocalSession {
             &strs(&signature.targets),
             self.device.clone(),
             self.options.kernels.as_ref(),
-        )?;
+        )?
+        .in_session(&self.scope);
         if !self.options.allow_soft_placement {
             for node in executor.nodes() {
                 if !node.device.is_empty() && !self.device.satisfies(&node.device)? {

@@ -53,6 +53,8 @@ pub struct LocalDevices<'a> {
     pub devices: &'a [Arc<Device>],
     /// Each device's incarnation, by full name.
     pub incarnations: &'a HashMap<String, u64>,
+    /// The session's name (see `Executor::in_session`).
+    pub session: &'a str,
 }
 
 impl MultiDeviceStep {
@@ -124,7 +126,8 @@ impl MultiDeviceStep {
             collect_client_keys(part, &mut feed_keys, &mut fetch_keys)?;
             let targets: Vec<&str> = part.node.iter().map(|n| n.name.as_str()).collect();
             let executor = Executor::new(part, &[], &[], &targets, Arc::clone(device), kernels)
-                .map_err(|e| e.context(format!("on {loc}")))?;
+                .map_err(|e| e.context(format!("on {loc}")))?
+                .in_session(local.session);
             executors.push(Arc::new(executor));
         }
         let keys = |names: &[String], table: &HashMap<String, ParsedKey>, role: &str| {

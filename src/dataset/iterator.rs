@@ -154,11 +154,12 @@ fn iterator_input(ctx: &OpContext<'_>, i: usize) -> Result<Arc<IteratorResource>
 struct IteratorOp {
     node: NodeDef,
     signature: Signature,
-    /// The resource's name: `shared_name`, else the node's (every step that runs the node,
-    /// whichever of the session's signatures it is in, reaches the same iterator, as
-    /// TensorFlow's session keeps one kernel per stateful node); anonymous iterators take a
-    /// new one each run.
+    /// The resource's name: `shared_name`, else `None` and the node's name within its session
+    /// (every step that runs the node, whichever of the session's signatures it is in,
+    /// reaches the same iterator, as TensorFlow's session keeps one kernel per stateful node,
+    /// and another session running the same graph walks its own).
     name: Option<String>,
+    anonymous: bool,
     container: String,
 }
 
@@ -176,11 +177,7 @@ impl IteratorOp {
     fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
         let anonymous = node.op.starts_with("Anonymous");
         let shared = attr::string_or(node, "shared_name", "")?;
-        let name = match (anonymous, shared.is_empty()) {
-            (true, _) => None,
-            (false, false) => Some(shared),
-            (false, true) => Some(node.name.clone()),
-        };
+        let name = (!anonymous && !shared.is_empty()).then_some(shared);
         let container = match anonymous {
             true => ANONYMOUS.to_string(),
             false => attr::string_or(node, "container", "")?,
@@ -189,6 +186,7 @@ impl IteratorOp {
             signature: Signature::of(node)?,
             node: node.clone(),
             name,
+            anonymous,
             container,
         }))
     }
@@ -196,7 +194,12 @@ impl IteratorOp {
 
 impl OpKernel for IteratorOp {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let name = self.name.clone().unwrap_or_else(|| unique_name(&self.node));
+        let name = match (&self.name, self.anonymous) {
+            (Some(shared), _) => shared.clone(),
+            (None, true) => unique_name(&self.node),
+            (None, false) if ctx.session().is_empty() => self.node.name.clone(),
+            (None, false) => format!("{}/{}", ctx.session(), self.node.name),
+        };
         let iterator = ctx
             .resources
             .lookup_or_create(&self.container, &name, || {

@@ -92,11 +92,6 @@ impl Equation {
     pub fn has_ellipsis(labels: &[Label]) -> bool {
         labels.contains(&Label::Ellipsis)
     }
-
-    /// The named labels of a subscript, in order, repeats included.
-    pub fn named(labels: &[Label]) -> usize {
-        labels.iter().filter(|l| **l != Label::Ellipsis).count()
-    }
 }
 
 /// Writes a subscript back as text.
@@ -124,7 +119,10 @@ mod tests {
         );
         assert_eq!(subscript(&e.output), "a...");
         // `.` skips two characters whatever they are.
-        assert_eq!(subscript(&Equation::parse("i..j->ij").unwrap().inputs[0]), "i...");
+        assert_eq!(
+            subscript(&Equation::parse("i..j->ij").unwrap().inputs[0]),
+            "i..."
+        );
         assert_eq!(
             Equation::parse("ij").unwrap_err(),
             "Expecting exactly one '->' in einsum equation: ij"

@@ -57,6 +57,9 @@ pub struct OpContext<'a> {
     /// The function library of the graph the node belongs to, for kernels that run
     /// functions they name (a `tf.data` map); `None` where there is none.
     functions: Option<&'a Arc<functional::FunctionLibrary>>,
+    /// The session whose graph the node belongs to ("" where there is none): resources that
+    /// TensorFlow keeps per session (an iterator without a `shared_name`) are named within it.
+    session: &'a str,
 }
 
 impl<'a> OpContext<'a> {
@@ -84,6 +87,7 @@ impl<'a> OpContext<'a> {
             frame_iter: (0, 0),
             input_dead: false,
             functions: None,
+            session: "",
         }
     }
 
@@ -107,7 +111,20 @@ impl<'a> OpContext<'a> {
             frame_iter: self.frame_iter,
             input_dead: false,
             functions: self.functions,
+            session: self.session,
         }
+    }
+
+    /// The same context in session `session` (see [`OpContext::session`]).
+    pub fn with_session(mut self, session: &'a str) -> Self {
+        self.session = session;
+        self
+    }
+
+    /// The session whose graph the node belongs to: a worker session's handle, a local
+    /// session's name; "" where there is none.
+    pub fn session(&self) -> &'a str {
+        self.session
     }
 
     /// The same context with `functions`, the library of the node's graph.

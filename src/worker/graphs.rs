@@ -31,9 +31,11 @@ pub struct RegisteredGraph {
 impl RegisteredGraph {
     /// Validates `graph` (this task's partition), splits it by device among `devices` (the
     /// session's view of the task's devices) and builds one executor per device.
-    /// `incarnations` maps each local device name to its incarnation (from GetStatus).
+    /// `incarnations` maps each local device name to its incarnation (from GetStatus);
+    /// `session` is the worker session the graph belongs to.
     pub fn build(
         handle: String,
+        session: &str,
         graph: &GraphDef,
         devices: &[Arc<Device>],
         incarnations: &HashMap<String, u64>,
@@ -72,7 +74,8 @@ impl RegisteredGraph {
                 Arc::clone(device),
                 &create_kernel,
             )
-            .map_err(|e| e.context(format!("graph {handle} on {loc}")))?;
+            .map_err(|e| e.context(format!("graph {handle} on {loc}")))?
+            .in_session(session);
             executors.push(Arc::new(executor));
         }
         Ok(Self { handle, executors })

@@ -408,6 +408,7 @@ impl WorkerState {
         // Building creates kernels; it runs outside the session lock.
         let graph = RegisteredGraph::build(
             handle.clone(),
+            handle_of_session,
             graph_def,
             &devices,
             &self.inner.incarnations,

@@ -262,6 +262,8 @@ struct Plan {
     /// The graph's function library, for kernels that run the functions they name when they
     /// run (`tf.data`'s map, filter and the iterator's dataset factory).
     functions: Arc<FunctionLibrary>,
+    /// The session the graph belongs to (see [`Executor::in_session`]).
+    session: String,
 }
 
 /// Runs the pruned graph for one signature, step after step; `Send + Sync`, steps may overlap.
@@ -514,6 +516,7 @@ impl Executor {
             inline: InlineLimits::default(),
             plan: Arc::new(Plan {
                 functions,
+                session: String::new(),
                 device,
                 nodes,
                 roots,
@@ -525,6 +528,16 @@ impl Executor {
                 per_step_resources,
             }),
         })
+    }
+
+    /// The same executor for a graph of session `session` (a worker session's handle, a
+    /// local session's name): its kernels name per-session resources within it, so two
+    /// sessions running one graph on a task each walk their own iterators, as in TensorFlow.
+    pub fn in_session(mut self, session: &str) -> Self {
+        Arc::get_mut(&mut self.plan)
+            .expect("an executor's plan is shared only once it runs")
+            .session = session.to_string();
+        self
     }
 
     /// The same executor with other [`InlineLimits`].

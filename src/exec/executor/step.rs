@@ -297,7 +297,8 @@ impl StepCommon {
         .with_intra(device.intra())
         .with_frame_iter(frame_iter)
         .with_dead_input(dead)
-        .with_functions(Some(&self.plan.functions));
+        .with_functions(Some(&self.plan.functions))
+        .with_session(&self.plan.session);
         let started = Instant::now();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             node.kernel.compute(&mut ctx)

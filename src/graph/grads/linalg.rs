@@ -47,7 +47,10 @@ fn dims_at(g: &mut Graph, x: &Output, axes: &[i64]) -> Result<Output> {
             x.name()
         ))
     })? as i64;
-    let axes: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + rank } else { a }).collect();
+    let axes: Vec<i64> = axes
+        .iter()
+        .map(|&a| if a < 0 { a + rank } else { a })
+        .collect();
     if let Some(dims) = x.shape.dims() {
         let known: Option<Vec<i64>> = axes
             .iter()
@@ -102,9 +105,10 @@ fn grad_reduced(
     let input_shape = g.shape_of(input)?;
     if !repeated && without == output_subs {
         // The input's shape with 1 at the reduced axes: gather from [shape..., 1].
-        let rank = input.shape.rank().ok_or_else(|| {
-            Status::unimplemented("the gradient of Einsum needs its input's rank")
-        })? as i64;
+        let rank =
+            input.shape.rank().ok_or_else(|| {
+                Status::unimplemented("the gradient of Einsum needs its input's rank")
+            })? as i64;
         let index: Vec<i64> = (0..rank)
             .map(|a| {
                 let reduced = axes.iter().any(|&r| (r + rank) % rank == a);

@@ -329,10 +329,12 @@ impl Einsum {
                 let matrices: usize = ob.iter().product();
                 let mut z = vec![T::zero(); matrices * m * n];
                 if k > 0 && !z.is_empty() {
-                    let xi = broadcast_to(&(0..xb.iter().product()).collect::<Vec<usize>>(), xb, &ob)
-                        .expect("broadcast checked");
-                    let yi = broadcast_to(&(0..yb.iter().product()).collect::<Vec<usize>>(), yb, &ob)
-                        .expect("broadcast checked");
+                    let xi =
+                        broadcast_to(&(0..xb.iter().product()).collect::<Vec<usize>>(), xb, &ob)
+                            .expect("broadcast checked");
+                    let yi =
+                        broadcast_to(&(0..yb.iter().product()).collect::<Vec<usize>>(), yb, &ob)
+                            .expect("broadcast checked");
                     for (b, chunk) in z.chunks_exact_mut(m * n).enumerate() {
                         let a = ArrayView2::from_shape((m, k), &xr[xi[b] * m * k..][..m * k])
                             .expect("matrix slice");
@@ -368,7 +370,8 @@ impl OpKernel for Einsum {
         if n == 2 {
             same_dtype(ctx, &inputs[0], &inputs[1])?;
         }
-        let out = dispatch_real!(ctx, inputs[0].dtype(), T => self.compute_typed::<T>(ctx, &inputs)?);
+        let out =
+            dispatch_real!(ctx, inputs[0].dtype(), T => self.compute_typed::<T>(ctx, &inputs)?);
         ctx.set_output(0, out);
         Ok(())
     }

@@ -87,7 +87,8 @@ fn invert<T: Float>(a: &[T], n: usize, adjoint: bool, out: &mut [T]) -> bool {
     let min_pivot = (0..n)
         .map(|j| lu[j * n + j].abs())
         .fold(T::infinity(), T::min);
-    if !(min_pivot > T::zero()) {
+    // A NaN pivot counts as zero, as Eigen's `min_abs_pivot > 0` test does.
+    if min_pivot.partial_cmp(&T::zero()) != Some(std::cmp::Ordering::Greater) {
         return false;
     }
     let mut x = vec![T::zero(); n];
@@ -122,9 +123,7 @@ impl MatrixInverse {
     ) -> Result<Tensor> {
         let rank = x.rank();
         if rank < 2 {
-            return Err(ctx.invalid(format!(
-                "Input tensor 0 must have rank >= 2, got {rank}"
-            )));
+            return Err(ctx.invalid(format!("Input tensor 0 must have rank >= 2, got {rank}")));
         }
         let (rows, cols) = (x.dims()[rank - 2], x.dims()[rank - 1]);
         if rows != cols {
@@ -229,7 +228,7 @@ impl HistogramFixedWidth {
                 "nbins should be a positive number, but got '{nbins}'"
             )));
         }
-        if !(lo < hi) {
+        if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
             return Err(ctx.invalid(format!(
                 "value_range should satisfy value_range[0] < value_range[1], but got \
                  '[{lo}, {hi}]'"
@@ -274,9 +273,10 @@ impl OpKernel for HistogramFixedWidth {
         let shape = Shape::new(vec![counts.len()]);
         let out = match self.dtype {
             DType::Int64 => Tensor::from_vec(shape, counts)?,
-            DType::Int32 => {
-                Tensor::from_vec(shape, counts.into_iter().map(|c| c as i32).collect::<Vec<_>>())?
-            }
+            DType::Int32 => Tensor::from_vec(
+                shape,
+                counts.into_iter().map(|c| c as i32).collect::<Vec<_>>(),
+            )?,
             other => return Err(unsupported_dtype(ctx, other, &[DType::Int32, DType::Int64])),
         };
         ctx.set_output(0, out);

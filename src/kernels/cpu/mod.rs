@@ -8,7 +8,8 @@
 //! `re2`, printf through `printf`, tensor summaries through `summary_text`), `parsing`
 //! (`tf.train.Example` read by `example_wire`), `decode` (numbers, raw bytes, CSV),
 //! `sparse_cross` and `sparse_rows` (crossed columns, empty rows filled, sparse reshapes),
-//! `lookup` (hash tables as resources), `random`, `list` with `list_tensor`,
+//! `lookup` (hash tables as resources), `random` with `stateless_random`,
+//! `sparse_serialization` (SerializeSparse, DeserializeSparse), `list` with `list_tensor`,
 //! `linalg` (Einsum in `einsum`, MatrixInverse, HistogramFixedWidth),
 //! `control_flow`, `segment`, `variable`, `ref_variable`, `resource_scatter`, `training` with
 //! `sparse_training`, `io`, `queue`,
@@ -160,9 +161,11 @@ mod sendrecv;
 mod slicing;
 mod sparse_cross;
 mod sparse_rows;
+mod sparse_serialization;
 mod sparse_training;
 mod split;
 mod stack;
+mod stateless_random;
 mod strings;
 pub mod summary;
 mod summary_text;
@@ -197,7 +200,7 @@ type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else (a TensorList is a
 /// value, so its ops are among them).
-const COMPUTING: [Family; 22] = [
+const COMPUTING: [Family; 24] = [
     math::kernel_for,
     nn::kernel_for,
     fused::kernel_for,
@@ -216,6 +219,8 @@ const COMPUTING: [Family; 22] = [
     sparse_rows::kernel_for,
     pad::kernel_for,
     random::kernel_for,
+    stateless_random::kernel_for,
+    sparse_serialization::kernel_for,
     control_flow::kernel_for,
     list::kernel_for,
     segment::kernel_for,

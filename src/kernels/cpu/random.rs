@@ -55,6 +55,11 @@ impl Philox {
         }
     }
 
+    /// The generator at this raw counter and key (the stateless ops' `key` and `counter`).
+    pub fn from_words(counter: [u32; 4], key: [u32; 2]) -> Philox {
+        Philox { counter, key }
+    }
+
     /// Moves the 128-bit counter on by `count` blocks.
     pub fn skip(&mut self, count: u64) {
         let (lo, hi) = (count as u32, (count >> 32) as u32);
@@ -243,6 +248,16 @@ fn fill<T: Sample>(distribution: Distribution, gen: Philox, n: usize) -> Vec<T> 
         }
     }
     out
+}
+
+/// `n` uniform floats in `[0, 1)` from `gen`, four per block, as `RandomUniform` draws them.
+pub(super) fn uniform_f32(gen: Philox, n: usize) -> Vec<f32> {
+    fill(Distribution::Uniform, gen, n)
+}
+
+/// `n` uniform doubles in `[0, 1)` from `gen`, two per block.
+pub(super) fn uniform_f64(gen: Philox, n: usize) -> Vec<f64> {
+    fill(Distribution::Uniform, gen, n)
 }
 
 #[derive(Clone, Copy, Debug)]
