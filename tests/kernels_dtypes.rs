@@ -21,6 +21,7 @@
 
 use std::process::Command;
 
+use crate::kernels_support::json::{dims, dtype_named, unhex};
 use crate::kernels_support::*;
 use crate::support::cluster::Cluster;
 use crate::support::tensorflow::{script_json, tensorflow_python, Client};
@@ -34,41 +35,10 @@ use tessera::tensor::{bf16, f16, DType, Shape, Tensor};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kernels_dtypes_tf.py");
 
-fn dtype_named(name: &str) -> DType {
-    match name {
-        "float32" => DType::Float,
-        "float64" => DType::Double,
-        "int32" => DType::Int32,
-        "int64" => DType::Int64,
-        "bool" => DType::Bool,
-        "uint8" => DType::UInt8,
-        "int8" => DType::Int8,
-        "int16" => DType::Int16,
-        "uint16" => DType::UInt16,
-        "uint32" => DType::UInt32,
-        "uint64" => DType::UInt64,
-        "float16" => DType::Half,
-        "bfloat16" => DType::BFloat16,
-        "complex64" => DType::Complex64,
-        other => panic!("dtype {other}"),
-    }
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-/// A tensor the script encoded as `{dtype, shape, hex}`.
+/// A tensor the script encoded as `{dtype, shape, hex}`: kept here, as only this script
+/// writes raw little-endian bytes rather than `values`.
 fn tensor(v: &Value) -> Tensor {
-    let shape: Vec<usize> = v["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
+    let shape = dims(&v["shape"]);
     let dtype = dtype_named(v["dtype"].as_str().unwrap());
     let bytes = Bytes::from(unhex(v["hex"].as_str().unwrap()));
     Tensor::from_bytes(dtype, shape, bytes).unwrap()

@@ -16,6 +16,7 @@
 //!   before the kernel runs, and paddings too large for any tensor refused by the kernel, both
 //!   RESOURCE_EXHAUSTED naming the node.
 
+use crate::kernels_support::json::{dims, dtype_named};
 use crate::kernels_support::*;
 use crate::support::tensorflow::script_json;
 use bytes::Bytes;
@@ -38,26 +39,10 @@ fn float(v: &Value) -> f64 {
     }
 }
 
-fn dtype_named(name: &str) -> DType {
-    match name {
-        "float32" => DType::Float,
-        "float64" => DType::Double,
-        "int32" => DType::Int32,
-        "int64" => DType::Int64,
-        "bool" => DType::Bool,
-        "string" => DType::String,
-        other => panic!("no dtype {other}"),
-    }
-}
-
-/// A tensor the script wrote as `{dtype, shape, values}`.
+/// A tensor the script wrote as `{dtype, shape, values}`: kept here, as this script writes
+/// floats as JSON numbers (or "nan", "inf") and strings as text, not bits and hex.
 fn tensor(v: &Value) -> Tensor {
-    let shape: Vec<usize> = v["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
+    let shape = dims(&v["shape"]);
     let values = v["values"].as_array().unwrap();
     match dtype_named(v["dtype"].as_str().unwrap()) {
         DType::Float => {

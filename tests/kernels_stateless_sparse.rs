@@ -11,6 +11,7 @@
 //! Without TensorFlow: a variant triple from `SerializeSparse` comes back whole through
 //! `DeserializeSparse`, batched or not.
 
+use crate::kernels_support::json::{array, dims, dtype_named, unhex};
 use crate::kernels_support::*;
 use crate::support::tensorflow::script_json;
 use bytes::Bytes;
@@ -23,10 +24,6 @@ const SCRIPT: &str = concat!(
     "/tests/kernels_stateless_sparse_tf.py"
 );
 
-fn array(v: &Value) -> &Vec<Value> {
-    v.as_array().unwrap_or_else(|| panic!("not an array: {v}"))
-}
-
 fn u64s(v: &Value) -> Vec<u64> {
     array(v).iter().map(|x| x.as_u64().unwrap()).collect()
 }
@@ -35,61 +32,9 @@ fn i64s_of(v: &Value) -> Vec<i64> {
     array(v).iter().map(|x| x.as_i64().unwrap()).collect()
 }
 
-fn dims(v: &Value) -> Vec<usize> {
-    array(v)
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
-        .collect()
-}
-
-fn unhex(s: &str) -> Bytes {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect::<Vec<u8>>()
-        .into()
-}
-
-fn dtype_named(name: &str) -> DType {
-    match name {
-        "float32" => DType::Float,
-        "float64" => DType::Double,
-        "float16" => DType::Half,
-        "bfloat16" => DType::BFloat16,
-        "int32" => DType::Int32,
-        "int64" => DType::Int64,
-        "string" => DType::String,
-        other => panic!("dtype {other}"),
-    }
-}
-
 /// A values vector the script encoded: floats as float64 bits, strings as hex.
 fn values(v: &Value, dtype: DType) -> Tensor {
-    let items = array(v);
-    let n = items.len();
-    match dtype {
-        DType::Float => Tensor::from_vec(
-            vec![n],
-            u64s(v)
-                .into_iter()
-                .map(|b| f64::from_bits(b) as f32)
-                .collect::<Vec<_>>(),
-        ),
-        DType::Double => Tensor::from_vec(
-            vec![n],
-            u64s(v).into_iter().map(f64::from_bits).collect::<Vec<_>>(),
-        ),
-        DType::Int32 => Tensor::from_vec(
-            vec![n],
-            i64s_of(v).into_iter().map(|x| x as i32).collect::<Vec<_>>(),
-        ),
-        DType::Int64 => Tensor::from_vec(vec![n], i64s_of(v)),
-        _ => Tensor::from_strings(
-            vec![n],
-            items.iter().map(|x| unhex(x.as_str().unwrap())).collect(),
-        ),
-    }
-    .unwrap()
+    json::values(v, dtype, vec![array(v).len()])
 }
 
 /// The bits of each sample, as the script prints them.
@@ -199,7 +144,7 @@ fn check_serializations(cases: &Value) {
         let got: Vec<Bytes> = out.strings().unwrap().to_vec();
         let want: Vec<Bytes> = array(&case["serialized"])
             .iter()
-            .map(|s| unhex(s.as_str().unwrap()))
+            .map(|s| Bytes::from(unhex(s.as_str().unwrap())))
             .collect();
         assert_eq!(out.dims(), [3]);
         assert_eq!(got, want, "{case}");
@@ -210,7 +155,7 @@ fn check_deserializations(cases: &Value) {
     for case in array(cases) {
         let strings: Vec<Bytes> = array(&case["serialized"])
             .iter()
-            .map(|s| unhex(s.as_str().unwrap()))
+            .map(|s| Bytes::from(unhex(s.as_str().unwrap())))
             .collect();
         let serialized = Tensor::from_strings(dims(&case["serialized_shape"]), strings).unwrap();
         let dtype = dtype_named(case["dtype"].as_str().unwrap());

@@ -44,7 +44,9 @@ PROGRAM:
            local_init_op); accuracy by tf.compat.v1.nn.in_top_k. With --epochs N the data
            ends after N passes and the monitored session stops at the OutOfRangeError; with
            --save-iterator the chief's checkpoints hold the iterator's position
-           (make_saveable_from_iterator), so a restart resumes the input where it stopped.
+           (make_saveable_from_iterator), so a restart resumes the input where it stopped;
+           with --source tfrecord the images come as tf.train.Examples from a TFRecord file
+           the program writes, shuffled, batched and parsed by tf.io.parse_example.
 
 Options:
   --v2-behavior off        tf.compat.v1.disable_v2_behavior(): reference variables (VariableV2,
@@ -251,14 +253,40 @@ def pipeline(args, data, index):
     initializable iterator; `(x, y, initializer)`."""
     train_x, train_y = data[0], data[1]
     pixels = np.round(train_x * 16).astype(np.uint8)
-    dataset = (
-        tf.data.Dataset.from_tensor_slices((pixels, train_y))
-        .map(lambda p, label: (tf.cast(p, tf.float32) / 16.0, label))
-        .shuffle(len(pixels), seed=100 + index)
-        .repeat(args.epochs)
-        .batch(BATCH)
-        .prefetch(1)
-    )
+    if args.source == "tfrecord":
+        # The same images as tf.train.Examples in a TFRecord file, parsed a batch at a time
+        # (ParseExampleV2).
+        path = os.path.join(args.data_dir, f"digits-{index}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for p, label in zip(pixels, train_y):
+                writer.write(tf.train.Example(features=tf.train.Features(feature={
+                    "pixels": tf.train.Feature(int64_list=tf.train.Int64List(value=p.tolist())),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                })).SerializeToString())
+        spec = {"pixels": tf.io.FixedLenFeature([64], tf.int64),
+                "label": tf.io.FixedLenFeature([], tf.int64)}
+
+        def parse(records):
+            parsed = tf.io.parse_example(records, spec)
+            return tf.cast(parsed["pixels"], tf.float32) / 16.0, parsed["label"]
+
+        dataset = (
+            tf.data.TFRecordDataset(path)
+            .shuffle(len(pixels), seed=100 + index)
+            .repeat(args.epochs)
+            .batch(BATCH)
+            .map(parse)
+            .prefetch(1)
+        )
+    else:
+        dataset = (
+            tf.data.Dataset.from_tensor_slices((pixels, train_y))
+            .map(lambda p, label: (tf.cast(p, tf.float32) / 16.0, label))
+            .shuffle(len(pixels), seed=100 + index)
+            .repeat(args.epochs)
+            .batch(BATCH)
+            .prefetch(1)
+        )
     if args.iterator == "one-shot":
         iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
         initializer = None
@@ -530,6 +558,8 @@ def main():
                                  help="passes over the data (-1: until --steps)")
             program.add_argument("--save-iterator", action="store_true",
                                  help="checkpoints hold the iterator's position")
+            program.add_argument("--source", choices=["tensors", "tfrecord"], default="tensors",
+                                 help="tfrecord: the images as tf.train.Examples in a file")
         if name == "embedding":
             program.add_argument("--partitions", type=int, default=2)
             program.add_argument("--partition-strategy", choices=["mod", "div"], default="mod")
@@ -543,6 +573,9 @@ def main():
     args.iterator = getattr(args, "iterator", "one-shot")
     args.epochs = getattr(args, "epochs", -1)
     args.save_iterator = getattr(args, "save_iterator", False)
+    args.source = getattr(args, "source", "tensors")
+    # The pipeline's TFRecord files (--source tfrecord), written by each worker's program.
+    args.data_dir = tempfile.mkdtemp(prefix="tensorflow_v1-data-")
     args.partitions = getattr(args, "partitions", 2)
     args.partition_strategy = getattr(args, "partition_strategy", "mod")
     args.partitioner = getattr(args, "partitioner", "fixed")
@@ -569,6 +602,7 @@ def main():
     finally:
         if temporary:
             shutil.rmtree(args.checkpoint_dir, ignore_errors=True)
+        shutil.rmtree(args.data_dir, ignore_errors=True)
     print(json.dumps(result), flush=True)
 
 

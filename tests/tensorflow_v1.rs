@@ -4,7 +4,8 @@
 //! `SyncReplicasOptimizer`, a `dynamic_rnn` (LSTM) with Adam, a CNN with Momentum over two ps
 //! tasks, and an embedding table partitioned over two ps tasks (`fixed_size_partitioner`,
 //! `embedding_lookup`) trained by Adagrad's sparse updates, the MLP fed by a `tf.data`
-//! pipeline (one-shot and initializable iterators; a finite one ends training at its end), whose checkpoints each runtime
+//! pipeline (one-shot and initializable iterators, tensors or a TFRecord file parsed by
+//! `ParseExampleV2`; a finite one ends training at its end; a restart resumes its input), whose checkpoints each runtime
 //! restores from the other, under another partitioning too (`min_max_variable_partitioner`'s
 //! three shards as two). Under
 //! `disable_v2_behavior()` their graphs hold reference variables (`VariableV2`, `Assign`,
@@ -262,7 +263,10 @@ fn a_tf_data_input_pipeline_runs_on_tessera_tasks() {
         return;
     };
     on_tessera(&python, &["pipeline"], 1).assert_matches(&PIPELINE);
-    on_tessera(&python, &["pipeline", "--iterator", "initializable"], 1).assert_matches(&PIPELINE);
+    // An initializable iterator over tf.train.Examples read from a TFRecord file and parsed
+    // by ParseExampleV2: the same images in the same order, so the same losses.
+    let program = ["pipeline", "--iterator", "initializable", "--source", "tfrecord"];
+    on_tessera(&python, &program, 1).assert_matches(&PIPELINE);
 }
 
 #[test]

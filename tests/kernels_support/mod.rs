@@ -12,6 +12,8 @@ use tessera::tensor::{DType, Shape, Tensor};
 
 pub use tessera::graph::attr::value;
 
+pub mod json;
+
 /// The device name kernels see in these tests.
 pub const DEVICE: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
 
