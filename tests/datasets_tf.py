@@ -190,6 +190,14 @@ case(
     lambda: D.from_tensors((tf.constant([1.0, 2.0]), tf.constant("a"))).repeat().take(3),
 )
 case(
+    "parallel_map_fails_after_good_elements",
+    lambda: D.range(6).map(
+        lambda x: tf.reshape(tf.fill([1 + tf.cast(x >= 2, tf.int32)], x), [1]),
+        num_parallel_calls=3,
+        deterministic=True,
+    ),
+)
+case(
     "map_function_fails",
     lambda: D.range(3).map(lambda x: tf.reshape(tf.fill([x + 1], x), [2])),
 )

@@ -50,8 +50,12 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "OneShotIterator" | "Iterator" | "IteratorV2" | "AnonymousIterator"
         | "AnonymousIteratorV2" | "AnonymousIteratorV3" => IteratorOp::create,
         "MakeIterator" => |_| Ok(Arc::new(MakeIterator)),
-        "IteratorGetNext" | "IteratorGetNextSync" => |_| Ok(Arc::new(GetNext { optional: false })),
-        "IteratorGetNextAsOptional" => |_| Ok(Arc::new(GetNext { optional: true })),
+        "IteratorGetNext" | "IteratorGetNextSync" | "IteratorGetNextAsOptional" => |n| {
+            Ok(Arc::new(GetNext {
+                optional: n.op == "IteratorGetNextAsOptional",
+                signature: Signature::of(n)?,
+            }))
+        },
         "OptionalHasValue" | "OptionalGetValue" | "OptionalFromValue" | "OptionalNone" => {
             |n| Ok(Arc::new(OptionalOp { op: n.op.clone() }))
         }
@@ -287,6 +291,8 @@ fn optional_tensor(value: Option<Element>) -> Tensor {
 /// `IteratorGetNext(Sync)`: the next element; `IteratorGetNextAsOptional`: it as an optional.
 struct GetNext {
     optional: bool,
+    /// The element the node declares (`output_types`, `output_shapes`).
+    signature: Signature,
 }
 
 impl OpKernel for GetNext {
@@ -300,8 +306,7 @@ impl OpKernel for GetNext {
         let Some(element) = next else {
             return Err(ctx.named(Status::out_of_range("End of sequence")));
         };
-        let signature = Signature::of(ctx.node())?;
-        check_element(ctx, &signature, &element)?;
+        check_element(ctx, &self.signature, &element)?;
         for (i, t) in element.into_iter().enumerate() {
             ctx.set_output(i, t);
         }

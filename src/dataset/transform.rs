@@ -128,6 +128,7 @@ impl Dataset for Map {
         Ok(Box::new(MapIter {
             input: self.input.clone().iterate(ctx)?,
             ready: std::collections::VecDeque::new(),
+            failed: None,
             dataset: self,
         }))
     }
@@ -142,6 +143,9 @@ struct MapIter {
     input: Box<dyn Iter>,
     /// Mapped elements not yet asked for (a parallel map maps a run at once).
     ready: std::collections::VecDeque<Element>,
+    /// The error of the run's first element that failed, given once the elements mapped
+    /// before it have been.
+    failed: Option<crate::error::Status>,
 }
 
 impl Map {
@@ -159,6 +163,9 @@ impl Iter for MapIter {
     fn next(&mut self, ctx: &OpContext<'_>) -> Result<Option<Element>> {
         if let Some(out) = self.ready.pop_front() {
             return Ok(Some(out));
+        }
+        if let Some(e) = self.failed.take() {
+            return Err(e);
         }
         if self.dataset.parallelism <= 1 {
             return match self.input.next(ctx)? {
@@ -179,15 +186,20 @@ impl Iter for MapIter {
         let d = &*self.dataset;
         let mapped = ctx.intra().map(run, |element| d.map_one(ctx, element));
         for out in mapped {
-            // An error is met where its element would have been yielded; the ones mapped
-            // before it are yielded first.
+            // An error is met where its element would have been yielded: the ones mapped
+            // before it are yielded first, the ones after it never.
             match out {
                 Ok(out) => self.ready.push_back(out),
-                Err(e) if self.ready.is_empty() => return Err(e),
-                Err(_) => break,
+                Err(e) => {
+                    self.failed = Some(e);
+                    break;
+                }
             }
         }
-        Ok(self.ready.pop_front())
+        match self.ready.pop_front() {
+            Some(out) => Ok(Some(out)),
+            None => Err(self.failed.take().expect("a run that mapped nothing failed")),
+        }
     }
 }
 
