@@ -301,7 +301,11 @@ fn read_file_reads_under_data_and_checkpoint_dirs_while_write_file_writes_under_
     // The data directory is for reading: a write there is refused naming the checkpoint key
     // (WriteFile checks the file's directory first, so the message names the directory).
     let new = d.data.join("new.txt");
-    assert_denied(write(&session, &new, "x"), &d.data, "checkpoints.allowed_dirs");
+    assert_denied(
+        write(&session, &new, "x"),
+        &d.data,
+        "checkpoints.allowed_dirs",
+    );
     assert!(!new.exists());
     write(&session, &d.ckpt.join("new.txt"), "written").unwrap();
     assert_eq!(read(&session, &d.ckpt.join("new.txt")).unwrap(), "written");

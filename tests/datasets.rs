@@ -70,39 +70,63 @@ fn assert_same(what: &str, got: &Tensor, want: &Value) {
             .iter()
             .map(|s| Value::from(hex(s)))
             .collect(),
-        DType::Bool => got.values::<bool>().unwrap().iter().map(|&b| Value::from(b)).collect(),
-        DType::Int64 => got.values::<i64>().unwrap().iter().map(|&v| Value::from(v)).collect(),
-        DType::Int32 => got.values::<i32>().unwrap().iter().map(|&v| Value::from(v)).collect(),
+        DType::Bool => got
+            .values::<bool>()
+            .unwrap()
+            .iter()
+            .map(|&b| Value::from(b))
+            .collect(),
+        DType::Int64 => got
+            .values::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&v| Value::from(v))
+            .collect(),
+        DType::Int32 => got
+            .values::<i32>()
+            .unwrap()
+            .iter()
+            .map(|&v| Value::from(v))
+            .collect(),
         DType::Float => got
             .values::<f32>()
             .unwrap()
             .iter()
             .map(|&v| Value::from(f64::from(v)))
             .collect(),
-        DType::Double => got.values::<f64>().unwrap().iter().map(|&v| Value::from(v)).collect(),
+        DType::Double => got
+            .values::<f64>()
+            .unwrap()
+            .iter()
+            .map(|&v| Value::from(v))
+            .collect(),
         other => panic!("{what}: no comparison for {other}"),
     };
     // JSON's decimal floats are compared at the tensor's own precision.
     let float32 = got.dtype() == DType::Float;
     let same = got_values.len() == want_values.len()
-        && got_values.iter().zip(want_values).all(|(g, w)| match (g.as_f64(), w.as_f64()) {
-            (Some(g), Some(w)) if float32 => g as f32 == w as f32,
-            (Some(g), Some(w)) => g == w,
-            _ => g == w,
-        });
-    assert!(same, "{what}: tessera {got_values:?}, TensorFlow {want_values:?}");
+        && got_values
+            .iter()
+            .zip(want_values)
+            .all(|(g, w)| match (g.as_f64(), w.as_f64()) {
+                (Some(g), Some(w)) if float32 => g as f32 == w as f32,
+                (Some(g), Some(w)) => g == w,
+                _ => g == w,
+            });
+    assert!(
+        same,
+        "{what}: tessera {got_values:?}, TensorFlow {want_values:?}"
+    );
 }
 
 fn code_name(code: Code) -> String {
-    format!("{code:?}")
-        .chars()
-        .fold(String::new(), |mut s, c| {
-            if c.is_uppercase() && !s.is_empty() {
-                s.push('_');
-            }
-            s.push(c.to_ascii_uppercase());
-            s
-        })
+    format!("{code:?}").chars().fold(String::new(), |mut s, c| {
+        if c.is_uppercase() && !s.is_empty() {
+            s.push('_');
+        }
+        s.push(c.to_ascii_uppercase());
+        s
+    })
 }
 
 #[test]
@@ -145,13 +169,20 @@ fn pipelines_yield_tensorflows_elements_in_order() {
                     .run(&[], &fetches, &[])
                     .unwrap_or_else(|e| panic!("{name}, walk {w}, element {i}: {e}"));
                 for (c, (g, v)) in got.iter().zip(element.as_array().unwrap()).enumerate() {
-                    assert_same(&format!("{name}, walk {w}, element {i}, component {c}"), g, v);
+                    assert_same(
+                        &format!("{name}, walk {w}, element {i}, component {c}"),
+                        g,
+                        v,
+                    );
                 }
             }
             let last = w + 1 == walks.len();
             let end = session.run(&[], &fetches, &[]);
             let err = end.err().unwrap_or_else(|| {
-                panic!("{name}, walk {w}: an element after TensorFlow's {}", want.len())
+                panic!(
+                    "{name}, walk {w}: an element after TensorFlow's {}",
+                    want.len()
+                )
             });
             match (&case["error"], last) {
                 (Value::Object(error), true) => {

@@ -80,7 +80,10 @@ fn tensor(v: &Value) -> Tensor {
         DType::Int64 => Tensor::from_vec(shape, ints().collect::<Vec<_>>()),
         DType::Bool => Tensor::from_vec(
             shape,
-            values.iter().map(|x| x.as_bool().unwrap()).collect::<Vec<_>>(),
+            values
+                .iter()
+                .map(|x| x.as_bool().unwrap())
+                .collect::<Vec<_>>(),
         ),
         _ => Tensor::from_strings(
             shape,
@@ -209,7 +212,10 @@ fn check_gradient(case: &Value) {
         let (got, want) = (as_f64s(&got[k]), as_f64s(&tensor(want)));
         assert_eq!(got.len(), want.len());
         for (a, b) in got.iter().zip(&want) {
-            assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "gradient {k}: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                "gradient {k}: {a} vs {b}"
+            );
         }
     }
 }
@@ -335,7 +341,10 @@ fn crosses_past_the_output_limit_are_refused_before_they_are_allocated() {
     let err = node("SparseCrossV2")
         .attr("N", value::int(0))
         .attr("sparse_types", value::dtype_list(&[]))
-        .attr("dense_types", value::dtype_list(&[DType::String, DType::String]))
+        .attr(
+            "dense_types",
+            value::dtype_list(&[DType::String, DType::String]),
+        )
         .run(vec![
             column.clone(),
             column,
@@ -343,7 +352,10 @@ fn crosses_past_the_output_limit_are_refused_before_they_are_allocated() {
         ])
         .expect_err("too many crosses");
     assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
-    assert!(err.message().starts_with("node `x` (op SparseCrossV2)"), "{err}");
+    assert!(
+        err.message().starts_with("node `x` (op SparseCrossV2)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -404,7 +416,11 @@ fn a_vocabulary_table_and_a_cross_run_through_a_session() {
         .unwrap();
     let init = g.initialize_table(&table, &vocab, &ids).unwrap();
     let words = g
-        .placeholder("words", DType::String, PartialShape::new(vec![None, Some(2)]))
+        .placeholder(
+            "words",
+            DType::String,
+            PartialShape::new(vec![None, Some(2)]),
+        )
         .unwrap();
     let default = g.scalar("default", DType::Int64, -1.0).unwrap();
     let found = g.lookup_table_find(&table, &words, &default).unwrap();
@@ -413,7 +429,9 @@ fn a_vocabulary_table_and_a_cross_run_through_a_session() {
     let sep = g
         .constant(&Tensor::from_strings(vec![], vec![Bytes::from("_X_")]).unwrap())
         .unwrap();
-    let crossed = g.sparse_cross_v2(&[], &[words.clone(), found.clone()], &sep).unwrap();
+    let crossed = g
+        .sparse_cross_v2(&[], &[words.clone(), found.clone()], &sep)
+        .unwrap();
     let session = Session::local();
     session.extend(&g.to_graph_def()).unwrap();
     session.run(&[], &[], &[&init]).unwrap();
@@ -434,7 +452,12 @@ fn a_vocabulary_table_and_a_cross_run_through_a_session() {
         .unwrap();
     assert_exact(&out[0], &[2, 2], &[2i64, -1, 0, 0]);
     assert_exact(&out[1], &[], &[3i64]);
-    let crosses: Vec<&[u8]> = out[2].strings().unwrap().iter().map(|b| b.as_ref()).collect();
+    let crosses: Vec<&[u8]> = out[2]
+        .strings()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_ref())
+        .collect();
     assert_eq!(
         crosses,
         [
@@ -456,8 +479,7 @@ fn a_vocabulary_table_and_a_cross_run_through_a_session() {
         .run(
             &[(
                 "words:0",
-                Tensor::from_strings(vec![1, 2], vec![Bytes::from("a"), Bytes::from("b")])
-                    .unwrap(),
+                Tensor::from_strings(vec![1, 2], vec![Bytes::from("a"), Bytes::from("b")]).unwrap(),
             )],
             &[&found.name()],
             &[],
@@ -465,5 +487,8 @@ fn a_vocabulary_table_and_a_cross_run_through_a_session() {
         .expect_err("not initialized");
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     assert!(err.message().contains("Table not initialized."), "{err}");
-    assert!(err.message().contains(&format!("`{}`", found.node)), "{err}");
+    assert!(
+        err.message().contains(&format!("`{}`", found.node)),
+        "{err}"
+    );
 }

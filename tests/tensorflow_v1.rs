@@ -265,7 +265,13 @@ fn a_tf_data_input_pipeline_runs_on_tessera_tasks() {
     on_tessera(&python, &["pipeline"], 1).assert_matches(&PIPELINE);
     // An initializable iterator over tf.train.Examples read from a TFRecord file and parsed
     // by ParseExampleV2: the same images in the same order, so the same losses.
-    let program = ["pipeline", "--iterator", "initializable", "--source", "tfrecord"];
+    let program = [
+        "pipeline",
+        "--iterator",
+        "initializable",
+        "--source",
+        "tfrecord",
+    ];
     on_tessera(&python, &program, 1).assert_matches(&PIPELINE);
 }
 
@@ -277,7 +283,12 @@ fn a_finite_tf_data_input_ends_training_at_its_last_batch() {
     let program = ["pipeline", "--epochs", "3", "--steps", "100000"];
     let trained = on_tessera(&python, &program, 1);
     trained.assert_matches(&PIPELINE_THREE_EPOCHS);
-    assert_eq!(trained.json["local_steps"].as_i64(), Some(135), "{}", trained.json);
+    assert_eq!(
+        trained.json["local_steps"].as_i64(),
+        Some(135),
+        "{}",
+        trained.json
+    );
 }
 
 #[test]
@@ -288,11 +299,23 @@ fn a_restarted_job_resumes_its_tf_data_input_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().to_str().unwrap();
     let run = |steps: &str| {
-        let program = ["pipeline", "--save-iterator", "--steps", steps, "--checkpoint-dir", ckpt];
+        let program = [
+            "pipeline",
+            "--save-iterator",
+            "--steps",
+            steps,
+            "--checkpoint-dir",
+            ckpt,
+        ];
         on_tessera(&python, &program, 1)
     };
     let first = run("100");
-    assert_eq!(first.json["global_step"].as_i64(), Some(100), "{}", first.json);
+    assert_eq!(
+        first.json["global_step"].as_i64(),
+        Some(100),
+        "{}",
+        first.json
+    );
     // A new cluster: the chief restores the model and the iterator's position from step 100,
     // so steps 101..200 see the batches an uninterrupted run sees (TensorFlow alone gives
     // 0.15406787 for the first of them; 0.22631045 when the input starts over).
@@ -302,7 +325,10 @@ fn a_restarted_job_resumes_its_tf_data_input_where_it_stopped() {
     assert_eq!(json["global_step"].as_i64(), Some(200), "{json}");
     for (key, want) in [("first_loss", 0.15406787), ("last_loss", 0.14005105)] {
         let got = resumed.f64(key);
-        assert!((got - want).abs() <= 1e-2 * want, "{key} {got}, TensorFlow's {want}: {json}");
+        assert!(
+            (got - want).abs() <= 1e-2 * want,
+            "{key} {got}, TensorFlow's {want}: {json}"
+        );
     }
     let accuracy = resumed.f64("accuracy");
     assert!((accuracy - 0.98055553).abs() <= 0.02, "{json}");

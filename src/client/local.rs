@@ -290,7 +290,10 @@ impl LocalSession {
             cancel: CancellationToken::new(),
             scope: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-                format!("local{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                format!(
+                    "local{}",
+                    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                )
             },
         }
     }

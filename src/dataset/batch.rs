@@ -196,7 +196,12 @@ fn stack(origin: &Origin, c: usize, parts: &[&Tensor]) -> Result<Tensor> {
 }
 
 /// Pads each part of one component to the component's padded shape and stacks them.
-fn pad_and_stack(origin: &Origin, c: usize, parts: &[&Tensor], padding: &Padding) -> Result<Tensor> {
+fn pad_and_stack(
+    origin: &Origin,
+    c: usize,
+    parts: &[&Tensor],
+    padding: &Padding,
+) -> Result<Tensor> {
     let rank = padding.dims.len();
     let mut dims = vec![0usize; rank];
     for (i, p) in parts.iter().enumerate() {
@@ -277,9 +282,9 @@ fn pad(t: &Tensor, to: &Shape, value: &Tensor) -> Result<Tensor> {
             Tensor::from_strings(to.clone(), out)
         }
         dtype => {
-            let size = dtype.size().ok_or_else(|| {
-                Status::unimplemented(format!("padded_batch of {dtype} tensors"))
-            })?;
+            let size = dtype
+                .size()
+                .ok_or_else(|| Status::unimplemented(format!("padded_batch of {dtype} tensors")))?;
             let fill = value.to_host()?.bytes().cloned().unwrap_or_default();
             let mut out = BytesMut::with_capacity(n * size);
             for _ in 0..n {

@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use prost::Message;
 
 use super::{dataset_input, dataset_of, Dataset, Element, Iter, Signature};
-use crate::format::checkpoint::StoredVariant;
 use crate::error::{Code, Result, Status};
+use crate::format::checkpoint::StoredVariant;
 use crate::graph::attr;
 use crate::kernels::functional::Function;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
@@ -47,8 +47,12 @@ const ITERATOR_TYPE: &str = "IteratorResource";
 
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
-        "OneShotIterator" | "Iterator" | "IteratorV2" | "AnonymousIterator"
-        | "AnonymousIteratorV2" | "AnonymousIteratorV3" => IteratorOp::create,
+        "OneShotIterator"
+        | "Iterator"
+        | "IteratorV2"
+        | "AnonymousIterator"
+        | "AnonymousIteratorV2"
+        | "AnonymousIteratorV3" => IteratorOp::create,
         "MakeIterator" => |_| Ok(Arc::new(MakeIterator)),
         "IteratorGetNext" | "IteratorGetNextSync" | "IteratorGetNextAsOptional" => |n| {
             Ok(Arc::new(GetNext {
@@ -222,9 +226,18 @@ impl OpKernel for IteratorOp {
         }
         // A one-shot iterator's walk is made once per resource: every signature of the
         // session runs its own kernel for the node, and all reach the one iterator.
-        let unmade = || iterator.walk.lock().expect("iterator lock poisoned").is_none();
+        let unmade = || {
+            iterator
+                .walk
+                .lock()
+                .expect("iterator lock poisoned")
+                .is_none()
+        };
         if self.node.op == "OneShotIterator" && unmade() {
-            let factory = Arc::new(ctx.functions()?.instantiate(&self.node, "dataset_factory")?);
+            let factory = Arc::new(
+                ctx.functions()?
+                    .instantiate(&self.node, "dataset_factory")?,
+            );
             let dataset = make_dataset(ctx, &factory)?;
             *iterator.factory.lock().expect("iterator lock poisoned") = Some(factory);
             iterator.start(ctx, dataset, 0)?;
@@ -274,7 +287,9 @@ impl OpKernel for MakeIterator {
 /// `e` naming the node, unless it already does.
 fn named_once(ctx: &OpContext<'_>, e: Status) -> Status {
     let node = ctx.node();
-    if e.message().contains(&format!("node `{}` (op {})", node.name, node.op)) {
+    if e.message()
+        .contains(&format!("node `{}` (op {})", node.name, node.op))
+    {
         e
     } else {
         ctx.named(e)
@@ -316,30 +331,10 @@ impl OpKernel for GetNext {
 
 /// Fails unless `element` has the types (and shapes compatible with those) the node declares.
 fn check_element(ctx: &OpContext<'_>, signature: &Signature, element: &[Tensor]) -> Result<()> {
-    if element.len() != signature.types.len() {
-        return Err(ctx.invalid(format!(
-            "the dataset's elements have {} components, this node declares {}",
-            element.len(),
-            signature.types.len()
-        )));
+    match signature.mismatch(element) {
+        Some(mismatch) => Err(ctx.invalid(format!("the dataset's element has {mismatch}"))),
+        None => Ok(()),
     }
-    for (i, (t, &want)) in element.iter().zip(&signature.types).enumerate() {
-        if t.dtype() != want {
-            return Err(ctx.invalid(format!(
-                "component {i} of the element is {}, this node declares {want}",
-                t.dtype()
-            )));
-        }
-        if let Some(shape) = signature.shapes.get(i) {
-            if !shape.is_compatible_with(t.shape()) {
-                return Err(ctx.invalid(format!(
-                    "component {i} of the element has shape {}, this node declares {shape}",
-                    t.shape()
-                )));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The optional ops: `OptionalHasValue`, `OptionalGetValue`, `OptionalFromValue`,
@@ -447,7 +442,12 @@ struct SerializeIterator;
 impl OpKernel for SerializeIterator {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let iterator = iterator_input(ctx, 0)?;
-        let given = match iterator.walk.lock().expect("iterator lock poisoned").as_ref() {
+        let given = match iterator
+            .walk
+            .lock()
+            .expect("iterator lock poisoned")
+            .as_ref()
+        {
             Some(walk) => walk.given,
             None => return Err(not_initialized(ctx)),
         };
@@ -484,10 +484,19 @@ impl OpKernel for DeserializeIterator {
                  restored here)",
             ));
         };
-        let factory = iterator.factory.lock().expect("iterator lock poisoned").clone();
+        let factory = iterator
+            .factory
+            .lock()
+            .expect("iterator lock poisoned")
+            .clone();
         let dataset = match factory {
             Some(factory) => make_dataset(ctx, &factory)?,
-            None => match iterator.walk.lock().expect("iterator lock poisoned").as_ref() {
+            None => match iterator
+                .walk
+                .lock()
+                .expect("iterator lock poisoned")
+                .as_ref()
+            {
                 Some(walk) => walk.dataset.clone(),
                 None => {
                     // An initializable iterator restored before its initializer runs (what a

@@ -94,7 +94,10 @@ impl Origin {
 
     /// `status` with the dataset's node in front of its message, keeping its code.
     pub fn named(&self, status: Status) -> Status {
-        if status.message().contains(&format!("`{}` (op {})", self.name, self.op)) {
+        if status
+            .message()
+            .contains(&format!("`{}` (op {})", self.name, self.op))
+        {
             return status;
         }
         status.context(format!("dataset `{}` (op {})", self.name, self.op))
@@ -116,8 +119,7 @@ pub fn dataset_tensor(dataset: Arc<dyn Dataset>) -> Tensor {
 
 /// The dataset input `i` holds: INVALID_ARGUMENT naming the node when it holds none.
 pub fn dataset_input(ctx: &OpContext<'_>, i: usize) -> Result<Arc<dyn Dataset>> {
-    dataset_of(ctx, ctx.input(i)?)
-        .map_err(|e| ctx.named(e.context(format!("input {i}"))))
+    dataset_of(ctx, ctx.input(i)?).map_err(|e| ctx.named(e.context(format!("input {i}"))))
 }
 
 /// The dataset `t` holds.
@@ -149,17 +151,9 @@ pub fn kernel_for(op: &str) -> Option<KernelFactory> {
         .or_else(|| iterator::kernel_for(op))
 }
 
-/// A scalar int64 input (a count, a size, a seed), named `what` in errors.
+/// A scalar int64 (or int32) input: a count, a size, a seed, named `what` in errors.
 fn int64_input(ctx: &OpContext<'_>, i: usize, what: &str) -> Result<i64> {
-    let t = ctx.input(i)?;
-    if t.num_elements() != 1 || t.rank() > 1 {
-        return Err(ctx.invalid(format!("{what} must be a scalar, got shape {}", t.shape())));
-    }
-    match t.dtype() {
-        DType::Int64 => t.values::<i64>().map(|v| v[0]),
-        DType::Int32 => t.values::<i32>().map(|v| i64::from(v[0])),
-        other => Err(ctx.invalid(format!("{what} must be int64, got {other}"))),
-    }
+    crate::kernels::cpu::int_scalar(ctx, ctx.input(i)?, what)
 }
 
 /// A scalar bool input, named `what` in errors.
@@ -198,33 +192,34 @@ impl Signature {
         Ok(Self { types, shapes })
     }
 
-    /// Fails unless `element` has the declared types and shapes compatible with the
-    /// declared ones; `who` names what produced it.
-    fn check(&self, origin: &Origin, who: &str, element: &[Tensor]) -> Result<()> {
+    /// What in `element` differs from the declared signature (its component count, a
+    /// component's dtype, a shape incompatible with the declared one); `None` when nothing
+    /// does.
+    fn mismatch(&self, element: &[Tensor]) -> Option<String> {
         if element.len() != self.types.len() {
-            return Err(origin.invalid(format!(
-                "{who} produced {} components, the dataset declares {}",
+            return Some(format!(
+                "{} components where {} are declared",
                 element.len(),
                 self.types.len()
-            )));
+            ));
         }
         for (i, (t, &want)) in element.iter().zip(&self.types).enumerate() {
             if t.dtype() != want {
-                return Err(origin.invalid(format!(
-                    "{who} produced a {} tensor for component {i}, the dataset declares {want}",
+                return Some(format!(
+                    "component {i} is a {} tensor where {want} is declared",
                     t.dtype()
-                )));
+                ));
             }
             if let Some(shape) = self.shapes.get(i) {
                 if !shape.is_compatible_with(t.shape()) {
-                    return Err(origin.invalid(format!(
-                        "{who} produced component {i} of shape {}, the dataset declares {shape}",
+                    return Some(format!(
+                        "component {i} has shape {} where {shape} is declared",
                         t.shape()
-                    )));
+                    ));
                 }
             }
         }
-        Ok(())
+        None
     }
 }
 

@@ -167,9 +167,11 @@ impl Iter for PrefetchIter {
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(token) = ctx.cancellation() {
                         if token.is_cancelled() {
-                            return Err(ctx.named(token.reason().unwrap_or_else(|| {
-                                Status::cancelled("the step was cancelled")
-                            })));
+                            return Err(ctx.named(
+                                token
+                                    .reason()
+                                    .unwrap_or_else(|| Status::cancelled("the step was cancelled")),
+                            ));
                         }
                     }
                     if ctx.deadline().is_some_and(|d| Instant::now() >= d) {

@@ -30,7 +30,10 @@ const MAX_EPOCHS_IN_BUFFER: usize = 3;
 
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
     let factory: KernelFactory = match op {
-        "ShuffleDataset" | "ShuffleDatasetV2" | "ShuffleDatasetV3" | "ShuffleAndRepeatDataset"
+        "ShuffleDataset"
+        | "ShuffleDatasetV2"
+        | "ShuffleDatasetV3"
+        | "ShuffleAndRepeatDataset"
         | "ShuffleAndRepeatDatasetV2" => |n| dataset_op(n, shuffle),
         "AnonymousSeedGenerator" | "DummySeedGenerator" => MakeSeedGenerator::create,
         "DeleteSeedGenerator" => |_| Ok(Arc::new(DeleteSeedGenerator) as Arc<dyn OpKernel>),
@@ -149,7 +152,11 @@ fn shuffle(ctx: &OpContext<'_>, d: &DatasetNode) -> Result<Arc<dyn Dataset>> {
     let shared = handle_input
         .and_then(|i| ctx.input(i).ok())
         .and_then(|t| t.resource_handle().ok().cloned())
-        .and_then(|h| ctx.resources.lookup::<SharedSeeds>(&h.container, &h.name).ok())
+        .and_then(|h| {
+            ctx.resources
+                .lookup::<SharedSeeds>(&h.container, &h.name)
+                .ok()
+        })
         .map(|s| s.0.clone());
     let seeds = match shared {
         Some(seeds) => seeds,
@@ -269,7 +276,12 @@ impl Iter for ShuffleIter {
         }
         while self.slices.front().is_some_and(|s| s.start == s.end) {
             self.slices.pop_front();
-            let (seed, seed2) = self.dataset.seeds.lock().expect("seed lock poisoned").generate();
+            let (seed, seed2) = self
+                .dataset
+                .seeds
+                .lock()
+                .expect("seed lock poisoned")
+                .generate();
             self.words = Words::new(seed, seed2);
         }
         let len = self.buffer.len();
@@ -309,8 +321,11 @@ impl OpKernel for MakeSeedGenerator {
             let seed = int64_input(ctx, 0, "seed")?;
             let seed2 = int64_input(ctx, 1, "seed2")?;
             let reshuffle = super::bool_input(ctx, 2, "reshuffle")?;
-            let seeds = SharedSeeds(Arc::new(Mutex::new(SeedGenerator::new(seed, seed2, reshuffle))));
-            ctx.resources.lookup_or_create(super::iterator::ANONYMOUS, &name, || Ok(seeds))?;
+            let seeds = SharedSeeds(Arc::new(Mutex::new(SeedGenerator::new(
+                seed, seed2, reshuffle,
+            ))));
+            ctx.resources
+                .lookup_or_create(super::iterator::ANONYMOUS, &name, || Ok(seeds))?;
         }
         ctx.set_output(
             0,

@@ -27,7 +27,9 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
         "TensorDataset" => |n| dataset_op(n, |ctx, d| tensors(ctx, d, false)),
         "TensorSliceDataset" => |n| dataset_op(n, |ctx, d| tensors(ctx, d, true)),
         "RangeDataset" => |n| dataset_op(n, range),
-        "TFRecordDataset" | "TFRecordDatasetV2" => |n| dataset_op(n, |ctx, d| files(ctx, d, Format::TfRecord)),
+        "TFRecordDataset" | "TFRecordDatasetV2" => {
+            |n| dataset_op(n, |ctx, d| files(ctx, d, Format::TfRecord))
+        }
         "TextLineDataset" => |n| dataset_op(n, |ctx, d| files(ctx, d, Format::Lines)),
         "FixedLengthRecordDataset" | "FixedLengthRecordDatasetV2" => {
             |n| dataset_op(n, fixed_length)
@@ -145,7 +147,10 @@ fn range(ctx: &OpContext<'_>, d: &DatasetNode) -> Result<Arc<dyn Dataset>> {
         .as_ref()
         .and_then(|s| s.types.first().copied())
         .unwrap_or(DType::Int64);
-    if !matches!(dtype, DType::Int64 | DType::Int32 | DType::Float | DType::Double) {
+    if !matches!(
+        dtype,
+        DType::Int64 | DType::Int32 | DType::Float | DType::Double
+    ) {
         return Err(ctx.invalid(format!(
             "a range of {dtype} is not supported; use int32, int64, float32 or float64"
         )));

@@ -152,8 +152,11 @@ impl Map {
     fn map_one(&self, ctx: &OpContext<'_>, element: Element) -> Result<Element> {
         let d = self;
         let out = d.mapper.call(ctx, element).map_err(|e| d.origin.named(e))?;
-        if let Some(signature) = &d.signature {
-            signature.check(&d.origin, &format!("function `{}`", d.mapper.function.name), &out)?;
+        if let Some(mismatch) = d.signature.as_ref().and_then(|s| s.mismatch(&out)) {
+            return Err(d.origin.invalid(format!(
+                "function `{}` returned {mismatch}",
+                d.mapper.function.name
+            )));
         }
         Ok(out)
     }
@@ -198,7 +201,10 @@ impl Iter for MapIter {
         }
         match self.ready.pop_front() {
             Some(out) => Ok(Some(out)),
-            None => Err(self.failed.take().expect("a run that mapped nothing failed")),
+            None => Err(self
+                .failed
+                .take()
+                .expect("a run that mapped nothing failed")),
         }
     }
 }
@@ -247,9 +253,9 @@ impl Iter for FilterIter {
             let keep = match out.as_slice() {
                 [t] if t.dtype() == DType::Bool && t.num_elements() == 1 => t.values::<bool>()?[0],
                 _ => {
-                    return Err(d.origin.invalid(
-                        "the filter predicate must return a scalar bool tensor",
-                    ))
+                    return Err(d
+                        .origin
+                        .invalid("the filter predicate must return a scalar bool tensor"))
                 }
             };
             if keep {
@@ -296,7 +302,9 @@ fn interleave(ctx: &OpContext<'_>, d: &DatasetNode, flat: bool) -> Result<Arc<dy
         };
         let block = match int64_input(ctx, end + 1, "block_length")? {
             n if n > 0 => n as usize,
-            n => return Err(ctx.invalid(format!("block_length must be greater than zero, got {n}"))),
+            n => {
+                return Err(ctx.invalid(format!("block_length must be greater than zero, got {n}")))
+            }
         };
         (cycle, block)
     };

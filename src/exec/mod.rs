@@ -29,8 +29,9 @@ use crate::proto::NodeDef;
 /// devices can run a node.
 pub fn kernel_for(op: &str, device_type: DeviceType) -> Option<KernelFactory> {
     match device_type {
-        DeviceType::Cpu => crate::dataset::kernel_for(op)
-            .or_else(|| crate::kernels::kernel_for(op, device_type)),
+        DeviceType::Cpu => {
+            crate::dataset::kernel_for(op).or_else(|| crate::kernels::kernel_for(op, device_type))
+        }
         DeviceType::Gpu => crate::kernels::kernel_for(op, device_type),
     }
 }

@@ -26,9 +26,9 @@
 pub mod attr;
 pub mod builder;
 pub mod const_value;
-pub mod einsum;
 mod context;
 mod control_flow;
+pub mod einsum;
 pub mod function;
 mod grad_state;
 pub mod gradients;

@@ -128,7 +128,10 @@ impl<'a> OpContext<'a> {
     }
 
     /// The same context with `functions`, the library of the node's graph.
-    pub fn with_functions(mut self, functions: Option<&'a Arc<functional::FunctionLibrary>>) -> Self {
+    pub fn with_functions(
+        mut self,
+        functions: Option<&'a Arc<functional::FunctionLibrary>>,
+    ) -> Self {
         self.functions = functions;
         self
     }

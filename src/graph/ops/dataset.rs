@@ -1,7 +1,7 @@
 //! The ops of `tf.data` (`core/ops/dataset_ops.cc`, `experimental_dataset_ops.cc`): dataset
 //! sources and transformations, each outputting a scalar variant that holds the dataset; the
 //! iterators, resources that walk a dataset on the task that runs them; and the optionals
-//! `get_next_as_optional` returns. Their kernels live in `crate::dataset`.
+//! `get_next_as_optional` returns. Their kernels live in the `dataset` module, above the kernels.
 //!
 //! Attrs, defaults and statefulness are TensorFlow 2.21's (`op_def_registry.get(name)`,
 //! line by line). No gradient flows through a dataset. An iterator's `get_next` has the
@@ -25,7 +25,12 @@ fn element_shapes(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
         _ => Vec::new(),
     };
     Ok((0..ctx.num_outputs)
-        .map(|i| declared.get(i).cloned().unwrap_or_else(PartialShape::unknown))
+        .map(|i| {
+            declared
+                .get(i)
+                .cloned()
+                .unwrap_or_else(PartialShape::unknown)
+        })
         .collect())
 }
 

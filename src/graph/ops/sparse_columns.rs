@@ -116,7 +116,12 @@ fn dim(s: &PartialShape, d: usize) -> Option<usize> {
 }
 
 /// Merges two dimensions, or fails naming what disagrees.
-fn merged(ctx: &ShapeCtx<'_>, a: Option<usize>, b: Option<usize>, what: &str) -> Result<Option<usize>> {
+fn merged(
+    ctx: &ShapeCtx<'_>,
+    a: Option<usize>,
+    b: Option<usize>,
+    what: &str,
+) -> Result<Option<usize>> {
     sf::merge_dim(a, b).ok_or_else(|| {
         ctx.error(format!(
             "{what}: dimensions must be equal, but are {} and {}",
@@ -133,7 +138,12 @@ fn fill_empty_rows_shape(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
     let dense_shape = ctx.with_rank(2, 1)?;
     ctx.with_rank(3, 0)?;
     let n = merged(ctx, dim(&indices, 0), dim(&values, 0), "indices and values")?;
-    let rank = merged(ctx, dim(&indices, 1), dim(&dense_shape, 0), "indices and dense_shape")?;
+    let rank = merged(
+        ctx,
+        dim(&indices, 1),
+        dim(&dense_shape, 0),
+        "indices and dense_shape",
+    )?;
     if rank == Some(0) {
         return Err(ctx.error("dense_shape must not be empty"));
     }

@@ -140,7 +140,10 @@ fn vals_of(t: &Tensor) -> Result<Vec<Val>> {
 
 /// A tensor of `dtype` and `shape` holding `keys`.
 fn key_tensor(dtype: DType, shape: impl Into<Shape>, keys: Vec<Key>) -> Result<Tensor> {
-    let ints = || keys.iter().map(|k| if let Key::Int(i) = k { *i } else { 0 });
+    let ints = || {
+        keys.iter()
+            .map(|k| if let Key::Int(i) = k { *i } else { 0 })
+    };
     match dtype {
         DType::Int64 => Tensor::from_vec(shape, ints().collect::<Vec<_>>()),
         DType::Int32 => Tensor::from_vec(shape, ints().map(|i| i as i32).collect::<Vec<_>>()),
@@ -380,7 +383,13 @@ fn find(ctx: &mut OpContext<'_>) -> Result<()> {
     let (_, table) = table(ctx)?;
     let (keys, default) = (input(ctx, 1)?, input(ctx, 2)?);
     let out = attr_or(ctx, "Tout", default.dtype());
-    match_signature(ctx, &table, [keys.dtype(), default.dtype()], &[out], &[table.value])?;
+    match_signature(
+        ctx,
+        &table,
+        [keys.dtype(), default.dtype()],
+        &[out],
+        &[table.value],
+    )?;
     let state = table.read();
     if !state.initialized {
         return Err(ctx.named(Status::failed_precondition("Table not initialized.")));
@@ -482,8 +491,11 @@ fn export(ctx: &mut OpContext<'_>) -> Result<()> {
     }
     let n = state.map.len();
     checked_elements(ctx, &[n, 2])?;
-    let (keys, vals): (Vec<Key>, Vec<Val>) =
-        state.map.iter().map(|(k, v)| (k.clone(), v.clone())).unzip();
+    let (keys, vals): (Vec<Key>, Vec<Val>) = state
+        .map
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unzip();
     drop(state);
     ctx.set_output(0, key_tensor(table.key, vec![n], keys)?);
     ctx.set_output(1, val_tensor(table.value, vec![n], vals)?);
@@ -507,10 +519,7 @@ fn initializable(ctx: &OpContext<'_>) -> Result<Arc<LookupTable>> {
         } else {
             &h.container
         };
-        return Err(ctx.invalid(format!(
-            "Table {container} {} is not initializable",
-            h.name
-        )));
+        return Err(ctx.invalid(format!("Table {container} {} is not initializable", h.name)));
     }
     Ok(table)
 }

@@ -323,7 +323,7 @@ fn int_values(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<Vec<i64>> {
 }
 
 /// Reads a scalar (or one-element) int32/int64 tensor.
-fn int_scalar(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<i64> {
+pub(crate) fn int_scalar(ctx: &OpContext<'_>, t: &Tensor, what: &str) -> Result<i64> {
     let values = int_values(ctx, t, what)?;
     match values.as_slice() {
         [v] if t.rank() <= 1 => Ok(*v),

@@ -134,7 +134,11 @@ impl Values<'_> {
         match t.dtype() {
             DType::Int64 => Ok(Values::Int(t.values::<i64>()?)),
             DType::String => Ok(Values::Str(t.strings()?)),
-            other => Err(unsupported_dtype(ctx, other, &[DType::Int64, DType::String])),
+            other => Err(unsupported_dtype(
+                ctx,
+                other,
+                &[DType::Int64, DType::String],
+            )),
         }
     }
 }
@@ -151,9 +155,7 @@ impl Column<'_> {
         match (&self.values, kind, strong) {
             (Values::Str(s), _, Some(key)) => sip_hash_24(key, &s[i]),
             (Values::Str(s), _, None) => fingerprint64(&s[i]),
-            (Values::Int(v), Kind::Hashed, Some(key)) => {
-                sip_hash_24(key, &v[i].to_le_bytes()[..4])
-            }
+            (Values::Int(v), Kind::Hashed, Some(key)) => sip_hash_24(key, &v[i].to_le_bytes()[..4]),
             (Values::Int(v), Kind::Hashed, None) if !self.dense => {
                 fingerprint64(&v[i].to_le_bytes()[..4])
             }
@@ -363,7 +365,10 @@ fn hashed(
     strong: Option<[u64; 2]>,
     num_buckets: u64,
 ) -> i64 {
-    let mut features = columns.iter().zip(picked).map(|(c, &i)| c.hash(i, kind, strong));
+    let mut features = columns
+        .iter()
+        .zip(picked)
+        .map(|(c, &i)| c.hash(i, kind, strong));
     let mut h = match kind {
         Kind::Hashed1 { hash_key, .. } => hash_key,
         _ => features.next().unwrap_or(0),
@@ -453,27 +458,34 @@ impl OpKernel for Cross {
         let values = if matches!(self.kind, Kind::Hashed1 { .. } | Kind::Hashed) {
             let mut rows: Vec<Vec<i64>> = vec![Vec::new(); batch];
             let kind = self.kind;
-            ctx.intra().for_chunks(&mut rows, 1, cycles, |first, chunk| {
-                for (k, row) in chunk.iter_mut().enumerate() {
-                    for_each_cross(&columns, first + k, |p| {
-                        row.push(hashed(&columns, p, kind, strong, num_buckets))
-                    });
-                }
-            });
+            ctx.intra()
+                .for_chunks(&mut rows, 1, cycles, |first, chunk| {
+                    for (k, row) in chunk.iter_mut().enumerate() {
+                        for_each_cross(&columns, first + k, |p| {
+                            row.push(hashed(&columns, p, kind, strong, num_buckets))
+                        });
+                    }
+                });
             let flat: Vec<i64> = rows.concat();
             Tensor::from_vec(vec![total], flat)?
         } else {
             let mut rows: Vec<Vec<Bytes>> = vec![Vec::new(); batch];
-            ctx.intra().for_chunks(&mut rows, 1, cycles, |first, chunk| {
-                for (k, row) in chunk.iter_mut().enumerate() {
-                    for_each_cross(&columns, first + k, |p| row.push(joined(&columns, p, &sep)));
-                }
-            });
+            ctx.intra()
+                .for_chunks(&mut rows, 1, cycles, |first, chunk| {
+                    for (k, row) in chunk.iter_mut().enumerate() {
+                        for_each_cross(&columns, first + k, |p| {
+                            row.push(joined(&columns, p, &sep))
+                        });
+                    }
+                });
             Tensor::from_strings(vec![total], rows.concat())?
         };
         ctx.set_output(0, Tensor::from_vec(vec![total, 2], indices)?);
         ctx.set_output(1, values);
-        ctx.set_output(2, Tensor::from_vec(vec![2], vec![batch as i64, widest as i64])?);
+        ctx.set_output(
+            2,
+            Tensor::from_vec(vec![2], vec![batch as i64, widest as i64])?,
+        );
         Ok(())
     }
 }

@@ -53,10 +53,7 @@ fn fill_empty_rows(ctx: &mut OpContext<'_>) -> Result<()> {
         )));
     }
     if values.rank() != 1 {
-        return Err(ctx.invalid(format!(
-            "values must be a vector, saw: {}",
-            values.shape()
-        )));
+        return Err(ctx.invalid(format!("values must be a vector, saw: {}", values.shape())));
     }
     let (n, rank) = (indices.dims()[0], indices.dims()[1]);
     if values.dims()[0] != n {
@@ -111,9 +108,7 @@ fn fill_empty_rows(ctx: &mut OpContext<'_>) -> Result<()> {
     for i in 0..n {
         let row = idx[i * rank];
         if row < 0 || row >= dense_rows {
-            return Err(ctx.invalid(format!(
-                "indices({i}, 0) is invalid: {row} >= {dense_rows}"
-            )));
+            return Err(ctx.invalid(format!("indices({i}, 0) is invalid: {row} >= {dense_rows}")));
         }
         counts[row as usize] += 1;
         ordered &= row >= last;
@@ -132,7 +127,10 @@ fn fill_empty_rows(ctx: &mut OpContext<'_>) -> Result<()> {
     if full && ordered {
         ctx.set_output(0, indices);
         ctx.set_output(1, values);
-        ctx.set_output(3, Tensor::from_vec(vec![n], (0..n as i64).collect::<Vec<_>>())?);
+        ctx.set_output(
+            3,
+            Tensor::from_vec(vec![n], (0..n as i64).collect::<Vec<_>>())?,
+        );
         return Ok(());
     }
     checked_elements(ctx, &[total, rank])?;
