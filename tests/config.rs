@@ -606,6 +606,31 @@ fn tf_config_finds_the_task_and_applies_the_chief_rule() {
 }
 
 #[test]
+fn a_sparse_tf_config_of_dynamic_workers_gives_each_task_its_part_of_the_cluster() {
+    // Kubeflow's TFJob with enableDynamicWorker: ps 1 sees only itself, as a one-address list.
+    let ps = r#"{"sparseCluster": {"worker": {}, "ps": ["ps-1:2222"]},
+                 "task": {"type": "ps", "index": 1}}"#;
+    let config = TaskConfig::from_tf_config(ps).unwrap();
+    assert!(config.partial_cluster);
+    assert_eq!(config.task, TaskId::new("ps", 1));
+    assert_eq!(config.task_address().unwrap(), "ps-1:2222");
+    assert_eq!(config.cluster.jobs().collect::<Vec<_>>(), ["ps"]);
+    // Worker 2 sees the ps tasks and itself; the chief, worker 0, is not in its view.
+    let worker = r#"{"sparseCluster": {"worker": {"2": "w-2:2222"}, "ps": ["ps-0:2222", "ps-1:2222"]},
+                     "task": {"type": "worker", "index": 2}}"#;
+    let config = TaskConfig::from_tf_config(worker).unwrap();
+    assert!(config.partial_cluster);
+    assert_eq!(config.task_address().unwrap(), "w-2:2222");
+    assert_eq!(config.cluster.task_address("ps", 1).unwrap(), "ps-1:2222");
+    assert!(!config.is_chief());
+    // The whole cluster under "cluster" is not partial, and still needs a chief.
+    let whole = r#"{"cluster": {"worker": {"2": "w-2:2222"}, "ps": ["ps-0:2222"]},
+                    "task": {"type": "worker", "index": 2}}"#;
+    let err = TaskConfig::from_tf_config(whole).unwrap_err().to_string();
+    assert!(err.contains("no task 0 in \"worker\""), "{err}");
+}
+
+#[test]
 fn tf_config_takes_the_environment_overrides_a_cluster_file_takes() {
     // A TFJob pod: TF_CONFIG for the cluster, TESSERA__ variables for the rest.
     let json = r#"{"cluster": {"chief": ["c-0:2222"], "ps": ["ps-0:2222"],

@@ -47,6 +47,17 @@ PROGRAM:
            (make_saveable_from_iterator), so a restart resumes the input where it stopped;
            with --source tfrecord the images come as tf.train.Examples from a TFRecord file
            the program writes, shuffled, batched and parsed by tf.io.parse_example.
+  wide_deep
+           A wide-and-deep recommender from tf.compat.v1.feature_column on synthetic clicks
+           (4000 training and 1000 held-out rows, a seeded logistic model of a user, an item,
+           a country, a device and an age): string ids hashed into buckets, the country from a
+           vocabulary list and the device from a vocabulary file (lookup tables), the age
+           bucketized, a crossed item x country column; linear_model over the sparse columns
+           (Ftrl 0.2) and input_layer over sqrtn embeddings, an indicator and the numeric age
+           into a 32-16 ReLU tower (Adagrad 0.1); every table partitioned over the ps tasks
+           (fixed_size_partitioner(2)); input from tf.data (slices of the columns, shuffle,
+           repeat, batch 32, a one-shot iterator). Sigmoid cross entropy; eval_loss is the
+           held-out log loss.
 
 Options:
   --v2-behavior off        tf.compat.v1.disable_v2_behavior(): reference variables (VariableV2,
@@ -113,8 +124,9 @@ except ImportError as e:  # pragma: no cover - depends on the host
 
 BATCH = 32
 CONTROL_FLOW = re.compile(r"Switch|Merge|Enter|Exit|NextIteration|LoopCond|While|If$|TensorArray|Stack|TensorList|PartitionedCall")
-DEFAULT_STEPS = {"classic": 200, "sync": 200, "rnn": 100, "cnn": 200, "embedding": 200, "pipeline": 200}
-DEFAULT_PS_TASKS = {"cnn": 2, "embedding": 2}
+DEFAULT_STEPS = {"classic": 200, "sync": 200, "rnn": 100, "cnn": 200, "embedding": 200, "pipeline": 200,
+                 "wide_deep": 300}
+DEFAULT_PS_TASKS = {"cnn": 2, "embedding": 2, "wide_deep": 2}
 # The embedding program's ids: pixel position x 17 + the pixel's value (0..16).
 LEVELS = 17
 VOCABULARY = 64 * LEVELS
@@ -163,6 +175,44 @@ def digits():
     order = np.random.default_rng(0).permutation(len(xs))
     train, test = order[:1437], order[1437:]
     return xs[train], ys[train], xs[test], ys[test]
+
+
+COUNTRIES = ["DE", "FR", "JP", "US"]
+DEVICES = ["desktop", "phone", "tablet"]
+
+
+def clicks():
+    """Synthetic clicks for the wide_deep program: columns (dicts of numpy arrays) and 0/1
+    labels drawn from a seeded logistic model, (train_x, train_y, test_x, test_y) 4000/1000.
+    A click's odds are a user's and an item's own, an item's taste per country (what the
+    crossed column learns), a device's and an age band's."""
+    rng = np.random.default_rng(7)
+    rows = 5000
+    users, items = 100, 40
+    user = rng.integers(0, users, rows)
+    item = rng.integers(0, items, rows)
+    country = rng.integers(0, len(COUNTRIES), rows)
+    device = rng.integers(0, len(DEVICES), rows)
+    age = rng.uniform(18, 70, rows).astype(np.float32)
+    user_bias = rng.normal(0, 1.0, users)
+    item_bias = rng.normal(0, 0.5, items)
+    taste = rng.normal(0, 1.0, (items, len(COUNTRIES)))
+    device_bias = np.array([0.3, -0.2, 0.1])
+    band = np.digitize(age, [25, 35, 45, 55])
+    band_bias = np.array([0.6, 0.2, -0.1, -0.3, -0.6])
+    logit = (user_bias[user] + item_bias[item] + taste[item, country] + device_bias[device]
+             + band_bias[band])
+    label = (rng.uniform(size=rows) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    columns = {
+        "user": np.array([b"user_%d" % u for u in user]),
+        "item": np.array([b"item_%d" % i for i in item]),
+        "country": np.array([COUNTRIES[c].encode() for c in country]),
+        "device": np.array([DEVICES[d].encode() for d in device]),
+        "age": age,
+    }
+    train = {k: v[:4000] for k, v in columns.items()}
+    test = {k: v[4000:] for k, v in columns.items()}
+    return train, label[:4000], test, label[4000:]
 
 
 class Batches:
@@ -246,6 +296,56 @@ def embedding(x, partitions, strategy, kind):
     return dense(tf.reduce_sum(rows, axis=1), 16, 10, "logits", seed=9)
 
 
+def wide_deep(args, data, index):
+    """The wide_deep program's input, model and training op; returns `(features, label,
+    logits, train_op)` (the optimizers' updates, the global step's with Adagrad's)."""
+    fc = tf.compat.v1.feature_column
+    train_x, train_y = data[0], data[1]
+    vocabulary = os.path.join(args.data_dir, "devices.txt")
+    with open(vocabulary, "w") as f:
+        f.write("\n".join(DEVICES) + "\n")
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((train_x, train_y))
+        .shuffle(len(train_y), seed=100 + index)
+        .repeat()
+        .batch(BATCH)
+    )
+    features, label = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    user = fc.categorical_column_with_hash_bucket("user", 500)
+    item = fc.categorical_column_with_hash_bucket("item", 100)
+    country = fc.categorical_column_with_vocabulary_list("country", COUNTRIES)
+    device = fc.categorical_column_with_vocabulary_file("device", vocabulary, len(DEVICES))
+    age = fc.numeric_column("age")
+    age_bands = fc.bucketized_column(age, [25.0, 35.0, 45.0, 55.0])
+    item_by_country = fc.crossed_column(["item", country], 400)
+    wide = [user, item, country, device, age_bands, item_by_country]
+    deep = [
+        fc.embedding_column(user, 8, combiner="sqrtn"),
+        fc.embedding_column(item, 8, combiner="sqrtn"),
+        fc.indicator_column(country),
+        fc.indicator_column(device),
+        fc.numeric_column("age", normalizer_fn=lambda a: (a - 44.0) / 15.0),
+    ]
+    partitioner = tf.compat.v1.fixed_size_partitioner(2)
+    with tf.compat.v1.variable_scope("wide", partitioner=partitioner):
+        wide_logits = fc.linear_model(features, wide)
+    with tf.compat.v1.variable_scope("deep", partitioner=partitioner):
+        net = fc.input_layer(features, deep)
+        init = tf.compat.v1.glorot_uniform_initializer(seed=11)
+        net = tf.compat.v1.layers.dense(net, 32, tf.nn.relu, kernel_initializer=init)
+        net = tf.compat.v1.layers.dense(net, 16, tf.nn.relu, kernel_initializer=init)
+        deep_logits = tf.compat.v1.layers.dense(net, 1, kernel_initializer=init)
+    logits = tf.squeeze(wide_logits + deep_logits, axis=1)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logits))
+    trainable = tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES
+    train_wide = tf.compat.v1.train.FtrlOptimizer(0.2).minimize(
+        loss, var_list=tf.compat.v1.get_collection(trainable, "wide"))
+    train_deep = tf.compat.v1.train.AdagradOptimizer(0.1).minimize(
+        loss, var_list=tf.compat.v1.get_collection(trainable, "deep"),
+        global_step=tf.compat.v1.train.get_or_create_global_step())
+    return features, label, logits, loss, tf.group(train_wide, train_deep)
+
+
 def pipeline(args, data, index):
     """The pipeline program's input: the training digits as uint8 pixels (0..16) and int64
     labels from a tf.data pipeline (from_tensor_slices, a map that scales the pixels in the
@@ -318,10 +418,14 @@ def build(args, ps, workers, index, data=None):
         initializer = None
         if args.program == "pipeline":
             x, y, initializer = pipeline(args, data, index)
+        elif args.program == "wide_deep":
+            x, y, logits, loss, train_op = wide_deep(args, data, index)
         else:
             x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
             y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-        if args.program == "rnn":
+        if args.program == "wide_deep":
+            pass
+        elif args.program == "rnn":
             logits = rnn(x, args.cell)
         elif args.program == "cnn":
             logits = cnn(x)
@@ -329,8 +433,12 @@ def build(args, ps, workers, index, data=None):
             logits = embedding(x, args.partitions, args.partition_strategy, args.partitioner)
         else:
             logits = mlp(x)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-        if args.program == "pipeline":
+        if args.program != "wide_deep":
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        if args.program == "wide_deep":
+            correct = tf.equal(tf.cast(logits > 0, tf.float32), y)
+        elif args.program == "pipeline":
             correct = tf.compat.v1.nn.in_top_k(logits, y, 1)
         else:
             correct = tf.equal(tf.argmax(logits, 1), y)
@@ -347,7 +455,8 @@ def build(args, ps, workers, index, data=None):
                 optimizer, replicas_to_aggregate=len(workers), total_num_replicas=len(workers)
             )
             hooks.append(optimizer.make_session_run_hook(index == 0))
-        train_op = optimizer.minimize(loss, global_step=step)
+        if args.program != "wide_deep":
+            train_op = optimizer.minimize(loss, global_step=step)
         variables = tf.compat.v1.global_variables()
         table_parts = [v for v in variables if re.fullmatch(r"embedding/part_\d+", v.op.name)]
         graph_def = graph.as_graph_def()
@@ -397,9 +506,13 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
     batches = Batches(train_x, train_y, index)
     losses = []
     with graph.as_default():
-        evaluate = EvaluateAtEnd(
-            [m["accuracy"], m["step"], m["loss"]], {m["x"]: test_x, m["y"]: test_y}
-        )
+        if isinstance(m["x"], dict):
+            # The held-out rows fed in place of the iterator's columns.
+            held_out = {m["x"][k]: v for k, v in test_x.items()}
+        else:
+            held_out = {m["x"]: test_x}
+        held_out[m["y"]] = test_y
+        evaluate = EvaluateAtEnd([m["accuracy"], m["step"], m["loss"]], held_out)
         stop = tf.compat.v1.train.StopAtStepHook(last_step=args.steps)
         hooks = m["hooks"] + [stop, evaluate]
         scaffold = None
@@ -428,7 +541,7 @@ def train(args, master, ps, workers, index, data, cluster_def=None, on_ready=Non
             if on_ready:
                 on_ready()
             while not args.evaluate_only and not session.should_stop():
-                if args.program == "pipeline":
+                if args.program in ("pipeline", "wide_deep"):
                     loss, _ = session.run([m["loss"], m["train_op"]])
                 else:
                     xs, ys = batches.next()
@@ -476,7 +589,7 @@ def alone(args):
         tf.distribute.Server(spec, job_name="worker", task_index=i, start=True)
         for i in range(args.workers)
     ]
-    data = digits()
+    data = clicks() if args.program == "wide_deep" else digits()
     results, errors = [None] * args.workers, []
     # The other workers open their sessions once the chief has initialised the model (a
     # worker finding it uninitialised would wait 30 s before looking again).
@@ -516,7 +629,8 @@ def client(args):
     master = args.master if args.master.startswith("grpc://") else "grpc://" + args.master
     # The chief says when the model is initialised: the other workers may start.
     ready = (lambda: print("ready", flush=True)) if args.index == 0 else None
-    return train(args, master, ps, workers, args.index, digits(), cluster_def, ready)
+    data = clicks() if args.program == "wide_deep" else digits()
+    return train(args, master, ps, workers, args.index, data, cluster_def, ready)
 
 
 def main():

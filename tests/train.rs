@@ -329,6 +329,57 @@ fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluato
     );
 }
 
+/// A Kubeflow TFJob with dynamic workers (`enableDynamicWorker`) writes a sparse
+/// `TF_CONFIG`, under `sparseCluster`: a ps sees only itself (a one-address list, whatever its
+/// index, and an empty worker job), a worker the ps tasks and itself. The ps tasks learn the
+/// workers from their masters' sessions, the workers meet the chief (worker 0) on ps 0, and
+/// every task ends by itself.
+#[test]
+fn a_sparse_tf_config_of_dynamic_workers_trains_and_every_task_exits_0() {
+    let tasks = [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1), ("worker", 2)];
+    let listeners: Vec<TcpListener> = tasks
+        .iter()
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addr = |job: &str, index: usize| -> String {
+        let at = tasks.iter().position(|t| *t == (job, index)).unwrap();
+        listeners[at].local_addr().unwrap().to_string()
+    };
+    let ps = vec![addr("ps", 0), addr("ps", 1)];
+    let mut children = Vec::new();
+    for (&(job, index), listener) in tasks.iter().zip(&listeners) {
+        // What the TFJob operator's sparse form gives each replica.
+        let sparse = if job == "ps" {
+            serde_json::json!({"worker": {}, "ps": [addr(job, index)]})
+        } else {
+            serde_json::json!({"worker": {index.to_string(): addr(job, index)}, "ps": ps})
+        };
+        let tf_config = serde_json::json!({
+            "sparseCluster": sparse, "task": {"type": job, "index": index},
+        });
+        let mut command = socket_activated(Path::new(BIN), listener);
+        command
+            .args(["train", "--steps", "300"])
+            .env("TF_CONFIG", tf_config.to_string())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = command.spawn().expect("spawn tessera train");
+        children.push((format!("/job:{job}/task:{index}"), child));
+    }
+    let ended = wait_all(children);
+    // Three workers trained asynchronously to step 300 (or a little past it).
+    assert_trained(&ended, "3");
+    // Every worker's last step reached the chief through ps 0 before it ended the job.
+    let chief = chief(&ended);
+    assert!(
+        !chief.stderr.contains("not every unlisted worker"),
+        "{}",
+        chief.stderr
+    );
+}
+
 #[test]
 fn async_training_of_the_mlp_reaches_the_stated_accuracy_and_every_task_exits_0() {
     let ended = run_job(
@@ -956,7 +1007,10 @@ fn a_chief_started_again_restores_the_latest_checkpoint_and_goes_on_from_its_ste
 fn the_chiefs_signals_reach_every_task_through_its_own_server_and_stay_set() {
     use crate::support::cluster::InProcessCluster;
     use tessera::cluster::TaskId;
-    use tessera::train::job::signal::{report_finished, wait_for_done, ChiefSignals};
+    use tessera::train::job::signal::{
+        report_finished, report_unlisted, wait_for_done, ChiefSignals, UNLISTED_FINISHED,
+        UNLISTED_STARTED,
+    };
 
     let cluster = InProcessCluster::start(&[("ps", 1), ("worker", 2)]);
     let ps = TaskId::new("ps", 0);
@@ -970,9 +1024,32 @@ fn the_chiefs_signals_reach_every_task_through_its_own_server_and_stay_set() {
         &cluster.target("worker", 0),
         &chief,
         &[ps.clone(), worker.clone()],
+        &ps,
     )
     .unwrap();
     assert_eq!(signals.wait_for_workers(1, Duration::from_secs(20)), [1]);
+    // No worker the chief does not know started: nothing to wait for.
+    let started = Instant::now();
+    signals.wait_for_unlisted(Duration::from_secs(20));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // One that did (a sparse TF_CONFIG's worker 1, reporting on ps 0) is waited for until
+    // it reports its last step there.
+    report_unlisted(&worker_target, &ps, UNLISTED_STARTED, 1).unwrap();
+    thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel();
+        let signals = &signals;
+        scope.spawn(move || {
+            signals.wait_for_unlisted(Duration::from_secs(20));
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "the chief ended before the unlisted worker's last step"
+        );
+        report_unlisted(&worker_target, &ps, UNLISTED_FINISHED, 1).unwrap();
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the chief saw the unlisted worker finish within 10 s");
+    });
 
     // The ps watches its own queue until the chief closes it.
     let (tx, rx) = mpsc::channel();
@@ -1005,7 +1082,8 @@ fn the_chiefs_wait_for_workers_that_never_report_is_bounded() {
 
     let cluster = InProcessCluster::start(&[("ps", 1), ("worker", 2)]);
     let chief = TaskId::new("worker", 0);
-    let signals = ChiefSignals::connect(&cluster.target("worker", 0), &chief, &[]).unwrap();
+    let ps = TaskId::new("ps", 0);
+    let signals = ChiefSignals::connect(&cluster.target("worker", 0), &chief, &[], &ps).unwrap();
     let started = Instant::now();
     // Worker 1 never reports: the wait ends after its bound (polls of 2 s each) with nobody.
     assert!(signals

@@ -296,6 +296,7 @@ impl TaskConfig {
             checkpoints: Default::default(),
             data: Default::default(),
             security: Default::default(),
+            partial_cluster: false,
         })
     }
 

@@ -28,6 +28,9 @@ pub struct PeerCache {
     local: Arc<dyn Peer>,
     connector: Connector,
     peers: Mutex<HashMap<TaskId, Arc<dyn Peer>>>,
+    /// Addresses of tasks `spec` does not name, learnt from the clusters of masters' worker
+    /// sessions (see [`learn`](Self::learn)).
+    learned: Mutex<HashMap<TaskId, String>>,
 }
 
 impl PeerCache {
@@ -75,6 +78,7 @@ impl PeerCache {
             local,
             connector,
             peers: Mutex::new(HashMap::new()),
+            learned: Mutex::new(HashMap::new()),
         })
     }
 
@@ -99,10 +103,40 @@ impl PeerCache {
         if let Some(peer) = peers.get(task) {
             return Ok(peer.clone());
         }
-        let address = address_of(&self.spec, task)?;
-        let peer = (self.connector)(task, address)?;
+        let peer = match address_of(&self.spec, task) {
+            Ok(address) => (self.connector)(task, address)?,
+            Err(unknown) => {
+                let learned = self.learned.lock().unwrap_or_else(PoisonError::into_inner);
+                match learned.get(task) {
+                    Some(address) => (self.connector)(task, address)?,
+                    None => return Err(unknown),
+                }
+            }
+        };
         peers.insert(task.clone(), peer.clone());
         Ok(peer)
+    }
+
+    /// Learns the addresses of the tasks in `cluster` that this task's own cluster does not
+    /// name, as a master's `CreateWorkerSession` gives them: under Kubeflow's sparse
+    /// `TF_CONFIG` a ps knows only itself, and pulls a worker's gradients from the address the
+    /// worker's master sent (TensorFlow's worker builds a session's worker cache from that
+    /// cluster too). The own cluster's addresses always win; a learnt task whose address
+    /// changes (a restarted worker's pod came back elsewhere) is connected anew.
+    pub fn learn(&self, cluster: &ClusterSpec) {
+        // The same lock order as `get`: peers, then learned.
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut learned = self.learned.lock().unwrap_or_else(PoisonError::into_inner);
+        for (task, address) in cluster.all_tasks() {
+            if address_of(&self.spec, &task).is_ok()
+                || learned.get(&task).map(String::as_str) == Some(address)
+            {
+                continue;
+            }
+            tracing::info!(task = %task.device_prefix(), address, "learnt a task's address from a master's cluster");
+            peers.remove(&task);
+            learned.insert(task, address.to_owned());
+        }
     }
 
     /// Returns the peer of every task in the cluster, in cluster order, the own task included.

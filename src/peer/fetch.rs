@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{CallOptions, Peer, PeerCache};
-use crate::cluster::{DeviceName, TaskId};
+use crate::cluster::{ClusterSpec, DeviceName, TaskId};
 use crate::error::{Result, Status};
 use crate::proto::{RecvTensorRequest, RecvTensorResponse};
 use crate::runtime::rendezvous::{ParsedKey, Received};
@@ -123,6 +123,10 @@ impl RemoteRecv for RemoteFetcher {
         let tensor =
             Tensor::from_proto(proto).map_err(|e| e.context(format!("RecvTensor for `{key}`")))?;
         Ok((tensor, response.is_dead))
+    }
+
+    fn learn_tasks(&self, cluster: &ClusterSpec) {
+        self.peers.learn(cluster);
     }
 }
 

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::cluster::ClusterSpec;
 use crate::error::Result;
 use crate::runtime::cancel::CancellationToken;
 use crate::runtime::rendezvous::{ParsedKey, Received, Rendezvous};
@@ -51,4 +52,9 @@ pub trait RemoteRecv: Send + Sync + std::fmt::Debug {
         deadline: Instant,
         room: u64,
     ) -> Result<Received>;
+
+    /// Takes note of the tasks a master's session names (`CreateWorkerSession`'s cluster), so
+    /// that tensors can be pulled from tasks this task's own cluster does not list. Nothing by
+    /// default.
+    fn learn_tasks(&self, _cluster: &ClusterSpec) {}
 }

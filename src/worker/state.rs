@@ -305,6 +305,20 @@ impl WorkerState {
                 "CreateWorkerSession needs a session_handle; the master names its sessions",
             ));
         }
+        // The master's cluster may name tasks this task's own does not (Kubeflow's sparse
+        // TF_CONFIG: a ps knows only itself); the session's `_Recv`s pull from them.
+        let cluster = request.server_def.as_ref().and_then(|d| d.cluster.as_ref());
+        if let (Some(cluster), Some(remote)) = (cluster, self.inner.remote.get()) {
+            match crate::cluster::ClusterSpec::from_cluster_def(cluster) {
+                Ok(cluster) => remote.learn_tasks(&cluster),
+                Err(e) => tracing::warn!(
+                    task = %self.inner.task,
+                    session = %handle,
+                    error = %e,
+                    "ignored the cluster of a CreateWorkerSession"
+                ),
+            }
+        }
         let devices = if request.isolate_session_state {
             isolated_devices(&self.inner.shared)
         } else {

@@ -589,6 +589,7 @@ impl RawFile {
             checkpoints,
             data,
             security,
+            partial_cluster: false,
         })
     }
 }

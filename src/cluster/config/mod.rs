@@ -54,6 +54,10 @@ pub struct TaskConfig {
     /// TLS and the cluster token, for the server and every channel to a peer (`[tls]`,
     /// `[auth]`); plain text without a token by default.
     pub security: Security,
+    /// `cluster` names only some of the job's tasks: Kubeflow's sparse `TF_CONFIG` for
+    /// dynamic workers, where a ps sees only itself and a worker the ps tasks and itself.
+    /// Such a task learns the others from the masters that reach it.
+    pub partial_cluster: bool,
 }
 
 /// The devices a task creates at start; a session's config cannot change them later.
@@ -166,6 +170,7 @@ impl TaskConfig {
             checkpoints: CheckpointsConfig::default(),
             data: DataConfig::default(),
             security: Security::default(),
+            partial_cluster: false,
         }
     }
 

@@ -101,6 +101,7 @@ impl TaskConfig {
             checkpoints: Default::default(),
             data: Default::default(),
             security: Default::default(),
+            partial_cluster: false,
         })
     }
 
@@ -156,15 +157,23 @@ impl TaskConfig {
                     .into(),
             });
         }
-        let Some(cluster_json) = doc.get("cluster") else {
-            return Err(ConfigError::NotAServer {
-                at: AT.into(),
-                key: "cluster".into(),
-                message: "missing; without a cluster TensorFlow trains in-process and there is \
-                          nothing to serve; add \"cluster\": {\"chief\": [...], \"worker\": [...]}"
-                    .into(),
-            });
+        // Kubeflow's TFJob with dynamic workers (`enableDynamicWorker`) writes `sparseCluster`
+        // instead: a ps sees only itself, a worker the ps tasks and itself.
+        let (cluster_json, partial) = match (doc.get("cluster"), doc.get("sparseCluster")) {
+            (Some(cluster), _) => (cluster.clone(), false),
+            (None, Some(sparse)) => (sparse_view(sparse, task), true),
+            (None, None) => {
+                return Err(ConfigError::NotAServer {
+                    at: AT.into(),
+                    key: "cluster".into(),
+                    message: "missing; without a cluster TensorFlow trains in-process and there \
+                              is nothing to serve; add \"cluster\": {\"chief\": [...], \
+                              \"worker\": [...]}"
+                        .into(),
+                })
+            }
         };
+        let cluster_json = &cluster_json;
         let cluster = ClusterSpec::from_json(cluster_json)
             .map_err(|s| invalid("cluster", s.message().to_owned()))?;
         for (task, addr) in cluster.all_tasks() {
@@ -182,6 +191,11 @@ impl TaskConfig {
             .into_iter()
             .find(|j| cluster.jobs().any(|n| n == *j));
         match chief_job.map(|j| (j, cluster.num_tasks(j).unwrap_or(0))) {
+            None if partial => tracing::info!(
+                task = ?task.and_then(|t| t.get("type")),
+                "a sparse TF_CONFIG (a TFJob's dynamic workers): this task sees only part of \
+                 the cluster; the chief is worker 0"
+            ),
             None => {
                 let worker0 = cluster
                     .all_tasks()
@@ -281,6 +295,43 @@ impl TaskConfig {
             checkpoints: Default::default(),
             data: Default::default(),
             security: Default::default(),
+            partial_cluster: partial,
         })
     }
+}
+
+/// The cluster a sparse `TF_CONFIG` gives `task`, as TensorFlow's `ClusterSpec` reads it: its
+/// own job is the one-address list TFJob writes for a ps (`["ps-1:2222"]` for ps 1), which
+/// is this task at its own index; a job without tasks (TFJob's `"worker": {}` for a ps) is
+/// left out.
+fn sparse_view(
+    sparse: &serde_json::Value,
+    task: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> serde_json::Value {
+    let Some(jobs) = sparse.as_object() else {
+        return sparse.clone(); // refused by ClusterSpec::from_json, with its message
+    };
+    let own_job = task.and_then(|t| t.get("type")).and_then(|t| t.as_str());
+    let own_index = task.and_then(|t| t.get("index")).and_then(|i| i.as_u64());
+    let mut view = serde_json::Map::new();
+    for (job, tasks) in jobs {
+        let empty = match tasks {
+            serde_json::Value::Array(a) => a.is_empty(),
+            serde_json::Value::Object(o) => o.is_empty(),
+            _ => false,
+        };
+        if empty {
+            continue;
+        }
+        let tasks = match (tasks, own_index) {
+            (serde_json::Value::Array(addrs), Some(index))
+                if Some(job.as_str()) == own_job && addrs.len() == 1 =>
+            {
+                serde_json::json!({ index.to_string(): addrs[0] })
+            }
+            _ => tasks.clone(),
+        };
+        view.insert(job.clone(), tasks);
+    }
+    serde_json::Value::Object(view)
 }

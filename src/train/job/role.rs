@@ -248,13 +248,23 @@ pub fn check(config: &TaskConfig, spec: &TrainSpec) -> Result<()> {
     let cluster = &config.cluster;
     let num_ps = cluster.num_tasks("ps").unwrap_or(0);
     let replicas = Replica::count(cluster);
-    if num_ps == 0 || replicas == 0 {
+    // Under a sparse TF_CONFIG a ps sees only itself: the workers find it, not it them.
+    let sparse_ps = config.partial_cluster && config.task.job == "ps";
+    if num_ps == 0 || (replicas == 0 && !sparse_ps) {
         return Err(Status::invalid_argument(format!(
             "tessera train needs a cluster with a `ps` job and a `worker` (or `chief`) job; \
              this one has {num_ps} ps and {replicas} worker and chief tasks"
         )));
     }
-    spec.validate(replicas)?;
+    if config.partial_cluster && spec.sync.is_some() {
+        return Err(Status::invalid_argument(format!(
+            "{}: synchronous training (--sync) aggregates the gradients of every worker, but \
+             this sparse TF_CONFIG (a TFJob's dynamic workers) names only some of them; train \
+             asynchronously, or give every task the whole cluster (no enableDynamicWorker)",
+            config.task
+        )));
+    }
+    spec.validate(replicas.max(1))?;
     if Replica::of(cluster, &config.task).is_some_and(|r| r.is_chief()) {
         spec.check_checkpoint_dir()?;
         spec.check_logdir()?;
@@ -374,8 +384,16 @@ fn train_worker(
     })?;
     let (index, num_workers) = (replica.index as u32, replica.count);
     let is_chief = replica.is_chief();
+    // A worker of a sparse TF_CONFIG does not know how many others train: it walks the
+    // whole training set in its own order (its index seeds the shuffle), as the workers of
+    // TensorFlow's dynamic-worker jobs each walk their own dataset.
+    let unlisted = config.partial_cluster && !is_chief;
     let (train, held_out) = spec.load_data()?;
-    let shard = train.shard(num_workers, index as usize)?;
+    let shard = if config.partial_cluster {
+        train.shard(1, 0)?
+    } else {
+        train.shard(num_workers, index as usize)?
+    };
     if shard.is_empty() {
         return Err(Status::invalid_argument(format!(
             "{}: its shard of {} training examples over {num_workers} workers is empty; use \
@@ -421,6 +439,11 @@ fn train_worker(
         agree::check(target, &ps0, &config.task, spec, spec.wait_for_model)?;
     }
     let mut session = monitored_session(config, target, spec, &built, summaries.clone())?;
+    if unlisted {
+        // The chief does not know this worker: it learns of it from ps 0 and waits for its
+        // last step there before it ends the job.
+        signal::report_unlisted(target, &ps0, signal::UNLISTED_STARTED, index)?;
+    }
     if is_chief {
         // The model is up (initialised or restored): the others may compare with it.
         agree::publish(target, &ps0, &config.task, spec)?;
@@ -473,6 +496,13 @@ fn train_worker(
             checkpoint,
         });
     }
+    if unlisted {
+        // Its last update is in: the chief may end the job. No one can tell this worker
+        // that training is over, and it needs no telling: its StopAtStep saw the last step.
+        session.close()?;
+        signal::report_unlisted(target, &ps0, signal::UNLISTED_FINISHED, index)?;
+        return Ok(Finished::Worker { global_step });
+    }
     if !is_chief {
         session.close()?;
         if let Err(e) = signal::report_finished(target, &replica.chief, index) {
@@ -487,8 +517,10 @@ fn train_worker(
         .map(|(t, _)| t)
         .filter(|t| *t != config.task)
         .collect();
-    let signals = ChiefSignals::connect(target, &config.task, &others)?;
+    let signals = ChiefSignals::connect(target, &config.task, &others, &ps0)?;
+    let waiting = std::time::Instant::now();
     let reported = signals.wait_for_workers(num_workers - 1, WAIT_FOR_WORKERS);
+    signals.wait_for_unlisted(WAIT_FOR_WORKERS.saturating_sub(waiting.elapsed()));
     let missing_workers = (1..num_workers as u32)
         .filter(|w| !reported.contains(w))
         .collect();

@@ -15,6 +15,12 @@
 //! so the checkpoint holds their last updates, and then goes on without the ones that did not
 //! answer (a dead or slow worker must not keep the job from ending).
 //!
+//! Under Kubeflow's sparse `TF_CONFIG` (dynamic workers) the chief does not know the other
+//! workers, nor they the chief: they meet on ps 0, which everyone knows. Such a worker enqueues
+//! its index into ps 0's [`UNLISTED_STARTED`] once its session is open and into
+//! [`UNLISTED_FINISHED`] after its last step, then exits by itself; the chief, before its final
+//! save, waits (bounded) until as many have finished there as started.
+//!
 //! Every signal has a graph of its own, run in a session of its own on the task's master,
 //! apart from the training graph.
 
@@ -31,6 +37,10 @@ use crate::tensor::{DType, PartialShape, Tensor};
 pub const DONE_QUEUE: &str = "tessera_training_done";
 /// The shared name of the chief's "this worker finished" queue.
 pub const FINISHED_QUEUE: &str = "tessera_workers_finished";
+/// The shared names of ps 0's queues where workers the chief does not know (a sparse
+/// `TF_CONFIG`) say that they train, and that they took their last step.
+pub const UNLISTED_STARTED: &str = "tessera_unlisted_workers_started";
+pub const UNLISTED_FINISHED: &str = "tessera_unlisted_workers_finished";
 /// How long one dequeue waits before the watcher asks again.
 pub const POLL: Duration = Duration::from_secs(2);
 /// How long one signal call may take in all (connection, step).
@@ -131,20 +141,52 @@ pub fn report_finished(target: &str, chief: &TaskId, worker_index: u32) -> Resul
     Ok(())
 }
 
+/// A worker the chief does not know enqueues `worker_index` into ps 0's `shared_name` queue
+/// ([`UNLISTED_STARTED`] or [`UNLISTED_FINISHED`]), through its master at `target`. Bounded
+/// by the call timeout.
+pub fn report_unlisted(
+    target: &str,
+    ps0: &TaskId,
+    shared_name: &str,
+    worker_index: u32,
+) -> Result<()> {
+    let mut g = Graph::new();
+    let q = queue(&mut g, "unlisted_queue", ps0, shared_name)?;
+    let enqueue = g.with_device(&cpu(ps0), |g| {
+        let index = g.constant(&Tensor::scalar(worker_index as i32))?;
+        g.queue_enqueue("unlisted_enqueue", &q, &[index])
+    })?;
+    let s = session(target, &g, &[])?;
+    s.run(&[], &[], &[&enqueue])?;
+    let _ = s.close();
+    Ok(())
+}
+
 /// The chief's end of the signals, on its own master.
 pub struct ChiefSignals {
     session: Session,
     finished: String,
+    /// The sizes of ps 0's queues of unlisted workers: started, finished.
+    unlisted: [String; 2],
     closes: Vec<(TaskId, String)>,
 }
 
 impl ChiefSignals {
     /// Connects to the chief's master at `target`; `others` are the tasks to tell at the end
-    /// (every ps and every other worker).
-    pub fn connect(target: &str, chief: &TaskId, others: &[TaskId]) -> Result<Self> {
+    /// (every ps and every other worker), `ps0` where the unlisted workers report.
+    pub fn connect(target: &str, chief: &TaskId, others: &[TaskId], ps0: &TaskId) -> Result<Self> {
         let mut g = Graph::new();
         let q = queue(&mut g, "finished_queue", chief, FINISHED_QUEUE)?;
         let dequeue = g.with_device(&cpu(chief), |g| dequeue(g, "finished_dequeue", &q))?;
+        let mut unlisted = Vec::with_capacity(2);
+        for (name, shared) in [("started", UNLISTED_STARTED), ("finished", UNLISTED_FINISHED)] {
+            let q = queue(&mut g, &format!("unlisted_{name}"), ps0, shared)?;
+            let size = g.with_device(&cpu(ps0), |g| {
+                g.queue_size(&format!("unlisted_{name}_size"), &q)
+            })?;
+            unlisted.push(size.name());
+        }
+        let unlisted: [String; 2] = unlisted.try_into().expect("two queues");
         let mut closes = Vec::with_capacity(others.len());
         for (k, task) in others.iter().enumerate() {
             let q = queue(&mut g, &format!("done_queue_{k}"), task, DONE_QUEUE)?;
@@ -156,8 +198,38 @@ impl ChiefSignals {
         Ok(Self {
             session: session(target, &g, &[])?,
             finished: dequeue[0].name(),
+            unlisted,
             closes,
         })
+    }
+
+    /// Waits up to `deadline` until as many unlisted workers (a sparse `TF_CONFIG`) reported
+    /// their last step on ps 0 as started there; at once when there are none.
+    pub fn wait_for_unlisted(&self, deadline: Duration) {
+        let started = Instant::now();
+        let [begun, ended] = &self.unlisted;
+        loop {
+            let sizes = self
+                .session
+                .run(&[], &[begun.as_str(), ended.as_str()], &[])
+                .and_then(|v| Ok((v[0].scalar_value::<i32>()?, v[1].scalar_value::<i32>()?)));
+            match sizes {
+                Ok((begun, ended)) if ended >= begun => return,
+                Ok((begun, ended)) if started.elapsed() >= deadline => {
+                    tracing::warn!(
+                        started = begun,
+                        finished = ended,
+                        "not every unlisted worker reported its last step; ending without them"
+                    );
+                    return;
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read ps 0's reports of unlisted workers");
+                    return;
+                }
+            }
+        }
     }
 
     /// Waits up to `deadline` for `expected` workers to report their last step; returns the
