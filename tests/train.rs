@@ -336,7 +336,16 @@ fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluato
 /// every task ends by itself.
 #[test]
 fn a_sparse_tf_config_of_dynamic_workers_trains_and_every_task_exits_0() {
-    let tasks = [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1), ("worker", 2)];
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let tasks = [
+        ("ps", 0),
+        ("ps", 1),
+        ("worker", 0),
+        ("worker", 1),
+        ("worker", 2),
+        ("evaluator", 0),
+    ];
     let listeners: Vec<TcpListener> = tasks
         .iter()
         .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
@@ -349,17 +358,20 @@ fn a_sparse_tf_config_of_dynamic_workers_trains_and_every_task_exits_0() {
     let mut children = Vec::new();
     for (&(job, index), listener) in tasks.iter().zip(&listeners) {
         // What the TFJob operator's sparse form gives each replica.
-        let sparse = if job == "ps" {
-            serde_json::json!({"worker": {}, "ps": [addr(job, index)]})
-        } else {
-            serde_json::json!({"worker": {index.to_string(): addr(job, index)}, "ps": ps})
+        let sparse = match job {
+            "ps" => serde_json::json!({"worker": {}, "ps": [addr(job, index)]}),
+            "worker" => {
+                serde_json::json!({"worker": {index.to_string(): addr(job, index)}, "ps": ps})
+            }
+            _ => serde_json::json!({"worker": {}, "ps": []}),
         };
         let tf_config = serde_json::json!({
             "sparseCluster": sparse, "task": {"type": job, "index": index},
         });
         let mut command = socket_activated(Path::new(BIN), listener);
         command
-            .args(["train", "--steps", "300"])
+            .args(["train", "--steps", "300", "--checkpoint_dir"])
+            .arg(&ckpt)
             .env("TF_CONFIG", tf_config.to_string())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -377,6 +389,19 @@ fn a_sparse_tf_config_of_dynamic_workers_trains_and_every_task_exits_0() {
         !chief.stderr.contains("not every unlisted worker"),
         "{}",
         chief.stderr
+    );
+    // The evaluator scored the chief's last checkpoint.
+    let latest = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
+    let evaluator = ended
+        .iter()
+        .find(|e| e.name == "/job:evaluator/task:0")
+        .unwrap();
+    let last = evaluator.stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("tessera: checkpoint {}", latest.display())),
+        "{}\n{}",
+        evaluator.stdout,
+        evaluator.stderr
     );
 }
 

@@ -580,8 +580,14 @@ fn evaluator_cluster(args: &TrainArgs) -> anyhow::Result<Option<ClusterSpec>> {
     if doc["task"]["type"].as_str() != Some("evaluator") {
         return Ok(None);
     }
-    let cluster = ClusterSpec::from_json(&doc["cluster"])
-        .map_err(|e| anyhow!("TF_CONFIG: cluster: {}", e.message()))?;
+    // A TFJob with dynamic workers writes `sparseCluster`, empty for an evaluator.
+    let key = if doc["cluster"].is_null() && !doc["sparseCluster"].is_null() {
+        "sparseCluster"
+    } else {
+        "cluster"
+    };
+    let cluster = ClusterSpec::from_json(&doc[key])
+        .map_err(|e| anyhow!("TF_CONFIG: {key}: {}", e.message()))?;
     Ok(Some(cluster))
 }
 
