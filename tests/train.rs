@@ -254,42 +254,29 @@ pub(crate) fn chief(ended: &[Ended]) -> &Ended {
         .expect("the chief")
 }
 
-/// What a Kubeflow TFJob sets: one `TF_CONFIG` per task naming the whole cluster and the task;
-/// an evaluator (outside the cluster) scores the chief's checkpoints.
-#[test]
-fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluator_scores_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let tasks = [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)];
+/// Runs `tessera train` on each of `tasks`, each socket-activated on a loopback port of its
+/// own, its `TF_CONFIG` made by `tf_config(job, index, address_of)` and `args` after `train`;
+/// returns how each ended.
+fn tf_config_job(
+    tasks: &[(&str, usize)],
+    tf_config: impl Fn(&str, usize, &dyn Fn(&str, usize) -> String) -> serde_json::Value,
+    args: &[&std::ffi::OsStr],
+) -> Vec<Ended> {
     let listeners: Vec<TcpListener> = tasks
         .iter()
         .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
-    let addrs = |job: &str| -> Vec<String> {
-        tasks
-            .iter()
-            .zip(&listeners)
-            .filter(|((j, _), _)| *j == job)
-            .map(|(_, l)| l.local_addr().unwrap().to_string())
-            .collect()
+    let address_of = |job: &str, index: usize| -> String {
+        let at = tasks.iter().position(|t| *t == (job, index)).unwrap();
+        listeners[at].local_addr().unwrap().to_string()
     };
-    let cluster = serde_json::json!({
-        "chief": addrs("chief"), "ps": addrs("ps"), "worker": addrs("worker"),
-    });
-    let ckpt = dir.path().join("ckpt");
     let mut children = Vec::new();
-    let evaluator = TcpListener::bind("127.0.0.1:0").unwrap();
-    let everyone = tasks.iter().chain(&[("evaluator", 0)]);
-    for ((job, index), listener) in everyone.zip(listeners.iter().chain([&evaluator])) {
-        let tf_config = serde_json::json!({
-            "cluster": cluster, "task": {"type": job, "index": index},
-        });
+    for (&(job, index), listener) in tasks.iter().zip(&listeners) {
         let mut command = socket_activated(Path::new(BIN), listener);
         command
-            .args(["train", "--steps", "200", "--checkpoint_dir"])
-            .arg(&ckpt)
-            .arg("--logdir")
-            .arg(dir.path().join("runs"))
-            .env("TF_CONFIG", tf_config.to_string())
+            .arg("train")
+            .args(args)
+            .env("TF_CONFIG", tf_config(job, index, &address_of).to_string())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -297,11 +284,13 @@ fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluato
         let child = command.spawn().expect("spawn tessera train");
         children.push((format!("/job:{job}/task:{index}"), child));
     }
-    let ended = wait_all(children);
-    // Three replicas trained (the chief's own job and two workers) to step 200.
-    assert_trained(&ended, "2");
-    let latest = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
-    // The evaluator scored checkpoints up to the last, which scores as the chief said.
+    wait_all(children)
+}
+
+/// Asserts the evaluator scored checkpoints of `ckpt` up to the last, which scores as the
+/// chief said.
+fn assert_evaluator_scored_the_last_checkpoint(ended: &[Ended], ckpt: &Path) {
+    let latest = latest_checkpoint(ckpt).unwrap().expect("a checkpoint");
     let evaluator = ended
         .iter()
         .find(|e| e.name == "/job:evaluator/task:0")
@@ -317,7 +306,7 @@ fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluato
         evaluator.stderr
     );
     let accuracy = |line: &str| line.split("held-out accuracy ").nth(1).map(str::to_string);
-    let chief_line = chief(&ended)
+    let chief_line = chief(ended)
         .stdout
         .lines()
         .find(|l| l.contains("held-out accuracy"));
@@ -329,11 +318,46 @@ fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluato
     );
 }
 
+/// What a Kubeflow TFJob sets: one `TF_CONFIG` per task naming the whole cluster and the task;
+/// an evaluator (outside the cluster) scores the chief's checkpoints.
+#[test]
+fn a_tf_config_with_a_chief_trains_on_1_chief_1_ps_and_2_workers_and_an_evaluator_scores_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let runs = dir.path().join("runs");
+    let tasks = [
+        ("chief", 0),
+        ("ps", 0),
+        ("worker", 0),
+        ("worker", 1),
+        ("evaluator", 0),
+    ];
+    let tf_config = |job: &str, index: usize, addr: &dyn Fn(&str, usize) -> String| {
+        let cluster = serde_json::json!({
+            "chief": [addr("chief", 0)], "ps": [addr("ps", 0)],
+            "worker": [addr("worker", 0), addr("worker", 1)],
+        });
+        serde_json::json!({"cluster": cluster, "task": {"type": job, "index": index}})
+    };
+    let args = [
+        "--steps".as_ref(),
+        "200".as_ref(),
+        "--checkpoint_dir".as_ref(),
+        ckpt.as_os_str(),
+        "--logdir".as_ref(),
+        runs.as_os_str(),
+    ];
+    let ended = tf_config_job(&tasks, tf_config, &args);
+    // Three replicas trained (the chief's own job and two workers) to step 200.
+    assert_trained(&ended, "2");
+    assert_evaluator_scored_the_last_checkpoint(&ended, &ckpt);
+}
+
 /// A Kubeflow TFJob with dynamic workers (`enableDynamicWorker`) writes a sparse
 /// `TF_CONFIG`, under `sparseCluster`: a ps sees only itself (a one-address list, whatever its
-/// index, and an empty worker job), a worker the ps tasks and itself. The ps tasks learn the
-/// workers from their masters' sessions, the workers meet the chief (worker 0) on ps 0, and
-/// every task ends by itself.
+/// index, and an empty worker job), a worker the ps tasks and itself, an evaluator nothing.
+/// The ps tasks learn the workers from their masters' sessions, the workers meet the chief
+/// (worker 0) on ps 0, and every task ends by itself.
 #[test]
 fn a_sparse_tf_config_of_dynamic_workers_trains_and_every_task_exits_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -346,63 +370,34 @@ fn a_sparse_tf_config_of_dynamic_workers_trains_and_every_task_exits_0() {
         ("worker", 2),
         ("evaluator", 0),
     ];
-    let listeners: Vec<TcpListener> = tasks
-        .iter()
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    let addr = |job: &str, index: usize| -> String {
-        let at = tasks.iter().position(|t| *t == (job, index)).unwrap();
-        listeners[at].local_addr().unwrap().to_string()
-    };
-    let ps = vec![addr("ps", 0), addr("ps", 1)];
-    let mut children = Vec::new();
-    for (&(job, index), listener) in tasks.iter().zip(&listeners) {
-        // What the TFJob operator's sparse form gives each replica.
+    // What the TFJob operator's sparse form gives each replica.
+    let tf_config = |job: &str, index: usize, addr: &dyn Fn(&str, usize) -> String| {
         let sparse = match job {
             "ps" => serde_json::json!({"worker": {}, "ps": [addr(job, index)]}),
-            "worker" => {
-                serde_json::json!({"worker": {index.to_string(): addr(job, index)}, "ps": ps})
-            }
+            "worker" => serde_json::json!({
+                "worker": {index.to_string(): addr(job, index)},
+                "ps": [addr("ps", 0), addr("ps", 1)],
+            }),
             _ => serde_json::json!({"worker": {}, "ps": []}),
         };
-        let tf_config = serde_json::json!({
-            "sparseCluster": sparse, "task": {"type": job, "index": index},
-        });
-        let mut command = socket_activated(Path::new(BIN), listener);
-        command
-            .args(["train", "--steps", "300", "--checkpoint_dir"])
-            .arg(&ckpt)
-            .env("TF_CONFIG", tf_config.to_string())
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = command.spawn().expect("spawn tessera train");
-        children.push((format!("/job:{job}/task:{index}"), child));
-    }
-    let ended = wait_all(children);
+        serde_json::json!({"sparseCluster": sparse, "task": {"type": job, "index": index}})
+    };
+    let args = [
+        "--steps".as_ref(),
+        "300".as_ref(),
+        "--checkpoint_dir".as_ref(),
+        ckpt.as_os_str(),
+    ];
+    let ended = tf_config_job(&tasks, tf_config, &args);
     // Three workers trained asynchronously to step 300 (or a little past it).
     assert_trained(&ended, "3");
     // Every worker's last step reached the chief through ps 0 before it ended the job.
-    let chief = chief(&ended);
     assert!(
-        !chief.stderr.contains("not every unlisted worker"),
+        !chief(&ended).stderr.contains("not every unlisted worker"),
         "{}",
-        chief.stderr
+        chief(&ended).stderr
     );
-    // The evaluator scored the chief's last checkpoint.
-    let latest = latest_checkpoint(&ckpt).unwrap().expect("a checkpoint");
-    let evaluator = ended
-        .iter()
-        .find(|e| e.name == "/job:evaluator/task:0")
-        .unwrap();
-    let last = evaluator.stdout.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with(&format!("tessera: checkpoint {}", latest.display())),
-        "{}\n{}",
-        evaluator.stdout,
-        evaluator.stderr
-    );
+    assert_evaluator_scored_the_last_checkpoint(&ended, &ckpt);
 }
 
 #[test]

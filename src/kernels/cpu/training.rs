@@ -56,6 +56,10 @@ use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::tensor::{ResourceHandle, Tensor, Var};
 
+/// Cycles a dense update costs per element and per slice it reads or writes (the variable,
+/// its slots, the gradient), for the intra-op pool's cost model.
+const APPLY_CYCLES_PER_SLICE: f64 = 2.0;
+
 /// Returns the factory for an optimizer-update op, dense or sparse (`sparse_training.rs`).
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
     if Rule::of(op).is_none() {
@@ -553,7 +557,48 @@ impl Update {
     ) -> Result<()> {
         let p = self.params::<T>(ctx)?;
         let g = grad.values::<T>()?;
-        with_elements::<T, _>(values, |vals| self.step(&p, vals, &g))
+        let intra = ctx.intra();
+        with_elements::<T, _>(values, |vals| self.step_split(intra, &p, vals, &g))
+    }
+
+    /// [`Update::step`] over the intra-op pool: every rule is element-wise, so the variable,
+    /// its slots and the gradient are cut into the same consecutive ranges, one piece each,
+    /// and each piece updates its range as the whole would (the same values, bit for bit). A
+    /// variable under the pool's threshold is updated inline.
+    pub(super) fn step_split<T: Float>(
+        &self,
+        intra: &crate::runtime::intra::IntraPool,
+        p: &[T],
+        vals: &mut [&mut [T]],
+        grad: &[T],
+    ) {
+        let len = grad.len();
+        // A load and a store per slice and a few flops per element (Adam's square root and
+        // division the most).
+        let cycles = APPLY_CYCLES_PER_SLICE * (vals.len() + 1) as f64;
+        let pieces = intra.pieces(len, cycles);
+        if pieces <= 1 || vals.iter().any(|v| v.len() != len) {
+            self.step(p, vals, grad);
+            return;
+        }
+        let mut rests: Vec<&mut [T]> = vals.iter_mut().map(|v| &mut **v).collect();
+        let mut grad_rest = grad;
+        let mut parts = Vec::with_capacity(pieces);
+        for range in crate::runtime::intra::split(len, pieces) {
+            let n = range.len();
+            let chunk: Vec<&mut [T]> = rests
+                .iter_mut()
+                .map(|rest| {
+                    let (head, tail) = std::mem::take(rest).split_at_mut(n);
+                    *rest = tail;
+                    head
+                })
+                .collect();
+            let (g, tail) = grad_rest.split_at(n);
+            grad_rest = tail;
+            parts.push((chunk, g));
+        }
+        intra.map(parts, |(mut chunk, g)| self.step(p, &mut chunk, g));
     }
 
     /// Updates `vals` (var, then the slots) element by element with hyper-parameters `p`
@@ -829,5 +874,56 @@ fn nest<T: Float + bytemuck::Pod, R>(
 impl OpKernel for Update {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         self.apply(ctx, |ctx, values, grad| self.compute_cpu(ctx, values, grad))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::intra::IntraPool;
+
+    /// A dense update split over a pool gives the inline update's values, bit for bit, for
+    /// every rule with slots and without.
+    #[test]
+    fn a_split_dense_update_equals_the_whole_one() {
+        let pool = IntraPool::new("apply-test", 3);
+        let n = 100_003; // past the pool's threshold, and not a multiple of its threads
+        let grad: Vec<f32> = (0..n).map(|i| ((i % 97) as f32 - 48.0) / 50.0).collect();
+        assert!(
+            pool.pieces(n, APPLY_CYCLES_PER_SLICE) > 1,
+            "the updates must split"
+        );
+        for (op, slots, params) in [
+            ("ApplyAdam", 2, vec![0.9f32, 0.99, 0.01, 0.9, 0.999, 1e-7]),
+            ("ApplyAdagrad", 1, vec![0.1]),
+            ("ApplyMomentum", 1, vec![0.05, 0.9]),
+            ("ApplyGradientDescent", 0, vec![0.1]),
+            ("ApplyFtrl", 2, vec![0.1, 0.01, 0.02, -0.5]),
+        ] {
+            let update = Update {
+                rule: Rule::of(op).unwrap(),
+                form: Form::Ref,
+                use_locking: false,
+                use_nesterov: false,
+                update_slots: true,
+                multiply_linear_by_lr: false,
+            };
+            let start = |k: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| 0.5 + ((i * (k + 3)) % 31) as f32 / 31.0)
+                    .collect()
+            };
+            let mut whole: Vec<Vec<f32>> = (0..=slots).map(start).collect();
+            let mut split: Vec<Vec<f32>> = whole.clone();
+            let mut refs: Vec<&mut [f32]> = whole.iter_mut().map(|v| &mut v[..]).collect();
+            update.step(&params, &mut refs, &grad);
+            let mut refs: Vec<&mut [f32]> = split.iter_mut().map(|v| &mut v[..]).collect();
+            update.step_split(&pool, &params, &mut refs, &grad);
+            for (k, (w, s)) in whole.iter().zip(&split).enumerate() {
+                let same = w.iter().zip(s).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{op}: slice {k} differs");
+            }
+            assert_ne!(whole[0], start(0), "{op} changed nothing");
+        }
     }
 }

@@ -179,7 +179,10 @@ impl ChiefSignals {
         let q = queue(&mut g, "finished_queue", chief, FINISHED_QUEUE)?;
         let dequeue = g.with_device(&cpu(chief), |g| dequeue(g, "finished_dequeue", &q))?;
         let mut unlisted = Vec::with_capacity(2);
-        for (name, shared) in [("started", UNLISTED_STARTED), ("finished", UNLISTED_FINISHED)] {
+        for (name, shared) in [
+            ("started", UNLISTED_STARTED),
+            ("finished", UNLISTED_FINISHED),
+        ] {
             let q = queue(&mut g, &format!("unlisted_{name}"), ps0, shared)?;
             let size = g.with_device(&cpu(ps0), |g| {
                 g.queue_size(&format!("unlisted_{name}_size"), &q)
