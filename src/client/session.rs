@@ -19,6 +19,8 @@ pub struct Session {
     inner: Inner,
 }
 
+// One per session, so the local variant's size costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Inner {
     Local(LocalSession),
     Remote(RemoteSession),

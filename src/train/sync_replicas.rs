@@ -196,7 +196,7 @@ impl SyncReplicasOptimizer {
             ));
         }
         let wait = self.wait.unwrap_or(crate::runtime::wait::DEFAULT_WAIT);
-        let wait_ms = Some(timeout_ms(wait) as u64);
+        let wait_ms = timeout_ms(wait) as u64;
         let i64_scalar = PartialShape::new(Vec::<Option<usize>>::new());
 
         // The worker-local step, colocated with a NoOp on the worker (not on a ps).
@@ -222,13 +222,25 @@ impl SyncReplicasOptimizer {
             for (grad, var) in grads_and_vars {
                 let (accum, apply, take) = match grad {
                     GradientTensor::Dense(grad) => {
-                        let (accum, apply, take) =
-                            self.dense_accumulation(g, grad, var, &local_step, wait, wait_ms)?;
+                        let (accum, apply, take) = self.dense_accumulation(
+                            g,
+                            grad,
+                            var,
+                            &local_step,
+                            wait,
+                            Some(wait_ms),
+                        )?;
                         (accum, apply, GradientTensor::Dense(take))
                     }
                     GradientTensor::Slices(slices) => {
-                        let (accum, apply, take) =
-                            self.sparse_accumulation(g, slices, var, &local_step, wait, wait_ms)?;
+                        let (accum, apply, take) = self.sparse_accumulation(
+                            g,
+                            slices,
+                            var,
+                            &local_step,
+                            wait,
+                            Some(wait_ms),
+                        )?;
                         (accum, apply, GradientTensor::Slices(take))
                     }
                 };
@@ -254,7 +266,7 @@ impl SyncReplicasOptimizer {
                 // A worker's token comes after the chief's take, which may itself wait
                 // `wait`: twice as long lets the chief's error (naming the accumulator) and
                 // its closing of the queue come first.
-                wait_ms.map(|ms| ms.saturating_mul(2)),
+                Some(wait_ms.saturating_mul(2)),
             )
         })?;
         let apply_refs: Vec<&str> = applies.iter().map(String::as_str).collect();
@@ -267,10 +279,7 @@ impl SyncReplicasOptimizer {
                         .name("sync_token_q_Dequeue")
                         .input(&queue)
                         .attr("component_types", value::dtype_list(&[DType::Int64]))
-                        .attr(
-                            "timeout_ms",
-                            value::int(wait_ms.unwrap_or(0).saturating_mul(2) as i64),
-                        ),
+                        .attr("timeout_ms", value::int(wait_ms.saturating_mul(2) as i64)),
                 )
             })
         })?;

@@ -22,6 +22,7 @@ use tonic::{Request, Response};
 
 /// One request the fake master received.
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)] // a test's record of calls, a few at a time
 pub enum Call {
     Create(CreateSessionRequest),
     Extend(ExtendSessionRequest),
