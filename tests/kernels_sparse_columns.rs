@@ -19,6 +19,7 @@
 
 use crate::kernels_support::json::{
     array, assert_refused_as_in_tensorflow, assert_same, dims, dtype_named, elements, unhex,
+    values_with,
 };
 use crate::kernels_support::*;
 use crate::support::tensorflow::script_json;
@@ -64,36 +65,11 @@ fn float_hex(v: &Value) -> f64 {
     }
 }
 
-/// A tensor the script encoded as `{dtype, shape, values}`; kept here because this script
-/// writes floats with `float.hex()`, not as float64 bits.
+/// A tensor the script encoded as `{dtype, shape, values}`, its floats written with
+/// `float.hex()` rather than as float64 bits.
 fn tensor(v: &Value) -> Tensor {
-    let shape = dims(&v["shape"]);
-    let values = array(&v["values"]);
-    let ints = || values.iter().map(|x| x.as_i64().unwrap());
-    match dtype_named(v["dtype"].as_str().unwrap()) {
-        DType::Float => {
-            let f: Vec<f32> = values.iter().map(|x| float_hex(x) as f32).collect();
-            Tensor::from_vec(shape, f)
-        }
-        DType::Double => Tensor::from_vec(shape, values.iter().map(float_hex).collect::<Vec<_>>()),
-        DType::Int32 => Tensor::from_vec(shape, ints().map(|x| x as i32).collect::<Vec<_>>()),
-        DType::Int64 => Tensor::from_vec(shape, ints().collect::<Vec<_>>()),
-        DType::Bool => Tensor::from_vec(
-            shape,
-            values
-                .iter()
-                .map(|x| x.as_bool().unwrap())
-                .collect::<Vec<_>>(),
-        ),
-        _ => Tensor::from_strings(
-            shape,
-            values
-                .iter()
-                .map(|x| Bytes::from(unhex(x.as_str().unwrap())))
-                .collect(),
-        ),
-    }
-    .unwrap()
+    let dtype = dtype_named(v["dtype"].as_str().unwrap());
+    values_with(&v["values"], dtype, dims(&v["shape"]), float_hex)
 }
 
 /// An attr the script encoded as `{type|i|b|s|list_type: ...}`.

@@ -9,25 +9,14 @@ use serde_json::Value;
 use tessera::error::{Code, Result};
 use tessera::tensor::{DType, Tensor};
 
-/// The dtype a script names (numpy's names, and TensorFlow's for the narrow ones).
+/// The dtype a script names: TensorFlow's names (the registry's reading of them), and
+/// numpy's `bytes` and `object` for strings.
 pub fn dtype_named(name: &str) -> DType {
     match name {
-        "float32" => DType::Float,
-        "float64" => DType::Double,
-        "int32" => DType::Int32,
-        "int64" => DType::Int64,
-        "bool" => DType::Bool,
-        "string" | "bytes" | "object" => DType::String,
-        "uint8" => DType::UInt8,
-        "int8" => DType::Int8,
-        "int16" => DType::Int16,
-        "uint16" => DType::UInt16,
-        "uint32" => DType::UInt32,
-        "uint64" => DType::UInt64,
-        "float16" => DType::Half,
-        "bfloat16" => DType::BFloat16,
-        "complex64" => DType::Complex64,
-        other => panic!("dtype {other}"),
+        "bytes" | "object" => DType::String,
+        other => {
+            tessera::graph::registry::dtype_named(other).unwrap_or_else(|| panic!("dtype {other}"))
+        }
     }
 }
 
@@ -72,14 +61,24 @@ pub fn tensor(v: &Value) -> Tensor {
 /// A tensor of `dtype` and `shape` holding the values the script encoded: floats as float64
 /// bits, integers and bools as themselves, strings as hex.
 pub fn values(v: &Value, dtype: DType, shape: Vec<usize>) -> Tensor {
+    values_with(v, dtype, shape, |b| f64::from_bits(b.as_u64().unwrap()))
+}
+
+/// [`values`], with the floats decoded by `float` (a script that writes `float.hex()`, say).
+pub fn values_with(
+    v: &Value,
+    dtype: DType,
+    shape: Vec<usize>,
+    float: impl Fn(&Value) -> f64,
+) -> Tensor {
     let values = array(v);
     let ints = || values.iter().map(|x| x.as_i64().unwrap());
     match dtype {
         DType::Float => {
-            let f: Vec<f32> = float_bits(v).into_iter().map(|x| x as f32).collect();
+            let f: Vec<f32> = values.iter().map(|x| float(x) as f32).collect();
             Tensor::from_vec(shape, f)
         }
-        DType::Double => Tensor::from_vec(shape, float_bits(v)),
+        DType::Double => Tensor::from_vec(shape, values.iter().map(float).collect::<Vec<_>>()),
         DType::Int32 => Tensor::from_vec(shape, ints().map(|x| x as i32).collect::<Vec<_>>()),
         DType::Int64 => Tensor::from_vec(shape, ints().collect::<Vec<_>>()),
         DType::Bool => Tensor::from_vec(
