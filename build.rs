@@ -9,9 +9,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tensorflow/checkpoint_state.proto",
         "tensorflow/event.proto",
         "tensorflow/example.proto",
+        "tessera/replica.proto",
     ];
-    for entry in std::fs::read_dir("proto/tensorflow")? {
-        println!("cargo:rerun-if-changed={}", entry?.path().display());
+    for dir in ["proto/tensorflow", "proto/tessera"] {
+        for entry in std::fs::read_dir(dir)? {
+            println!("cargo:rerun-if-changed={}", entry?.path().display());
+        }
     }
     let fds = protox::compile(files, ["proto"])?;
     // Malformed requests are INVALID_ARGUMENT rather than tonic's INTERNAL (see src/codec.rs).

@@ -15,3 +15,8 @@ pub mod tensorflow {
 }
 
 pub use tensorflow::*;
+
+/// tessera's own service (`proto/tessera/replica.proto`): a ps task's standby.
+pub mod replica {
+    include!(concat!(env!("OUT_DIR"), "/tessera.rs"));
+}

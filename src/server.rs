@@ -65,16 +65,22 @@ use crate::ops::metrics::{
 use crate::ops::rpc_layer::RpcLayer;
 use crate::peer::{LocalPeer, PeerCache, RemoteFetcher};
 use crate::proto::master_service_server::MasterServiceServer;
+use crate::proto::replica::replica_service_server::ReplicaServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::proto::{DeviceAttributes, ListDevicesRequest};
 use crate::runtime::intra::IntraPool;
 use crate::security::Security;
+use crate::shard::replica::{ReplicaGrpc, ReplicaState};
 use crate::shard::{GetResources, VariableShard};
 use crate::tower::Tower;
 use crate::wire::channel::{self, ChannelConfig};
 use crate::wire::{tune_server, WorkerServer, MAX_MESSAGE_BYTES};
 use crate::worker::grpc::WorkerGrpc;
 use crate::worker::{Worker, WorkerHandler, WorkerOptions, WorkerState};
+
+/// The longest a primary waits for its standby to store a batch before acknowledging the
+/// step alone (a standby that does not answer is taken for dead).
+const REPLICATE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long `start` waits for the actor system to come up before giving up.
 const ACTORS_START_DEADLINE: Duration = Duration::from_secs(30);
@@ -129,6 +135,8 @@ struct Mailboxes {
     _worker_actor: Addr<Worker>,
     /// The master's ListDevices, which [`Server::probe`] asks.
     probe: Recipient<ListDevices>,
+    /// This ps task's side of its pair of daemons, when it has a standby.
+    replica: Option<Arc<ReplicaState>>,
 }
 
 /// What the gRPC thread serves besides the services: the task's label and limits, and the
@@ -325,10 +333,13 @@ impl Server {
         if let Some(addr) = metrics_addr {
             info!(task = %config.task, url = %format!("http://{addr}/metrics"), "serving metrics");
         }
-        let advertised = config
-            .cluster
-            .task_address(&config.task.job, config.task.index)
-            .ok();
+        let advertised = match &config.standbys.own {
+            Some(pair) => Some(pair.own.as_str()),
+            None => config
+                .cluster
+                .task_address(&config.task.job, config.task.index)
+                .ok(),
+        };
         let in_process = local::register(in_process, local::addresses(local_addr, advertised));
         Ok(Server {
             task: config.task,
@@ -461,6 +472,7 @@ fn start_actors(
     let intra_op_threads = config.devices.intra_op_threads();
     let timeouts = config.timeouts.clone();
     let security = config.security.clone();
+    let standbys = config.standbys.clone();
     let (tx, rx) = mpsc::channel();
     let thread = thread::Builder::new()
         .name("tessera-actors".into())
@@ -517,8 +529,42 @@ fn start_actors(
                 // logic itself, and a weak handle keeps the state from owning itself through
                 // its cache.
                 let local = Arc::new(LocalPeer::new(task.clone(), Arc::new(state.downgrade())));
+                let replica = match &standbys.own {
+                    Some(pair) => {
+                        let incarnation = devices_incarnation(&state);
+                        let stores = shards
+                            .iter()
+                            .map(|(d, s)| (d.clone(), Arc::clone(s)))
+                            .collect();
+                        match ReplicaState::new(
+                            pair.clone(),
+                            incarnation,
+                            stores,
+                            &security,
+                            timeouts.connect,
+                            timeouts.rpc.min(REPLICATE_DEADLINE),
+                        ) {
+                            Ok(replica) => {
+                                let replica = Arc::new(replica);
+                                state.set_replica(Arc::clone(&replica));
+                                Some(replica)
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Err(e));
+                                return arbiters;
+                            }
+                        }
+                    }
+                    None => None,
+                };
                 let cluster = master_state.cluster().clone();
-                let peers = match PeerCache::with_security(cluster, local, &timeouts, security) {
+                let peers = match PeerCache::with_standbys(
+                    cluster,
+                    local,
+                    &timeouts,
+                    security,
+                    standbys.addresses.clone(),
+                ) {
                     Ok(peers) => Arc::new(peers),
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -539,6 +585,7 @@ fn start_actors(
                     master: MasterGrpc::new(&master).with_task(task.device_prefix()),
                     worker: service,
                     _worker_actor: worker,
+                    replica,
                 };
                 let _ = tx.send(Ok((actix::System::current(), mailboxes)));
                 arbiters
@@ -559,6 +606,15 @@ fn start_actors(
             "actors did not start within {ACTORS_START_DEADLINE:?}"
         ))),
     }
+}
+
+/// A number that differs in each life of the task: its first device's incarnation.
+fn devices_incarnation(state: &WorkerState) -> u64 {
+    state
+        .get_status(&crate::proto::GetStatusRequest {})
+        .ok()
+        .and_then(|status| status.device_attributes.first().map(|d| d.incarnation))
+        .unwrap_or_else(rand::random)
 }
 
 /// Where the task's input kernels may read: [`DataConfig::read_dirs`](crate::cluster::DataConfig::read_dirs)
@@ -718,15 +774,31 @@ fn run_grpc(
             health.set_service_status(name, tonic_health::ServingStatus::Serving).await;
         }
         let mut stop_signal = shutdown.clone();
+        // A ps task's pair speaks ReplicaService; other tasks do not serve it.
+        let replica = mailboxes.replica.map(|replica| {
+            let service = ReplicaServiceServer::new(ReplicaGrpc(Arc::clone(&replica)))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            (replica, guards.security.guard(service))
+        });
+        let (replica, replica_service) = match replica {
+            Some((replica, service)) => (Some(replica), Some(service)),
+            None => (None, None),
+        };
         let serve = tune_server(guards.builder)
             .layer(RpcLayer::new(task, max_request))
             .add_service(health_service)
             .add_service(master)
             .add_service(worker)
+            .add_optional_service(replica_service)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop_signal.wait_for(|stop| *stop).await;
             });
         let mut serving = tokio::spawn(serve);
+        // Serving first: the partner may be asking this daemon the same question.
+        if let Some(replica) = replica {
+            tokio::spawn(async move { replica.join().await });
+        }
         let _ = ready.send(Ok(()));
         tokio::select! {
             finished = &mut serving => return flatten(finished),

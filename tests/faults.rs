@@ -38,23 +38,23 @@ use tessera::train::sync_replicas::{SyncReplicasHook, SyncReplicasOps, SyncRepli
 use tessera::{Code, Result, Status};
 
 /// The global step as a hook fetches it.
-const GLOBAL_STEP: &str = "global_step/Read/ReadVariableOp:0";
+pub(crate) const GLOBAL_STEP: &str = "global_step/Read/ReadVariableOp:0";
 /// Features per example.
-const FEATURES: usize = 2;
+pub(crate) const FEATURES: usize = 2;
 /// Examples per batch.
-const BATCH: usize = 4;
+pub(crate) const BATCH: usize = 4;
 
 /// The names one replica's graph gives the pieces a test runs.
-struct Replica {
-    graph: tessera::proto::GraphDef,
-    x: String,
-    y: String,
-    loss: String,
-    train: String,
-    init: String,
-    saver: Arc<Saver>,
-    restored_step: String,
-    ready: ReadyOp,
+pub(crate) struct Replica {
+    pub(crate) graph: tessera::proto::GraphDef,
+    pub(crate) x: String,
+    pub(crate) y: String,
+    pub(crate) loss: String,
+    pub(crate) train: String,
+    pub(crate) init: String,
+    pub(crate) saver: Arc<Saver>,
+    pub(crate) restored_step: String,
+    pub(crate) ready: ReadyOp,
 }
 
 /// Linear regression's graph: `pred = x·w + b`, its mean squared error against `y`.
@@ -100,7 +100,7 @@ fn linear_model(g: &mut Graph) -> Result<LinearModel> {
 
 /// Linear regression `pred = x·w + b` with a mean squared error, built by worker `task` with
 /// its variables on the ps (replica_device_setter) and its computation on its own task.
-fn linear_replica(task: usize, optimizer: &Optimizer) -> Result<Replica> {
+pub(crate) fn linear_replica(task: usize, optimizer: &Optimizer) -> Result<Replica> {
     let mut g = Graph::new();
     let setter = replica_device_setter(1, &format!("/job:worker/task:{task}"))?;
     let (x, y, loss, train, vars) = g.with_device_fn(setter, |g| -> Result<_> {
@@ -160,7 +160,7 @@ fn batch(task: usize, k: usize) -> (Tensor, Tensor) {
 }
 
 /// A session creator: a fresh remote session to `target` with `graph` extended into it.
-fn connect(
+pub(crate) fn connect(
     target: String,
     graph: tessera::proto::GraphDef,
 ) -> tessera::train::monitored::CreateSession {
@@ -172,7 +172,7 @@ fn connect(
 }
 
 /// Retries long enough to cover a ps restart (about a second on a busy machine), bounded.
-fn retry() -> RetryPolicy {
+pub(crate) fn retry() -> RetryPolicy {
     RetryPolicy {
         max_attempts: 30,
         initial_backoff: Duration::from_millis(50),

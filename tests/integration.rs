@@ -90,6 +90,7 @@ mod readme_commands;
 mod readme_recipe;
 mod remote_session;
 mod rendezvous;
+mod replication;
 mod session;
 mod soak;
 mod sparse_accumulator;

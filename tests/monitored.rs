@@ -84,9 +84,13 @@ fn take(n: &AtomicUsize) -> bool {
 struct Fault(Arc<Faults>);
 
 impl OpKernel for Fault {
-    fn compute(&self, _ctx: &mut OpContext<'_>) -> Result<()> {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         if take(&self.0.steps) {
             let code = self.0.step_code.lock().unwrap().unwrap_or(Code::Aborted);
+            // A restarted ps comes back without its variables.
+            if matches!(code, Code::Aborted | Code::Unavailable) {
+                ctx.resources.clear(&[]);
+            }
             return Err(Status::new(code, "ps0 was restarted"));
         }
         Ok(())

@@ -9,7 +9,7 @@ mod spec;
 
 pub use config::{
     CheckpointsConfig, ClassicFlags, ConfigError, DataConfig, DeviceConfig, Limits, MetricsConfig,
-    TaskConfig, Timeouts,
+    ReplicaConfig, Standbys, TaskConfig, Timeouts, STANDBY_JOB,
 };
 pub use device_name::DeviceName;
 pub use server_def::{local_task, make_server_def, LocalTask, ServerDefArgs};

@@ -297,6 +297,7 @@ impl TaskConfig {
             data: Default::default(),
             security: Default::default(),
             partial_cluster: false,
+            standbys: Default::default(),
         })
     }
 

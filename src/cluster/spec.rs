@@ -137,6 +137,12 @@ impl ClusterSpec {
         }
     }
 
+    /// The same cluster without the job `name`.
+    pub fn without_job(mut self, name: &str) -> Self {
+        self.jobs.retain(|(job, _)| job != name);
+        self
+    }
+
     /// A cluster from a `ClusterDef`, keeping its job order. Refuses negative task indices and
     /// a job named twice.
     pub fn from_cluster_def(def: &ClusterDef) -> Result<Self> {

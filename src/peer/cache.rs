@@ -10,11 +10,10 @@
 //! name comes from a device string in a graph or a request, so it is the caller's input that is
 //! wrong.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use super::{GrpcPeer, LocalPeer, Peer};
+use super::{LocalPeer, Peer};
 use crate::cluster::{ClusterSpec, TaskId, Timeouts};
 use crate::error::{Result, Status};
 use crate::security::Security;
@@ -51,12 +50,19 @@ impl PeerCache {
         timeouts: &Timeouts,
         security: Security,
     ) -> Result<Self> {
-        let connect_timeout: Duration = timeouts.connect;
-        let connector: Connector = Arc::new(move |task: &TaskId, address: &str| {
-            let peer =
-                GrpcPeer::connect_lazy_with(task.clone(), address, connect_timeout, &security)?;
-            Ok(Arc::new(peer) as Arc<dyn Peer>)
-        });
+        Self::with_standbys(spec, local, timeouts, security, BTreeMap::new())
+    }
+
+    /// [`with_security`](Self::with_security), where the ps tasks in `standbys` (ps index →
+    /// its standby's address) are reached through a [`FailoverPeer`](super::FailoverPeer).
+    pub fn with_standbys(
+        spec: ClusterSpec,
+        local: Arc<LocalPeer>,
+        timeouts: &Timeouts,
+        security: Security,
+        standbys: BTreeMap<u32, String>,
+    ) -> Result<Self> {
+        let connector = super::failover::connector(standbys, timeouts.connect, security);
         Self::with_connector(spec, local, connector)
     }
 

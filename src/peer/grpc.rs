@@ -109,6 +109,11 @@ impl GrpcPeer {
         })
     }
 
+    /// Returns the peer's channel, for other services of the same task.
+    pub fn auth_channel(&self) -> AuthChannel {
+        self.channel.clone()
+    }
+
     /// Returns the address this peer connects to, as given.
     pub fn address(&self) -> &str {
         &self.address

@@ -54,6 +54,7 @@
 //! ```
 
 pub mod cache;
+pub mod failover;
 pub mod fetch;
 pub mod grpc;
 pub mod local;
@@ -79,6 +80,7 @@ pub(crate) use crate::wire::transport::{
 };
 
 pub use cache::{Connector, PeerCache};
+pub use failover::FailoverPeer;
 pub use fetch::RemoteFetcher;
 pub use grpc::GrpcPeer;
 pub use local::LocalPeer;

@@ -30,8 +30,11 @@ type Key = (String, String);
 /// The container holding the resources that live for step `step_id` only (TensorArrays,
 /// stacks): TensorFlow's per-step container, named as TensorFlow names it.
 pub fn step_container(step_id: i64) -> String {
-    format!("__per_step_{step_id}")
+    format!("{STEP_CONTAINER_PREFIX}{step_id}")
 }
+
+/// What every step container's name starts with.
+const STEP_CONTAINER_PREFIX: &str = "__per_step_";
 
 /// The resources of one device, keyed by (container, name).
 #[derive(Default)]
@@ -120,6 +123,19 @@ impl ResourceMgr {
     /// container, so a step's TensorArrays and stacks never outlive it.
     pub fn cleanup_step(&self, step_id: i64) {
         self.clear(&[step_container(step_id)]);
+    }
+
+    /// Returns the variables held outside step containers, each with its (container, name).
+    pub fn variables(&self) -> Vec<((String, String), Arc<Var>)> {
+        let entries = self.entries.lock().expect("resource map poisoned");
+        entries
+            .iter()
+            .filter(|((container, _), _)| !container.starts_with(STEP_CONTAINER_PREFIX))
+            .filter_map(|(key, entry)| {
+                let var = Arc::clone(entry).downcast::<Var>().ok()?;
+                Some((key.clone(), var))
+            })
+            .collect()
     }
 
     /// Returns the number of resources held.

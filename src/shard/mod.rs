@@ -9,6 +9,7 @@
 //! gets stores of its own instead. Through its mailbox the shard takes consistent snapshots
 //! ([`Snapshot`]) and restores ([`Restore`]); see [`ShardState`].
 
+pub mod replica;
 mod state;
 
 use std::sync::Arc;

@@ -29,6 +29,7 @@
 //!   checkpoint that reads a variable with its slots that way never holds them from different
 //!   applies of one update.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{DType, PartialShape, Tensor};
@@ -40,8 +41,12 @@ pub struct Var {
     pub dtype: DType,
     /// The declared shape (the `shape` attr of the VarHandleOp or VariableV2).
     pub shape: PartialShape,
-    /// The value; `None` until the first assignment.
+    /// The value; `None` until the first assignment. Writers go through [`Var::write`], which
+    /// counts them.
     pub value: RwLock<Option<Tensor>>,
+    /// How many times the value was write-locked: a replica of the store ships the variables
+    /// whose count moved since it last looked ([`crate::shard::replica`]).
+    writes: AtomicU64,
 }
 
 impl Var {
@@ -51,6 +56,7 @@ impl Var {
             dtype,
             shape,
             value: RwLock::new(None),
+            writes: AtomicU64::new(0),
         }
     }
 
@@ -60,9 +66,18 @@ impl Var {
         self.value.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Write-locks the value (see [`Var::read`] for poisoning).
+    /// Write-locks the value (see [`Var::read`] for poisoning), counting the write.
     pub fn write(&self) -> RwLockWriteGuard<'_, Option<Tensor>> {
-        self.value.write().unwrap_or_else(|p| p.into_inner())
+        let guard = self.value.write().unwrap_or_else(|p| p.into_inner());
+        // Counted under the lock: whoever reads the count and then the value (under the read
+        // lock) sees this write's value, or a count that moves again.
+        self.writes.fetch_add(1, Ordering::Release);
+        guard
+    }
+
+    /// Returns how many times the value was write-locked so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Acquire)
     }
 
     /// A snapshot of the value, `None` while uninitialized.

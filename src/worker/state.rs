@@ -39,6 +39,7 @@ use crate::runtime::rendezvous::{check_incarnation, ParsedKey, RendezvousMgr};
 use crate::runtime::resource::ResourceMgr;
 use crate::runtime::stats::StepStatsCollector;
 use crate::runtime::{RemoteRecv, StepOptions};
+use crate::shard::replica::ReplicaState;
 use crate::tensor::Tensor;
 
 use super::graphs::RegisteredGraph;
@@ -125,6 +126,9 @@ struct Inner {
     /// The next step id of each collective graph key this task leads (GetStepSequence).
     step_sequences: Mutex<HashMap<i64, i64>>,
     remote: OnceLock<Arc<dyn RemoteRecv>>,
+    /// This ps task's pair of daemons, when it has a standby: steps run only on the primary,
+    /// and answer once their writes are on the standby too.
+    replica: OnceLock<Arc<ReplicaState>>,
     /// The towers of the devices that have one, by device name.
     towers: HashMap<String, TowerHandle>,
 }
@@ -217,6 +221,7 @@ impl WorkerState {
         Self {
             inner: Arc::new(Inner {
                 remote: OnceLock::new(),
+                replica: OnceLock::new(),
                 towers: towers
                     .into_iter()
                     .map(|t| (t.device().to_string(), t))
@@ -239,6 +244,22 @@ impl WorkerState {
     pub fn set_remote(&self, remote: Arc<dyn RemoteRecv>) {
         if self.inner.remote.set(remote).is_err() {
             tracing::warn!(task = %self.inner.task, "worker peers were already set; kept the first");
+        }
+    }
+
+    /// Makes this worker one of its ps task's pair: it serves steps only while `replica` is
+    /// the primary, and a step's RunGraph answers once its writes are on the standby.
+    pub fn set_replica(&self, replica: Arc<ReplicaState>) {
+        if self.inner.replica.set(replica).is_err() {
+            tracing::warn!(task = %self.inner.task, "the worker's replica was already set; kept the first");
+        }
+    }
+
+    /// OK unless this daemon is its ps task's standby, which serves no `rpc`.
+    fn check_serving(&self, rpc: &str) -> Result<()> {
+        match self.inner.replica.get() {
+            Some(replica) => replica.check_serving(rpc),
+            None => Ok(()),
         }
     }
 
@@ -299,6 +320,7 @@ impl WorkerState {
         &self,
         request: &CreateWorkerSessionRequest,
     ) -> Result<CreateWorkerSessionResponse> {
+        self.check_serving("CreateWorkerSession")?;
         let handle = &request.session_handle;
         if handle.is_empty() {
             return Err(Status::invalid_argument(
@@ -402,6 +424,7 @@ impl WorkerState {
 
     /// RegisterGraph: validates and builds the partition; answers its handle.
     pub fn register_graph(&self, request: &RegisterGraphRequest) -> Result<RegisterGraphResponse> {
+        self.check_serving("RegisterGraph")?;
         let handle_of_session = session_key(
             &request.session_handle,
             request.create_worker_session_called,
@@ -493,6 +516,7 @@ impl WorkerState {
         request: RunGraphRequest,
         budget: Duration,
     ) -> Result<RunGraphResponse> {
+        self.check_serving("RunGraph")?;
         if request.is_partial {
             return Err(Status::unimplemented(
                 "partial runs (RunGraph is_partial) are not supported by tessera's worker",
@@ -540,6 +564,9 @@ impl WorkerState {
             stats: stats.clone(),
         };
         run_executors(graph.executors(), options, &self.inner.towers).await?;
+        if let Some(replica) = self.inner.replica.get() {
+            replica.commit(step_id).await?;
+        }
         let mut recv = Vec::with_capacity(recv_keys.len());
         let deadline = tokio::time::Instant::from_std(deadline);
         for key in recv_keys {
@@ -571,6 +598,7 @@ impl WorkerState {
         request: RecvTensorRequest,
         timeout: Option<Duration>,
     ) -> Result<RecvTensorResponse> {
+        self.check_serving("RecvTensor")?;
         let key = ParsedKey::parse(&request.rendezvous_key)?;
         check_incarnation(
             &key,

@@ -124,7 +124,12 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// tests wait for; with `[metrics]`, then where the endpoint listens (`tessera: metrics of TASK
 /// on http://ADDR/metrics`, its port read back when it was 0).
 pub(crate) fn start_and_announce(config: TaskConfig) -> anyhow::Result<Server> {
-    let task = config.task.clone();
+    // A ps task's standby is that task at another address; it announces itself as the cluster
+    // file names it.
+    let task = match &config.standbys.own {
+        Some(pair) if pair.standby => TaskId::new(tessera::cluster::STANDBY_JOB, config.task.index),
+        _ => config.task.clone(),
+    };
     let server = match activated_listener()? {
         Some(listener) => Server::start_with_listener(config, listener)?,
         None => Server::start(config)?,

@@ -578,7 +578,7 @@ impl RawFile {
         let checkpoints = self.checkpoints.validate(&invalid)?;
         let data = self.data.validate(&invalid)?;
         let security = validate_security(self.tls, self.auth, &invalid)?;
-        Ok(TaskConfig {
+        TaskConfig {
             cluster,
             task,
             listen,
@@ -590,7 +590,9 @@ impl RawFile {
             data,
             security,
             partial_cluster: false,
-        })
+            standbys: Default::default(),
+        }
+        .split_standbys(&sources.at("cluster"))
     }
 }
 

@@ -21,6 +21,7 @@ mod tensorflow;
 pub use file::{ENV_PREFIX, ENV_SEPARATOR};
 pub use ops::{CheckpointsConfig, DataConfig, Limits, MetricsConfig};
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -58,6 +59,35 @@ pub struct TaskConfig {
     /// dynamic workers, where a ps sees only itself and a worker the ps tasks and itself.
     /// Such a task learns the others from the masters that reach it.
     pub partial_cluster: bool,
+    /// The ps tasks' standbys (the cluster file's `ps_standby` job, taken out of `cluster`),
+    /// and this daemon's pair when it is one of a ps task's two daemons.
+    pub standbys: Standbys,
+}
+
+/// The job whose task `i` stands by for ps task `i`: a second daemon holding a copy of the
+/// task's variables, outside the `ps` job so that no device setter places a variable on it.
+pub const STANDBY_JOB: &str = "ps_standby";
+
+/// The ps tasks that have a standby, and this daemon's pair.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Standbys {
+    /// Ps task index → its standby's address: every daemon's peers fail over to it.
+    pub addresses: BTreeMap<u32, String>,
+    /// This daemon's pair, when it is a ps task with a standby or that standby.
+    pub own: Option<ReplicaConfig>,
+}
+
+/// One of the two daemons of a ps task with a standby.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// The ps task both daemons stand for.
+    pub task: TaskId,
+    /// This daemon's address.
+    pub own: String,
+    /// The other daemon's address.
+    pub partner: String,
+    /// Whether this daemon starts as the standby (it is the `ps_standby` task).
+    pub standby: bool,
 }
 
 /// The devices a task creates at start; a session's config cannot change them later.
@@ -171,7 +201,53 @@ impl TaskConfig {
             data: DataConfig::default(),
             security: Security::default(),
             partial_cluster: false,
+            standbys: Standbys::default(),
         }
+    }
+
+    /// Takes the `ps_standby` job out of the cluster into [`Standbys`]: a standby daemon is
+    /// its ps task (the same device names) at another address. Refuses a standby whose ps
+    /// task the cluster lacks, naming it.
+    pub(super) fn split_standbys(mut self, at: &str) -> Result<Self, ConfigError> {
+        let Ok(addresses) = self.cluster.tasks(STANDBY_JOB) else {
+            return Ok(self);
+        };
+        let addresses = addresses.clone();
+        let mut primaries = BTreeMap::new();
+        for index in addresses.keys() {
+            let primary = self.cluster.task_address("ps", *index).map_err(|_| {
+                ConfigError::InvalidValue {
+                    at: at.to_owned(),
+                    key: format!("cluster.{STANDBY_JOB}"),
+                    message: format!(
+                        "task {index} stands by for ps task {index}, which the cluster does not                          have; a ps_standby task's index is its ps task's"
+                    ),
+                }
+            })?;
+            primaries.insert(*index, primary.to_owned());
+        }
+        self.cluster = self.cluster.without_job(STANDBY_JOB);
+        let index = self.task.index;
+        self.standbys.own = match self.task.job.as_str() {
+            STANDBY_JOB => {
+                self.task = TaskId::new("ps", index);
+                Some(ReplicaConfig {
+                    task: self.task.clone(),
+                    own: addresses[&index].clone(),
+                    partner: primaries[&index].clone(),
+                    standby: true,
+                })
+            }
+            "ps" => addresses.get(&index).map(|standby| ReplicaConfig {
+                task: self.task.clone(),
+                own: primaries[&index].clone(),
+                partner: standby.clone(),
+                standby: false,
+            }),
+            _ => None,
+        };
+        self.standbys.addresses = addresses;
+        Ok(self)
     }
 
     /// Returns the text of the embedded default cluster file of `tessera local` (1 ps and 2

@@ -102,6 +102,7 @@ impl TaskConfig {
             data: Default::default(),
             security: Default::default(),
             partial_cluster: false,
+            standbys: Default::default(),
         })
     }
 
@@ -296,6 +297,7 @@ impl TaskConfig {
             data: Default::default(),
             security: Default::default(),
             partial_cluster: partial,
+            standbys: Default::default(),
         })
     }
 }

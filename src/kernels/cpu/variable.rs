@@ -100,12 +100,13 @@ pub(super) fn write_lock<'a>(
     ctx: &OpContext<'_>,
     var: &'a Var,
 ) -> Result<RwLockWriteGuard<'a, Option<Tensor>>> {
-    var.value.write().map_err(|_| {
-        Status::internal(format!(
+    if var.value.is_poisoned() {
+        return Err(Status::internal(format!(
             "node `{}`: variable lock poisoned",
             ctx.node().name
-        ))
-    })
+        )));
+    }
+    Ok(var.write())
 }
 
 /// VarHandleOp: a scalar resource tensor naming (device, container, shared_name).

@@ -126,6 +126,9 @@ pub struct SessionManager {
     scaffold: Scaffold,
     is_chief: bool,
     restore: Option<RestoreFn>,
+    /// Whether the chief prepared a session before: a later one (a recovery) keeps a model
+    /// that is still ready.
+    prepared: bool,
     /// How long a worker sleeps between readiness polls.
     pub recovery_wait: Duration,
     /// How long a worker waits for the chief in all before DEADLINE_EXCEEDED.
@@ -142,6 +145,7 @@ impl SessionManager {
             scaffold,
             is_chief,
             restore: None,
+            prepared: false,
             recovery_wait: Duration::from_secs(1),
             max_wait: Duration::from_secs(30),
             clock: Arc::new(super::SystemClock),
@@ -188,8 +192,19 @@ impl SessionManager {
 
     /// The chief's preparation: restore or `init_op`, then `local_init_op`, then the ready
     /// check, which must find nothing uninitialized.
+    ///
+    /// A recovery (every session after the chief's first) first checks whether the model is
+    /// still ready: when the variables outlived the failure (a worker or the chief's session
+    /// was lost, or a ps task's standby took over with its copy), they are kept as they are,
+    /// where TensorFlow's chief would restore the last checkpoint and roll back every update
+    /// since.
     pub fn prepare_session(&mut self) -> Result<Session> {
         let session = (self.create)()?;
+        if self.prepared && self.scaffold.ready_op.uninitialized(&session)?.is_empty() {
+            self.run_local_init(&session)?;
+            tracing::info!("chief kept the model, still ready after the failure");
+            return Ok(session);
+        }
         let restored = match &self.restore {
             Some(restore) => restore(&session).map_err(|e| e.context("restoring the model"))?,
             None => false,
@@ -220,6 +235,7 @@ impl SessionManager {
             )));
         }
         tracing::info!(restored, "chief prepared the model");
+        self.prepared = true;
         Ok(session)
     }
 

@@ -1,0 +1,606 @@
+//! A ps task's standby: a second daemon that holds a copy of the task's variable shards, kept
+//! current before any step that changed them is acknowledged, and that takes the task over
+//! when it dies.
+//!
+//! Two daemons stand for one ps task (`/job:ps/task:i` in the `ps` job, its standby in the
+//! `ps_standby` job of the cluster file, same index). Both are that task (same device names);
+//! one is the **primary** and serves the WorkerService, the other the **standby**, which
+//! refuses steps (UNAVAILABLE, naming its partner) and stores what the primary sends.
+//!
+//! ```text
+//!  RunGraph ──► primary: the partition runs, its kernels write the shards
+//!                  │ commit(step): wait for a batch taken after the step's writes
+//!                  ▼
+//!             pump: every variable whose write count moved ──Replicate──► standby stores it
+//!                  │ the standby's answer
+//!                  ▼
+//!             RunGraph answers: the step's updates are on two hosts
+//! ```
+//!
+//! - **State, not operations.** A batch carries the values of the variables written since the
+//!   last batch ([`Var::writes`]), read at one instant, so the standby's copy is the primary's
+//!   at that instant; steps that finish while a batch is in flight share the next one (group
+//!   commit), so the cost grows with the bytes written, not with the number of steps. A batch
+//!   carries the ids of the steps it covers and its sequence number: a replayed batch is
+//!   skipped, and the standby counts every step id it stored and any it saw twice.
+//! - **Catch-up.** The first batch to a standby that holds no copy (a new one, a restarted one,
+//!   one that missed a batch) is whole: every variable of every shard.
+//! - **Failover.** A caller that finds the primary unreachable asks the standby to take over
+//!   ([`ReplicaState::promote`]); the standby does so only when the primary does not answer it
+//!   either. Steps in flight fail with UNAVAILABLE and the monitored sessions retry them on the
+//!   new primary. A promoted standby refuses batches from its old primary.
+//! - **Rejoin.** A task starting asks its partner first ([`ReplicaState::join`]): a partner
+//!   that is primary, or a standby that holds a copy (its primary was this task's last life),
+//!   keeps the variables, and the starting task becomes its standby.
+//! - **A dead standby** does not stop training: the primary logs it, sets
+//!   `tessera_replica_standby_up` to 0, acknowledges steps on its own, and tries again a
+//!   second later with a whole copy.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tonic::{Request, Response};
+use tracing::{info, warn};
+
+use crate::cluster::ReplicaConfig;
+use crate::error::{Code, Result, Status};
+use crate::proto::replica::replica_service_client::ReplicaServiceClient;
+use crate::proto::replica::replica_service_server::ReplicaService;
+use crate::proto::replica::{
+    PromoteRequest, PromoteResponse, ReplicaStatusRequest, ReplicaStatusResponse, ReplicateRequest,
+    ReplicateResponse, Role, VariableValue,
+};
+use crate::runtime::resource::{ResourceMgr, Var};
+use crate::security::{AuthChannel, Security};
+use crate::tensor::{PartialShape, Tensor};
+
+/// Replication counters and gauges, each labelled with the `task`.
+pub mod names {
+    /// Standbys that took their task over (counter).
+    pub const PROMOTIONS: &str = "tessera_replica_promotions_total";
+    /// Time from taking a batch to the standby's answer: the replication lag a step waits
+    /// (histogram).
+    pub const REPLICATE_SECONDS: &str = "tessera_replica_replicate_duration_seconds";
+    /// 1 while the primary's standby holds a current copy, 0 while it is down or catching up
+    /// (gauge).
+    pub const STANDBY_UP: &str = "tessera_replica_standby_up";
+    /// Step ids a standby stored (counter).
+    pub const STEPS: &str = "tessera_replica_steps_total";
+    /// Step ids a standby was sent a second time and skipped (counter).
+    pub const REPLAYED_STEPS: &str = "tessera_replica_replayed_steps_total";
+}
+
+/// How long a primary waits before trying a dead standby again.
+const RETRY_DEAD_STANDBY: Duration = Duration::from_secs(1);
+/// How long a standby asked to take over waits for its primary to answer.
+const PROBE_PRIMARY: Duration = Duration::from_millis(750);
+/// Step ids a standby remembers, to spot one sent twice.
+const REMEMBERED_STEPS: usize = 1 << 16;
+
+/// A variable: its shard's device, its container and its name.
+type VarKey = (String, String, String);
+
+/// One daemon's side of a ps task's pair: its role, the primary's pump and the standby's
+/// store, over the task's shard stores. Plain state: the tonic front ([`ReplicaGrpc`]) and the
+/// worker call it.
+pub struct ReplicaState {
+    config: ReplicaConfig,
+    label: String,
+    incarnation: u64,
+    stores: Vec<(String, Arc<ResourceMgr>)>,
+    partner: ReplicaServiceClient<AuthChannel>,
+    rpc_timeout: Duration,
+    state: Mutex<State>,
+    /// What the last batch that reached the standby held: each variable's identity and write
+    /// count. Only the pump touches it.
+    sent: tokio::sync::Mutex<HashMap<VarKey, (usize, u64)>>,
+}
+
+struct State {
+    role: Role,
+    // The primary's side.
+    waiting: Vec<(i64, oneshot::Sender<Result<()>>)>,
+    pumping: bool,
+    partner_synced: bool,
+    next_sequence: u64,
+    /// The standby is down: steps are acknowledged alone until then.
+    retry_at: Option<Instant>,
+    // The standby's side.
+    following: u64,
+    stored_sequence: u64,
+    synced: bool,
+    seen: HashSet<i64>,
+    seen_order: VecDeque<i64>,
+    steps_stored: u64,
+    steps_replayed: u64,
+}
+
+impl ReplicaState {
+    /// The pair's side of this daemon, over `stores` (each shard's device and store). It
+    /// starts as a standby holding no copy; [`join`](Self::join) settles its role.
+    pub fn new(
+        config: ReplicaConfig,
+        incarnation: u64,
+        stores: Vec<(String, Arc<ResourceMgr>)>,
+        security: &Security,
+        connect_timeout: Duration,
+        rpc_timeout: Duration,
+    ) -> Result<Self> {
+        let endpoint = security.endpoint(&config.partner).map_err(|e| {
+            Status::invalid_argument(format!(
+                "the standby address `{}` of {} cannot be dialled: {}; fix the ps_standby job \
+                 in the cluster file",
+                config.partner,
+                config.task.device_prefix(),
+                e.message()
+            ))
+        })?;
+        let channel = crate::wire::tune_endpoint(endpoint)
+            .connect_timeout(connect_timeout)
+            .connect_lazy();
+        let partner = ReplicaServiceClient::new(security.attach(channel))
+            .max_decoding_message_size(crate::wire::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::wire::MAX_MESSAGE_BYTES);
+        Ok(Self {
+            label: config.task.device_prefix(),
+            config,
+            incarnation,
+            stores,
+            partner,
+            rpc_timeout,
+            state: Mutex::new(State {
+                role: Role::Standby,
+                waiting: Vec::new(),
+                pumping: false,
+                partner_synced: false,
+                next_sequence: 1,
+                retry_at: None,
+                following: 0,
+                stored_sequence: 0,
+                synced: false,
+                seen: HashSet::new(),
+                seen_order: VecDeque::new(),
+                steps_stored: 0,
+                steps_replayed: 0,
+            }),
+            sent: tokio::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Returns this daemon's role now.
+    pub fn role(&self) -> Role {
+        self.lock().role
+    }
+
+    /// OK while this daemon serves the task; UNAVAILABLE naming the partner while it stands by.
+    pub fn check_serving(&self, rpc: &str) -> Result<()> {
+        if self.role() == Role::Primary {
+            return Ok(());
+        }
+        Err(Status::unavailable(format!(
+            "{rpc}: {} at {} is the standby of the task; its primary is at {}",
+            self.label, self.config.own, self.config.partner
+        )))
+    }
+
+    /// Settles this daemon's role as it starts: the partner keeps the variables when it is the
+    /// primary, or a standby holding a copy (whose primary was this task before it restarted:
+    /// the partner takes over); otherwise the cluster file's role.
+    pub async fn join(&self) -> Role {
+        let asked = self
+            .partner_status(ReplicaStatusRequest {
+                joining: true,
+                incarnation: self.incarnation,
+            })
+            .await;
+        let role = match asked {
+            Ok(status) if status.role() == Role::Primary => Role::Standby,
+            Ok(status) if status.role() == Role::Standby && status.synced => {
+                let reason = format!("{} restarted at {}", self.label, self.config.own);
+                match self.ask_partner_to_promote(&reason).await {
+                    Ok(()) => Role::Standby,
+                    Err(e) => {
+                        warn!(task = %self.label, error = %e, "the standby holding the copy did not take over");
+                        self.configured()
+                    }
+                }
+            }
+            _ => self.configured(),
+        };
+        let mut state = self.lock();
+        // A promotion asked of this daemon meanwhile wins.
+        if state.role != Role::Primary {
+            state.role = role;
+        }
+        let role = state.role;
+        drop(state);
+        info!(task = %self.label, role = ?role, partner = %self.config.partner, "joined the ps task's pair");
+        if role == Role::Primary {
+            self.set_standby_up(false);
+        }
+        role
+    }
+
+    fn configured(&self) -> Role {
+        if self.config.standby {
+            Role::Standby
+        } else {
+            Role::Primary
+        }
+    }
+
+    /// Waits until the writes of step `step_id` (finished before this call) are on the
+    /// standby, or the standby is known down. UNAVAILABLE when this daemon lost the task to
+    /// its standby meanwhile.
+    pub async fn commit(self: &Arc<Self>, step_id: i64) -> Result<()> {
+        let reply = {
+            let mut state = self.lock();
+            if state.role != Role::Primary {
+                drop(state);
+                return self.check_serving("RunGraph");
+            }
+            if state.retry_at.is_some_and(|at| Instant::now() < at) {
+                return Ok(());
+            }
+            let (tx, rx) = oneshot::channel();
+            state.waiting.push((step_id, tx));
+            if !state.pumping {
+                state.pumping = true;
+                let this = Arc::clone(self);
+                tokio::spawn(async move { this.pump().await });
+            }
+            rx
+        };
+        reply
+            .await
+            .unwrap_or_else(|_| Err(Status::internal("the replication pump stopped")))
+    }
+
+    /// Sends batches while steps wait for one.
+    async fn pump(self: Arc<Self>) {
+        let mut waiters = Vec::new();
+        loop {
+            let (full, sequence) = {
+                let mut state = self.lock();
+                waiters.append(&mut state.waiting);
+                if waiters.is_empty() || state.role != Role::Primary {
+                    state.pumping = false;
+                    let role = state.role;
+                    drop(state);
+                    self.answer(waiters, role);
+                    return;
+                }
+                let sequence = state.next_sequence;
+                state.next_sequence += 1;
+                (!state.partner_synced, sequence)
+            };
+            let step_ids: Vec<i64> = waiters.iter().map(|(id, _)| *id).collect();
+            let started = Instant::now();
+            let result = self.send_batch(full, sequence, step_ids).await;
+            crate::ops::metrics::seconds(names::REPLICATE_SECONDS, &self.label, started.elapsed());
+            let mut state = self.lock();
+            let mut standby_up = None;
+            match result {
+                Ok(()) => {
+                    if !state.partner_synced {
+                        info!(task = %self.label, standby = %self.config.partner, "the standby holds a copy");
+                    }
+                    state.partner_synced = true;
+                    state.retry_at = None;
+                    standby_up = Some(true);
+                }
+                // The standby holds no copy (it restarted): the next batch is whole, at once.
+                Err(e) if e.code() == Code::Aborted => {
+                    state.partner_synced = false;
+                    continue;
+                }
+                // The standby took the task over: this daemon is the standby now.
+                Err(e) if e.code() == Code::FailedPrecondition => {
+                    warn!(task = %self.label, error = %e, "the standby took the task over; standing by");
+                    state.role = Role::Standby;
+                    state.synced = false;
+                    state.following = 0;
+                }
+                Err(e) => {
+                    if state.partner_synced || state.retry_at.is_none() {
+                        warn!(task = %self.label, standby = %self.config.partner, error = %e,
+                            "the standby is down: steps are acknowledged by this task alone until it is back");
+                    }
+                    state.partner_synced = false;
+                    state.retry_at = Some(Instant::now() + RETRY_DEAD_STANDBY);
+                    standby_up = Some(false);
+                }
+            }
+            let role = state.role;
+            drop(state);
+            if let Some(up) = standby_up {
+                self.set_standby_up(up);
+            }
+            self.answer(std::mem::take(&mut waiters), role);
+        }
+    }
+
+    /// Completes the waiting steps: stored (or the standby is down) while primary, UNAVAILABLE
+    /// once this daemon lost the task.
+    fn answer(&self, waiters: Vec<(i64, oneshot::Sender<Result<()>>)>, role: Role) {
+        for (_, tx) in waiters {
+            let _ = tx.send(if role == Role::Primary {
+                Ok(())
+            } else {
+                self.check_serving("RunGraph")
+            });
+        }
+    }
+
+    /// Sends the variables written since the last batch (all of them when `full`).
+    async fn send_batch(&self, full: bool, sequence: u64, step_ids: Vec<i64>) -> Result<()> {
+        let mut sent = self.sent.lock().await;
+        let mut marks = Vec::new();
+        let mut variables = Vec::new();
+        for (device, store) in &self.stores {
+            for ((container, name), var) in store.variables() {
+                let key = (device.clone(), container, name);
+                // The count first, then the value: a write in between is sent again next time.
+                let mark = (Arc::as_ptr(&var) as usize, var.writes());
+                if !full && sent.get(&key) == Some(&mark) {
+                    continue;
+                }
+                let Some(value) = var.snapshot() else {
+                    continue;
+                };
+                variables.push(VariableValue {
+                    device: key.0.clone(),
+                    container: key.1.clone(),
+                    name: key.2.clone(),
+                    value: Some(value.to_proto()),
+                });
+                marks.push((key, mark));
+            }
+        }
+        if variables.is_empty() && !full {
+            return Ok(());
+        }
+        let mut request = Request::new(ReplicateRequest {
+            incarnation: self.incarnation,
+            sequence,
+            full,
+            step_ids,
+            variables,
+        });
+        request.set_timeout(self.rpc_timeout);
+        let mut client = self.partner.clone();
+        match tokio::time::timeout(self.rpc_timeout, client.replicate(request)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => return Err(Status::from(status)),
+            Err(_) => {
+                return Err(Status::deadline_exceeded(format!(
+                    "the standby at {} did not store a batch within {:?}",
+                    self.config.partner, self.rpc_timeout
+                )))
+            }
+        }
+        if full {
+            sent.clear();
+        }
+        sent.extend(marks);
+        Ok(())
+    }
+
+    /// Stores a batch from the primary (the standby's side of `Replicate`).
+    pub fn store(&self, batch: ReplicateRequest) -> Result<ReplicateResponse> {
+        let mut state = self.lock();
+        if state.role == Role::Primary {
+            return Err(Status::failed_precondition(format!(
+                "{} at {} serves the task now; its old primary stands by",
+                self.label, self.config.own
+            )));
+        }
+        let fresh = batch.incarnation != state.following || !state.synced;
+        if fresh && !batch.full {
+            return Err(Status::aborted(format!(
+                "the standby of {} at {} holds no copy yet; send a whole one",
+                self.label, self.config.own
+            )));
+        }
+        if !fresh && batch.sequence <= state.stored_sequence {
+            state.steps_replayed += batch.step_ids.len() as u64;
+            ::metrics::counter!(names::REPLAYED_STEPS, "task" => self.label.clone())
+                .increment(batch.step_ids.len() as u64);
+            return Ok(ReplicateResponse {
+                stored_sequence: state.stored_sequence,
+            });
+        }
+        let mut values = Vec::with_capacity(batch.variables.len());
+        for variable in &batch.variables {
+            let store = self.store_of(&variable.device)?;
+            let value = variable
+                .value
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("a replicated variable without a value"))
+                .and_then(Tensor::from_proto)
+                .map_err(|e| e.context(format!("variable `{}`", variable.name)))?;
+            values.push((store, variable, value));
+        }
+        if batch.full {
+            for (_, store) in &self.stores {
+                for ((container, name), _) in store.variables() {
+                    let _ = store.delete(&container, &name);
+                }
+            }
+        }
+        for (store, variable, value) in values {
+            let var = store.lookup_or_create::<Var>(&variable.container, &variable.name, || {
+                Ok(Var::new(value.dtype(), PartialShape::from(value.shape())))
+            })?;
+            *var.write() = Some(value);
+        }
+        let mut stored = 0;
+        for id in batch.step_ids {
+            if state.seen.insert(id) {
+                state.seen_order.push_back(id);
+                if state.seen_order.len() > REMEMBERED_STEPS {
+                    if let Some(old) = state.seen_order.pop_front() {
+                        state.seen.remove(&old);
+                    }
+                }
+                stored += 1;
+            } else {
+                state.steps_replayed += 1;
+                ::metrics::counter!(names::REPLAYED_STEPS, "task" => self.label.clone())
+                    .increment(1);
+            }
+        }
+        state.steps_stored += stored;
+        ::metrics::counter!(names::STEPS, "task" => self.label.clone()).increment(stored);
+        state.following = batch.incarnation;
+        state.stored_sequence = batch.sequence;
+        state.synced = true;
+        Ok(ReplicateResponse {
+            stored_sequence: batch.sequence,
+        })
+    }
+
+    fn store_of(&self, device: &str) -> Result<&Arc<ResourceMgr>> {
+        self.stores
+            .iter()
+            .find(|(name, _)| name == device)
+            .map(|(_, store)| store)
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "the standby of {} has no device {device}; give both daemons the same \
+                     [devices]",
+                    self.label
+                ))
+            })
+    }
+
+    /// Takes the task over, when the primary does not answer this daemon either. A standby
+    /// without a whole copy takes it over empty (the chief then restores the last checkpoint,
+    /// as after a ps restart).
+    pub async fn promote(&self, reason: &str) -> Result<Role> {
+        if self.role() == Role::Primary {
+            return Ok(Role::Primary);
+        }
+        let primary = self
+            .partner_status(ReplicaStatusRequest {
+                joining: false,
+                incarnation: self.incarnation,
+            })
+            .await;
+        if let Ok(status) = primary {
+            if status.role() == Role::Primary {
+                return Err(Status::failed_precondition(format!(
+                    "{} at {} still answers as the primary; its standby at {} does not take \
+                     over ({reason})",
+                    self.label, self.config.partner, self.config.own
+                )));
+            }
+        }
+        {
+            let mut state = self.lock();
+            if state.role == Role::Primary {
+                return Ok(Role::Primary);
+            }
+            if !state.synced {
+                warn!(task = %self.label, "taking the task over without a whole copy: its variables start empty");
+                for (_, store) in &self.stores {
+                    for ((container, name), _) in store.variables() {
+                        let _ = store.delete(&container, &name);
+                    }
+                }
+            }
+            state.role = Role::Primary;
+            state.partner_synced = false;
+            state.retry_at = None;
+            state.next_sequence = 1;
+        }
+        self.sent.lock().await.clear();
+        ::metrics::counter!(names::PROMOTIONS, "task" => self.label.clone()).increment(1);
+        self.set_standby_up(false);
+        warn!(task = %self.label, address = %self.config.own, reason, "the standby took the task over");
+        Ok(Role::Primary)
+    }
+
+    /// This daemon's role for a partner's question; a joining partner gets a whole copy next.
+    pub fn status(&self, request: &ReplicaStatusRequest) -> ReplicaStatusResponse {
+        let mut state = self.lock();
+        if request.joining && state.role == Role::Primary {
+            state.partner_synced = false;
+            state.retry_at = None;
+        }
+        ReplicaStatusResponse {
+            role: state.role as i32,
+            synced: state.role == Role::Standby && state.synced,
+            incarnation: self.incarnation,
+            steps_stored: state.steps_stored,
+            steps_replayed: state.steps_replayed,
+        }
+    }
+
+    async fn partner_status(&self, request: ReplicaStatusRequest) -> Result<ReplicaStatusResponse> {
+        let mut client = self.partner.clone();
+        let mut request = Request::new(request);
+        request.set_timeout(PROBE_PRIMARY);
+        match tokio::time::timeout(PROBE_PRIMARY, client.replica_status(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(Status::from(status)),
+            Err(_) => Err(Status::deadline_exceeded("the partner did not answer")),
+        }
+    }
+
+    async fn ask_partner_to_promote(&self, reason: &str) -> Result<()> {
+        let mut client = self.partner.clone();
+        let mut request = Request::new(PromoteRequest {
+            reason: reason.to_string(),
+        });
+        request.set_timeout(self.rpc_timeout);
+        client
+            .promote(request)
+            .await
+            .map(|_| ())
+            .map_err(Status::from)
+    }
+
+    fn set_standby_up(&self, up: bool) {
+        ::metrics::gauge!(names::STANDBY_UP, "task" => self.label.clone()).set(if up {
+            1.0
+        } else {
+            0.0
+        });
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The ReplicaService gRPC front: one line per RPC into [`ReplicaState`].
+#[derive(Clone)]
+pub struct ReplicaGrpc(pub Arc<ReplicaState>);
+
+#[tonic::async_trait]
+impl ReplicaService for ReplicaGrpc {
+    async fn replicate(
+        &self,
+        request: Request<ReplicateRequest>,
+    ) -> std::result::Result<Response<ReplicateResponse>, tonic::Status> {
+        Ok(Response::new(self.0.store(request.into_inner())?))
+    }
+
+    async fn promote(
+        &self,
+        request: Request<PromoteRequest>,
+    ) -> std::result::Result<Response<PromoteResponse>, tonic::Status> {
+        let role = self.0.promote(&request.into_inner().reason).await?;
+        Ok(Response::new(PromoteResponse { role: role as i32 }))
+    }
+
+    async fn replica_status(
+        &self,
+        request: Request<ReplicaStatusRequest>,
+    ) -> std::result::Result<Response<ReplicaStatusResponse>, tonic::Status> {
+        Ok(Response::new(self.0.status(request.get_ref())))
+    }
+}
