@@ -829,3 +829,49 @@ fn tf_config_errors_name_the_json_key() {
         assert_eq!(err.code(), *code, "{message}");
     }
 }
+
+#[test]
+fn a_ps_standby_job_gives_each_ps_task_a_second_daemon_outside_the_cluster() {
+    let text = r#"
+[cluster]
+ps = ["127.0.0.1:2222"]
+ps_standby = ["127.0.0.1:2223"]
+worker = ["127.0.0.1:2224"]
+"#;
+    let as_task = |job: &str| {
+        TaskConfig::from_toml_with_env(
+            text,
+            "cluster.toml",
+            env(&[("TESSERA__TASK__JOB", job), ("TESSERA__TASK__INDEX", "0")]),
+        )
+        .unwrap()
+    };
+    // The standby is ps task 0 at its own address; no job of the cluster names it.
+    let standby = as_task("ps_standby");
+    assert_eq!(standby.task, TaskId::new("ps", 0));
+    assert_eq!(standby.listen, addr("127.0.0.1:2223"));
+    let jobs: Vec<&str> = standby.cluster.jobs().collect();
+    assert_eq!(jobs, ["ps", "worker"]);
+    let pair = standby.standbys.own.clone().unwrap();
+    assert!(pair.standby);
+    assert_eq!((pair.own.as_str(), pair.partner.as_str()), ("127.0.0.1:2223", "127.0.0.1:2222"));
+    // The primary knows its standby; a worker knows where each ps task fails over to.
+    let primary = as_task("ps").standbys.own.unwrap();
+    assert!(!primary.standby);
+    assert_eq!(primary.partner, "127.0.0.1:2223");
+    let worker = as_task("worker");
+    assert_eq!(worker.standbys.own, None);
+    assert_eq!(worker.standbys.addresses.get(&0).map(String::as_str), Some("127.0.0.1:2223"));
+
+    let orphan = TaskConfig::from_toml_with_env(
+        "[cluster]\nps = [\"127.0.0.1:2222\"]\nps_standby = [\"127.0.0.1:2223\", \"127.0.0.1:2225\"]\n",
+        "cluster.toml",
+        env(&[("TESSERA__TASK__JOB", "ps"), ("TESSERA__TASK__INDEX", "0")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        orphan.contains("task 1 stands by for ps task 1, which the cluster does not have"),
+        "{orphan}"
+    );
+}

@@ -604,3 +604,101 @@ impl ReplicaService for ReplicaGrpc {
         Ok(Response::new(self.0.status(request.get_ref())))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::TaskId;
+    use crate::tensor::DType;
+
+    const CPU0: &str = "/job:ps/replica:0/task:0/device:CPU:0";
+
+    /// A standby of ps task 0 whose primary (port 1 of loopback) never answers.
+    fn standby() -> (ReplicaState, Arc<ResourceMgr>) {
+        let store = Arc::new(ResourceMgr::new());
+        let config = ReplicaConfig {
+            task: TaskId::new("ps", 0),
+            own: "127.0.0.1:2".into(),
+            partner: "127.0.0.1:1".into(),
+            standby: true,
+        };
+        let state = ReplicaState::new(
+            config,
+            7,
+            vec![(CPU0.to_string(), Arc::clone(&store))],
+            &Security::plain(),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        (state, store)
+    }
+
+    fn batch(sequence: u64, full: bool, steps: &[i64], w: f32) -> ReplicateRequest {
+        ReplicateRequest {
+            incarnation: 1,
+            sequence,
+            full,
+            step_ids: steps.to_vec(),
+            variables: vec![VariableValue {
+                device: CPU0.into(),
+                container: String::new(),
+                name: "w".into(),
+                value: Some(Tensor::from_vec([2], vec![w, w]).unwrap().to_proto()),
+            }],
+        }
+    }
+
+    fn value(store: &ResourceMgr) -> Option<f32> {
+        let var = store.lookup::<Var>("", "w").ok()?;
+        Some(var.snapshot()?.values::<f32>().unwrap()[0])
+    }
+
+    #[tokio::test]
+    async fn a_standby_stores_a_whole_copy_then_changes_and_skips_a_replay() {
+        let (standby, store) = standby();
+        // Without a copy, only a whole one is taken.
+        let refused = standby.store(batch(1, false, &[10], 1.0)).unwrap_err();
+        assert_eq!(refused.code(), Code::Aborted, "{refused}");
+        standby.store(batch(1, true, &[10], 1.0)).unwrap();
+        standby.store(batch(2, false, &[11, 12], 2.0)).unwrap();
+        assert_eq!(value(&store), Some(2.0));
+        assert_eq!(store.lookup::<Var>("", "w").unwrap().dtype, DType::Float);
+        // The same batch again changes nothing and is counted as replayed.
+        standby.store(batch(2, false, &[11, 12], 9.0)).unwrap();
+        assert_eq!(value(&store), Some(2.0));
+        let status = standby.status(&ReplicaStatusRequest::default());
+        assert_eq!((status.steps_stored, status.steps_replayed), (3, 2));
+        assert!(status.synced);
+        assert_eq!(status.role(), Role::Standby);
+        assert!(standby.check_serving("RunGraph").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_standby_whose_primary_is_gone_takes_over_with_its_copy() {
+        let (standby, store) = standby();
+        standby.store(batch(1, true, &[1], 4.0)).unwrap();
+        assert_eq!(standby.promote("test").await.unwrap(), Role::Primary);
+        assert_eq!(value(&store), Some(4.0));
+        standby.check_serving("RunGraph").unwrap();
+        // A promoted standby refuses its old primary's batches.
+        let refused = standby.store(batch(2, false, &[2], 5.0)).unwrap_err();
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    }
+
+    #[tokio::test]
+    async fn a_standby_promoted_while_catching_up_starts_empty() {
+        // The primary died before the standby had a whole copy: what it holds may be half of
+        // one, so it takes over empty and the chief restores the last checkpoint.
+        let (standby, store) = standby();
+        store
+            .lookup_or_create::<Var>("", "stale", || {
+                let var = Var::new(DType::Float, PartialShape::unknown());
+                *var.write() = Some(Tensor::scalar(1.0f32));
+                Ok(var)
+            })
+            .unwrap();
+        assert_eq!(standby.promote("test").await.unwrap(), Role::Primary);
+        assert!(store.variables().is_empty());
+    }
+}

@@ -220,7 +220,8 @@ impl TaskConfig {
                     at: at.to_owned(),
                     key: format!("cluster.{STANDBY_JOB}"),
                     message: format!(
-                        "task {index} stands by for ps task {index}, which the cluster does not                          have; a ps_standby task's index is its ps task's"
+                        "task {index} stands by for ps task {index}, which the cluster does not \
+                         have; a ps_standby task's index is its ps task's"
                     ),
                 }
             })?;
