@@ -512,7 +512,11 @@ fn cluster() -> ClusterSpec {
 struct NoWorker;
 
 impl WorkerHandler for NoWorker {
-    fn get_status(&self, _: GetStatusRequest) -> HandlerFuture<'_, GetStatusResponse> {
+    fn get_status(
+        &self,
+        _: GetStatusRequest,
+        _: Option<Duration>,
+    ) -> HandlerFuture<'_, GetStatusResponse> {
         Box::pin(async { Ok(GetStatusResponse::default()) })
     }
 }

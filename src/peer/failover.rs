@@ -19,15 +19,11 @@ use crate::cluster::TaskId;
 use crate::error::{Code, Result, Status};
 use crate::proto::replica::replica_service_client::ReplicaServiceClient;
 use crate::proto::replica::PromoteRequest;
-use crate::proto::{
-    CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
-    CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
-    DeleteWorkerSessionResponse, DeregisterGraphRequest, DeregisterGraphResponse, GetStatusRequest,
-    GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
-    RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
-};
+#[allow(clippy::wildcard_imports)] // The table names every request and response.
+use crate::proto::*;
 use crate::security::{AuthChannel, Security};
 use crate::wire::channel::TensorChannel;
+use crate::worker::service::worker_rpcs;
 
 /// How long a `Promote` may take: the standby probes its primary first.
 const PROMOTE_DEADLINE: Duration = Duration::from_secs(5);
@@ -127,9 +123,9 @@ impl std::fmt::Debug for FailoverPeer {
     }
 }
 
-/// Implements [`Peer`] methods as the same call on the serving daemon.
+/// Implements [`Peer`] as the same call on the serving daemon.
 macro_rules! failover {
-    ($($method:ident, $req:ty, $resp:ty;)*) => {$(
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
         fn $method(&self, request: $req, options: CallOptions) -> PeerFuture<'_, $resp> {
             Box::pin(self.call(move |peer| peer.$method(request, options)))
         }
@@ -141,17 +137,7 @@ impl Peer for FailoverPeer {
         &self.task
     }
 
-    failover! {
-        get_status, GetStatusRequest, GetStatusResponse;
-        create_worker_session, CreateWorkerSessionRequest, CreateWorkerSessionResponse;
-        delete_worker_session, DeleteWorkerSessionRequest, DeleteWorkerSessionResponse;
-        register_graph, RegisterGraphRequest, RegisterGraphResponse;
-        deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
-        run_graph, RunGraphRequest, RunGraphResponse;
-        cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
-        cleanup_all, CleanupAllRequest, CleanupAllResponse;
-        recv_tensor, RecvTensorRequest, RecvTensorResponse;
-    }
+    worker_rpcs!(failover);
 
     fn tensor_channel(&self) -> Option<&TensorChannel> {
         self.daemons[self.serving.load(Ordering::Acquire)]

@@ -36,14 +36,10 @@ use super::{deadline_exceeded, lost_connection, unreachable, CallOptions, Peer, 
 use crate::cluster::TaskId;
 use crate::error::{Result, Status};
 use crate::proto::worker_service_client::WorkerServiceClient;
-use crate::proto::{
-    CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
-    CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
-    DeleteWorkerSessionResponse, DeregisterGraphRequest, DeregisterGraphResponse, GetStatusRequest,
-    GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
-    RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
-};
+#[allow(clippy::wildcard_imports)] // The table names every request and response.
+use crate::proto::*;
 use crate::wire::MAX_MESSAGE_BYTES;
+use crate::worker::service::worker_rpcs;
 use crate::worker::Rpc;
 
 /// A remote task's WorkerService, reached over a lazily connected tonic channel (TLS and the
@@ -192,16 +188,38 @@ impl std::fmt::Debug for GrpcPeer {
     }
 }
 
-/// Implements [`Peer`] methods as calls of the same name on the tonic client.
+/// Implements [`Peer`] as calls of the same name on the tonic client, but for RecvTensor.
 macro_rules! remote {
-    ($($method:ident, $rpc:ident, $req:ty, $resp:ty;)*) => {$(
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
         fn $method(&self, message: $req, options: CallOptions) -> PeerFuture<'_, $resp> {
-            // The client is a cheap handle on the shared channel; calls need it mutably.
-            let mut client = self.client.clone();
-            let call = async move { client.$method(request(message, options)).await };
-            Box::pin(self.call(Rpc::$rpc, options, call))
+            remote_call!($method, $rpc, self, message, options)
         }
     )*};
+}
+
+macro_rules! remote_call {
+    // Tensors are gathered into one pooled buffer and decoded without copying their content
+    // ([`crate::wire`]); the bytes on the wire are tonic's.
+    (recv_tensor, $rpc:ident, $peer:ident, $message:ident, $options:ident) => {{
+        let mut channel = $peer.channel.clone();
+        let call = async move {
+            crate::wire::recv_tensor(
+                &mut channel,
+                $message,
+                $options.remaining(),
+                MAX_MESSAGE_BYTES,
+            )
+            .await
+            .map(tonic::Response::new)
+        };
+        Box::pin($peer.call(Rpc::$rpc, $options, call))
+    }};
+    ($method:ident, $rpc:ident, $peer:ident, $message:ident, $options:ident) => {{
+        // The client is a cheap handle on the shared channel; calls need it mutably.
+        let mut client = $peer.client.clone();
+        let call = async move { client.$method(request($message, $options)).await };
+        Box::pin($peer.call(Rpc::$rpc, $options, call))
+    }};
 }
 
 impl Peer for GrpcPeer {
@@ -209,39 +227,7 @@ impl Peer for GrpcPeer {
         &self.task
     }
 
-    remote! {
-        get_status, GetStatus, GetStatusRequest, GetStatusResponse;
-        create_worker_session, CreateWorkerSession, CreateWorkerSessionRequest,
-            CreateWorkerSessionResponse;
-        delete_worker_session, DeleteWorkerSession, DeleteWorkerSessionRequest,
-            DeleteWorkerSessionResponse;
-        register_graph, RegisterGraph, RegisterGraphRequest, RegisterGraphResponse;
-        deregister_graph, DeregisterGraph, DeregisterGraphRequest, DeregisterGraphResponse;
-        run_graph, RunGraph, RunGraphRequest, RunGraphResponse;
-        cleanup_graph, CleanupGraph, CleanupGraphRequest, CleanupGraphResponse;
-        cleanup_all, CleanupAll, CleanupAllRequest, CleanupAllResponse;
-    }
-
-    /// Tensors are gathered into one pooled buffer and decoded without copying their content
-    /// ([`crate::wire`]); the bytes on the wire are tonic's.
-    fn recv_tensor(
-        &self,
-        message: RecvTensorRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RecvTensorResponse> {
-        let mut channel = self.channel.clone();
-        let call = async move {
-            crate::wire::recv_tensor(
-                &mut channel,
-                message,
-                options.remaining(),
-                MAX_MESSAGE_BYTES,
-            )
-            .await
-            .map(tonic::Response::new)
-        };
-        Box::pin(self.call(Rpc::RecvTensor, options, call))
-    }
+    worker_rpcs!(remote);
 
     fn tensor_channel(&self) -> Option<&TensorChannel> {
         self.tensor_channel.as_deref()

@@ -10,13 +10,9 @@ use std::sync::Arc;
 use super::{deadline_exceeded, CallOptions, Peer, PeerFuture};
 use crate::cluster::TaskId;
 use crate::error::Result;
-use crate::proto::{
-    CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
-    CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
-    DeleteWorkerSessionResponse, DeregisterGraphRequest, DeregisterGraphResponse, GetStatusRequest,
-    GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
-    RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
-};
+#[allow(clippy::wildcard_imports)] // The table names every request and response.
+use crate::proto::*;
+use crate::worker::service::worker_rpcs;
 use crate::worker::{HandlerFuture, Rpc, WorkerHandler};
 
 /// The own task as a [`Peer`]: calls go to its [`WorkerHandler`] directly.
@@ -59,11 +55,13 @@ impl std::fmt::Debug for LocalPeer {
     }
 }
 
-/// Implements one [`Peer`] method by forwarding to the handler under the deadline.
+/// Implements [`Peer`] by forwarding each call to the handler under its deadline; the calls
+/// that wait pass the time left on.
 macro_rules! forward {
-    ($($method:ident, $rpc:ident, $req:ty, $resp:ty;)*) => {$(
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
         fn $method(&self, request: $req, options: CallOptions) -> PeerFuture<'_, $resp> {
-            Box::pin(self.within(Rpc::$rpc, options, self.handler.$method(request)))
+            let timeout = $waits.then(|| options.remaining());
+            Box::pin(self.within(Rpc::$rpc, options, self.handler.$method(request, timeout)))
         }
     )*};
 }
@@ -73,35 +71,7 @@ impl Peer for LocalPeer {
         &self.task
     }
 
-    fn run_graph(
-        &self,
-        request: RunGraphRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RunGraphResponse> {
-        let reply = self.handler.run_graph(request, Some(options.remaining()));
-        Box::pin(self.within(Rpc::RunGraph, options, reply))
-    }
-
-    fn recv_tensor(
-        &self,
-        request: RecvTensorRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RecvTensorResponse> {
-        let reply = self.handler.recv_tensor(request, Some(options.remaining()));
-        Box::pin(self.within(Rpc::RecvTensor, options, reply))
-    }
-
-    forward! {
-        get_status, GetStatus, GetStatusRequest, GetStatusResponse;
-        create_worker_session, CreateWorkerSession, CreateWorkerSessionRequest,
-            CreateWorkerSessionResponse;
-        delete_worker_session, DeleteWorkerSession, DeleteWorkerSessionRequest,
-            DeleteWorkerSessionResponse;
-        register_graph, RegisterGraph, RegisterGraphRequest, RegisterGraphResponse;
-        deregister_graph, DeregisterGraph, DeregisterGraphRequest, DeregisterGraphResponse;
-        cleanup_graph, CleanupGraph, CleanupGraphRequest, CleanupGraphResponse;
-        cleanup_all, CleanupAll, CleanupAllRequest, CleanupAllResponse;
-    }
+    worker_rpcs!(forward);
 }
 
 #[cfg(test)]
@@ -133,7 +103,11 @@ mod tests {
             })
         }
 
-        fn get_status(&self, _request: GetStatusRequest) -> HandlerFuture<'_, GetStatusResponse> {
+        fn get_status(
+            &self,
+            _request: GetStatusRequest,
+            _timeout: Option<Duration>,
+        ) -> HandlerFuture<'_, GetStatusResponse> {
             Box::pin(std::future::pending())
         }
     }

@@ -67,17 +67,13 @@ use tokio::time::Instant;
 
 use crate::cluster::TaskId;
 use crate::error::Result;
-use crate::proto::{
-    CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
-    CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
-    DeleteWorkerSessionResponse, DeregisterGraphRequest, DeregisterGraphResponse, GetStatusRequest,
-    GetStatusResponse, RecvTensorRequest, RecvTensorResponse, RegisterGraphRequest,
-    RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
-};
+#[allow(clippy::wildcard_imports)] // The table names every request and response.
+use crate::proto::*;
 use crate::wire::channel::TensorChannel;
 pub(crate) use crate::wire::transport::{
     deadline_exceeded, format_duration, lost_connection, unreachable,
 };
+use crate::worker::service::worker_rpcs;
 
 pub use cache::{Connector, PeerCache};
 pub use failover::FailoverPeer;
@@ -133,78 +129,25 @@ impl CallOptions {
 /// What "no deadline" stands for: about 30 years, as tokio's own far future.
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
+/// [`Peer`]'s methods from the WorkerService's table ([`worker_rpcs!`](crate::worker::service)).
+macro_rules! peer_methods {
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
+        #[doc = concat!("`", stringify!($rpc), "`: ", $doc, ".")]
+        fn $method(&self, request: $req, options: CallOptions) -> PeerFuture<'_, $resp>;
+    )*};
+}
+
 /// A task's WorkerService, wherever it lives.
 ///
 /// Object-safe: masters and workers hold `Arc<dyn Peer>`. Each method takes TensorFlow's
 /// request message and a deadline and resolves to the response message; see the module docs for
-/// which failures become `Err` and which stay in the response body.
+/// which failures become `Err` and which stay in the response body. One method per row of the
+/// service's table.
 pub trait Peer: Send + Sync {
     /// Returns the task this peer reaches.
     fn task(&self) -> &TaskId;
 
-    /// `GetStatus`: the task's devices, each with its incarnation.
-    fn get_status(
-        &self,
-        request: GetStatusRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, GetStatusResponse>;
-
-    /// `CreateWorkerSession`: sets up a master session's state on the task.
-    fn create_worker_session(
-        &self,
-        request: CreateWorkerSessionRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, CreateWorkerSessionResponse>;
-
-    /// `DeleteWorkerSession`: drops a master session's state on the task.
-    fn delete_worker_session(
-        &self,
-        request: DeleteWorkerSessionRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, DeleteWorkerSessionResponse>;
-
-    /// `RegisterGraph`: installs the task's partition of a graph; answers its handle.
-    fn register_graph(
-        &self,
-        request: RegisterGraphRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RegisterGraphResponse>;
-
-    /// `DeregisterGraph`: drops a registered partition.
-    fn deregister_graph(
-        &self,
-        request: DeregisterGraphRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, DeregisterGraphResponse>;
-
-    /// `RunGraph`: runs a registered partition for one step. A step error may come back inside
-    /// the response (`status_code`), which the caller checks.
-    fn run_graph(
-        &self,
-        request: RunGraphRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RunGraphResponse>;
-
-    /// `CleanupGraph`: drops a step's rendezvous on the task.
-    fn cleanup_graph(
-        &self,
-        request: CleanupGraphRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, CleanupGraphResponse>;
-
-    /// `CleanupAll`: clears the named resource containers on the task.
-    fn cleanup_all(
-        &self,
-        request: CleanupAllRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, CleanupAllResponse>;
-
-    /// `RecvTensor`: pulls the tensor a step sent under a rendezvous key.
-    fn recv_tensor(
-        &self,
-        request: RecvTensorRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RecvTensorResponse>;
+    worker_rpcs!(peer_methods);
 
     /// The task's tensor channel ([`crate::wire::channel`]), for RecvTensor calls made by
     /// blocking on an executor thread; `None` when RecvTensor goes only through

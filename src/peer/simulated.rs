@@ -27,14 +27,10 @@ use std::time::Duration;
 use super::{deadline_exceeded, unreachable, CallOptions, Connector, Peer, PeerCache, PeerFuture};
 use crate::cluster::{ClusterSpec, TaskId};
 use crate::error::{Result, Status};
-use crate::proto::{
-    CleanupAllRequest, CleanupAllResponse, CleanupGraphRequest, CleanupGraphResponse,
-    CreateWorkerSessionRequest, CreateWorkerSessionResponse, DeleteWorkerSessionRequest,
-    DeleteWorkerSessionResponse, DeregisterGraphRequest, DeregisterGraphResponse, DeviceAttributes,
-    GetStatusRequest, GetStatusResponse, RecvTensorRequest, RecvTensorResponse,
-    RegisterGraphRequest, RegisterGraphResponse, RunGraphRequest, RunGraphResponse,
-};
+#[allow(clippy::wildcard_imports)] // The table names every request and response.
+use crate::proto::*;
 use crate::runtime::rendezvous::{check_incarnation, ParsedKey};
+use crate::worker::service::worker_rpcs;
 use crate::worker::Rpc;
 
 /// A WorkerService request a [`SimulatedPeer`] can be scripted for, tied to its RPC and
@@ -46,8 +42,9 @@ pub trait SimulatedRpc: Clone + Send + 'static {
     type Response: Default + Send + 'static;
 }
 
+/// [`SimulatedRpc`] for every request of the service's table.
 macro_rules! simulated_rpcs {
-    ($($req:ty => $rpc:ident, $resp:ty;)*) => {$(
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
         impl SimulatedRpc for $req {
             const RPC: Rpc = Rpc::$rpc;
             type Response = $resp;
@@ -55,17 +52,7 @@ macro_rules! simulated_rpcs {
     )*};
 }
 
-simulated_rpcs! {
-    GetStatusRequest => GetStatus, GetStatusResponse;
-    CreateWorkerSessionRequest => CreateWorkerSession, CreateWorkerSessionResponse;
-    DeleteWorkerSessionRequest => DeleteWorkerSession, DeleteWorkerSessionResponse;
-    RegisterGraphRequest => RegisterGraph, RegisterGraphResponse;
-    DeregisterGraphRequest => DeregisterGraph, DeregisterGraphResponse;
-    RunGraphRequest => RunGraph, RunGraphResponse;
-    CleanupGraphRequest => CleanupGraph, CleanupGraphResponse;
-    CleanupAllRequest => CleanupAll, CleanupAllResponse;
-    RecvTensorRequest => RecvTensor, RecvTensorResponse;
-}
+worker_rpcs!(simulated_rpcs);
 
 /// What a scripted call does.
 enum Step<T> {
@@ -353,13 +340,49 @@ impl std::fmt::Debug for SimulatedPeer {
     }
 }
 
-/// Implements [`Peer`] methods whose unscripted reply is an empty response.
-macro_rules! plain {
-    ($($method:ident, $req:ty, $resp:ty;)*) => {$(
+/// Implements [`Peer`]: each call is served from its script, or else by [`simulated_call!`]'s
+/// default for it.
+macro_rules! simulated {
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
         fn $method(&self, request: $req, options: CallOptions) -> PeerFuture<'_, $resp> {
-            self.serve(request, options, no_check, empty)
+            simulated_call!($method, self, request, options)
         }
     )*};
+}
+
+/// The unscripted answers: GetStatus lists the task's devices, RegisterGraph answers a fresh
+/// handle, RecvTensor checks the key's incarnation first; every other call answers an empty
+/// response.
+macro_rules! simulated_call {
+    (get_status, $peer:ident, $request:ident, $options:ident) => {
+        $peer.serve($request, $options, no_check, |state, _| {
+            Ok(GetStatusResponse {
+                device_attributes: state.device_attributes(&$peer.task),
+            })
+        })
+    };
+    (register_graph, $peer:ident, $request:ident, $options:ident) => {
+        $peer.serve($request, $options, no_check, |state, _| {
+            state.graphs_registered += 1;
+            Ok(RegisterGraphResponse {
+                graph_handle: format!("graph-{}", state.graphs_registered),
+            })
+        })
+    };
+    (recv_tensor, $peer:ident, $request:ident, $options:ident) => {{
+        let check = |state: &State, request: &RecvTensorRequest| {
+            let key = ParsedKey::parse(&request.rendezvous_key)?;
+            let devices = state.device_attributes(&$peer.task);
+            check_incarnation(
+                &key,
+                devices.iter().map(|d| (d.name.as_str(), d.incarnation)),
+            )
+        };
+        $peer.serve($request, $options, check, empty)
+    }};
+    ($method:ident, $peer:ident, $request:ident, $options:ident) => {
+        $peer.serve($request, $options, no_check, empty)
+    };
 }
 
 impl Peer for SimulatedPeer {
@@ -367,55 +390,7 @@ impl Peer for SimulatedPeer {
         &self.task
     }
 
-    fn get_status(
-        &self,
-        request: GetStatusRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, GetStatusResponse> {
-        self.serve(request, options, no_check, |state, _| {
-            Ok(GetStatusResponse {
-                device_attributes: state.device_attributes(&self.task),
-            })
-        })
-    }
-
-    fn register_graph(
-        &self,
-        request: RegisterGraphRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RegisterGraphResponse> {
-        self.serve(request, options, no_check, |state, _| {
-            state.graphs_registered += 1;
-            Ok(RegisterGraphResponse {
-                graph_handle: format!("graph-{}", state.graphs_registered),
-            })
-        })
-    }
-
-    fn recv_tensor(
-        &self,
-        request: RecvTensorRequest,
-        options: CallOptions,
-    ) -> PeerFuture<'_, RecvTensorResponse> {
-        let check = |state: &State, request: &RecvTensorRequest| {
-            let key = ParsedKey::parse(&request.rendezvous_key)?;
-            let devices = state.device_attributes(&self.task);
-            check_incarnation(
-                &key,
-                devices.iter().map(|d| (d.name.as_str(), d.incarnation)),
-            )
-        };
-        self.serve(request, options, check, empty)
-    }
-
-    plain! {
-        create_worker_session, CreateWorkerSessionRequest, CreateWorkerSessionResponse;
-        delete_worker_session, DeleteWorkerSessionRequest, DeleteWorkerSessionResponse;
-        deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
-        run_graph, RunGraphRequest, RunGraphResponse;
-        cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
-        cleanup_all, CleanupAllRequest, CleanupAllResponse;
-    }
+    worker_rpcs!(simulated);
 }
 
 /// One [`SimulatedPeer`] per task of a cluster, addressed as in its spec.

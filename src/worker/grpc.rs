@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response};
 
-use super::service::{HandlerFuture, WorkerHandler};
+use super::service::{worker_rpcs, HandlerFuture, WorkerHandler};
 use crate::cluster::Limits;
 use crate::ops::metrics;
 use crate::proto::worker_service_server::WorkerService;
@@ -74,146 +74,101 @@ async fn answer<R>(reply: HandlerFuture<'_, R>) -> Result<Response<R>, tonic::St
     reply.await.map(Response::new).map_err(tonic::Status::from)
 }
 
-#[tonic::async_trait]
-impl WorkerService for WorkerGrpc {
-    async fn get_status(
-        &self,
-        request: Request<GetStatusRequest>,
-    ) -> Result<Response<GetStatusResponse>, tonic::Status> {
-        answer(self.worker.get_status(request.into_inner())).await
-    }
-
-    async fn create_worker_session(
-        &self,
-        request: Request<CreateWorkerSessionRequest>,
-    ) -> Result<Response<CreateWorkerSessionResponse>, tonic::Status> {
-        answer(self.worker.create_worker_session(request.into_inner())).await
-    }
-
-    async fn delete_worker_session(
-        &self,
-        request: Request<DeleteWorkerSessionRequest>,
-    ) -> Result<Response<DeleteWorkerSessionResponse>, tonic::Status> {
-        answer(self.worker.delete_worker_session(request.into_inner())).await
-    }
-
-    async fn register_graph(
-        &self,
-        request: Request<RegisterGraphRequest>,
-    ) -> Result<Response<RegisterGraphResponse>, tonic::Status> {
-        let request = request.into_inner();
-        if let Some(graph) = &request.graph_def {
-            self.limits.check_graph("RegisterGraph: the graph", graph)?;
+/// The tonic service from the WorkerService's table: each row converts the request, lets
+/// [`admit!`] check and count it, and forwards it to the worker's service in one line; the
+/// RPCs tessera does not serve answer UNIMPLEMENTED naming themselves.
+macro_rules! front {
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {
+        front_impl! {
+            served: [$($method: $rpc($req) -> $resp, $waits;)*]
+            not_served: [
+                mark_recv_finished: MarkRecvFinished(MarkRecvFinishedRequest)
+                    -> MarkRecvFinishedResponse;
+                logging: Logging(LoggingRequest) -> LoggingResponse;
+                tracing: Tracing(TracingRequest) -> TracingResponse;
+                recv_buf: RecvBuf(RecvBufRequest) -> RecvBufResponse;
+                complete_group: CompleteGroup(CompleteGroupRequest) -> CompleteGroupResponse;
+                complete_instance: CompleteInstance(CompleteInstanceRequest)
+                    -> CompleteInstanceResponse;
+            ]
         }
-        answer(self.worker.register_graph(request)).await
-    }
+    };
+}
 
-    async fn deregister_graph(
-        &self,
-        request: Request<DeregisterGraphRequest>,
-    ) -> Result<Response<DeregisterGraphResponse>, tonic::Status> {
-        answer(self.worker.deregister_graph(request.into_inner())).await
-    }
+/// The whole impl in one expansion, so that `async_trait` sees every method.
+macro_rules! front_impl {
+    (
+        served: [$($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal;)*]
+        not_served: [$($other:ident: $other_rpc:ident($other_req:ty) -> $other_resp:ty;)*]
+    ) => {
+        #[tonic::async_trait]
+        impl WorkerService for WorkerGrpc {
+            $(
+                async fn $method(
+                    &self,
+                    request: Request<$req>,
+                ) -> Result<Response<$resp>, tonic::Status> {
+                    let timeout = if $waits { grpc_timeout(&request) } else { None };
+                    let request = request.into_inner();
+                    admit!($method, self, &request);
+                    let response = answer(self.worker.$method(request, timeout)).await?;
+                    count!($method, self, response.get_ref());
+                    Ok(response)
+                }
+            )*
+            $(
+                async fn $other(
+                    &self,
+                    _request: Request<$other_req>,
+                ) -> Result<Response<$other_resp>, tonic::Status> {
+                    Err(not_yet(stringify!($other_rpc)))
+                }
+            )*
+        }
+    };
+}
 
-    async fn run_graph(
-        &self,
-        request: Request<RunGraphRequest>,
-    ) -> Result<Response<RunGraphResponse>, tonic::Status> {
-        let timeout = grpc_timeout(&request);
-        let request = request.into_inner();
-        self.limits.check_request_tensors(
+/// What the front checks of a request before the worker sees it: a registered graph's size,
+/// the tensors a RunGraph carries (and their bytes, counted).
+macro_rules! admit {
+    (register_graph, $front:ident, $request:expr) => {
+        if let Some(graph) = &$request.graph_def {
+            $front
+                .limits
+                .check_graph("RegisterGraph: the graph", graph)?;
+        }
+    };
+    (run_graph, $front:ident, $request:expr) => {
+        $front.limits.check_request_tensors(
             "RunGraph: the tensors sent",
-            request.send.iter().filter_map(|s| s.tensor.as_ref()),
+            $request.send.iter().filter_map(|s| s.tensor.as_ref()),
         )?;
         metrics::received(
-            &self.task,
+            &$front.task,
             "RunGraph",
-            prost::Message::encoded_len(&request),
+            prost::Message::encoded_len($request),
         );
-        let response = answer(self.worker.run_graph(request, timeout)).await?;
-        metrics::sent(
-            &self.task,
-            "RunGraph",
-            prost::Message::encoded_len(response.get_ref()),
-        );
-        Ok(response)
-    }
-
-    async fn cleanup_graph(
-        &self,
-        request: Request<CleanupGraphRequest>,
-    ) -> Result<Response<CleanupGraphResponse>, tonic::Status> {
-        answer(self.worker.cleanup_graph(request.into_inner())).await
-    }
-
-    async fn cleanup_all(
-        &self,
-        request: Request<CleanupAllRequest>,
-    ) -> Result<Response<CleanupAllResponse>, tonic::Status> {
-        answer(self.worker.cleanup_all(request.into_inner())).await
-    }
-
-    async fn recv_tensor(
-        &self,
-        request: Request<RecvTensorRequest>,
-    ) -> Result<Response<RecvTensorResponse>, tonic::Status> {
-        let timeout = grpc_timeout(&request);
-        let request = request.into_inner();
-        let response = answer(self.worker.recv_tensor(request, timeout)).await?;
-        metrics::sent(
-            &self.task,
-            "RecvTensor",
-            prost::Message::encoded_len(response.get_ref()),
-        );
-        Ok(response)
-    }
-
-    async fn mark_recv_finished(
-        &self,
-        _request: Request<MarkRecvFinishedRequest>,
-    ) -> Result<Response<MarkRecvFinishedResponse>, tonic::Status> {
-        Err(not_yet("MarkRecvFinished"))
-    }
-
-    async fn logging(
-        &self,
-        _request: Request<LoggingRequest>,
-    ) -> Result<Response<LoggingResponse>, tonic::Status> {
-        Err(not_yet("Logging"))
-    }
-
-    async fn tracing(
-        &self,
-        _request: Request<TracingRequest>,
-    ) -> Result<Response<TracingResponse>, tonic::Status> {
-        Err(not_yet("Tracing"))
-    }
-
-    async fn recv_buf(
-        &self,
-        _request: Request<RecvBufRequest>,
-    ) -> Result<Response<RecvBufResponse>, tonic::Status> {
-        Err(not_yet("RecvBuf"))
-    }
-
-    async fn complete_group(
-        &self,
-        _request: Request<CompleteGroupRequest>,
-    ) -> Result<Response<CompleteGroupResponse>, tonic::Status> {
-        Err(not_yet("CompleteGroup"))
-    }
-
-    async fn complete_instance(
-        &self,
-        _request: Request<CompleteInstanceRequest>,
-    ) -> Result<Response<CompleteInstanceResponse>, tonic::Status> {
-        Err(not_yet("CompleteInstance"))
-    }
-
-    async fn get_step_sequence(
-        &self,
-        request: Request<GetStepSequenceRequest>,
-    ) -> Result<Response<GetStepSequenceResponse>, tonic::Status> {
-        answer(self.worker.get_step_sequence(request.into_inner())).await
-    }
+    };
+    ($method:ident, $front:ident, $request:expr) => {};
 }
+
+/// The answers whose bytes the front counts: RunGraph's and RecvTensor's.
+macro_rules! count {
+    (run_graph, $front:ident, $response:expr) => {
+        metrics::sent(
+            &$front.task,
+            "RunGraph",
+            prost::Message::encoded_len($response),
+        )
+    };
+    (recv_tensor, $front:ident, $response:expr) => {
+        metrics::sent(
+            &$front.task,
+            "RecvTensor",
+            prost::Message::encoded_len($response),
+        )
+    };
+    ($method:ident, $front:ident, $response:expr) => {};
+}
+
+worker_rpcs!(front);

@@ -164,13 +164,16 @@ mod tests {
             send.attr.insert(k.into(), v);
         }
         let handle = worker
-            .register_graph(RegisterGraphRequest {
-                graph_def: Some(GraphDef {
-                    node: vec![c, send],
+            .register_graph(
+                RegisterGraphRequest {
+                    graph_def: Some(GraphDef {
+                        node: vec![c, send],
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
-            })
+                },
+                None,
+            )
             .await
             .unwrap()
             .graph_handle;
@@ -187,7 +190,7 @@ mod tests {
             [7, 0, 0, 0]
         );
         worker
-            .cleanup_graph(CleanupGraphRequest { step_id: 4 })
+            .cleanup_graph(CleanupGraphRequest { step_id: 4 }, None)
             .await
             .unwrap();
     }

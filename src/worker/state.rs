@@ -43,7 +43,7 @@ use crate::shard::replica::ReplicaState;
 use crate::tensor::Tensor;
 
 use super::graphs::RegisteredGraph;
-use super::service::{HandlerFuture, WorkerHandler};
+use super::service::{worker_rpcs, HandlerFuture, WorkerHandler};
 use super::session::{isolated_devices, WorkerSession, LEGACY_SESSION};
 use super::step::run_executors;
 use crate::ops::metrics;
@@ -820,123 +820,45 @@ impl WeakWorkerState {
 
 /// Forwards each [`WorkerHandler`] method of [`WeakWorkerState`] to the live state.
 macro_rules! forward_weak {
-    ($($method:ident, $req:ty, $resp:ty;)*) => {$(
-        fn $method(&self, request: $req) -> HandlerFuture<'_, $resp> {
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
+        fn $method(&self, request: $req, timeout: Option<Duration>) -> HandlerFuture<'_, $resp> {
             Box::pin(async move {
                 let state = self.upgrade()?;
-                WorkerHandler::$method(&state, request).await
+                WorkerHandler::$method(&state, request, timeout).await
             })
         }
     )*};
 }
 
 impl WorkerHandler for WeakWorkerState {
-    forward_weak! {
-        get_status, GetStatusRequest, GetStatusResponse;
-        create_worker_session, CreateWorkerSessionRequest, CreateWorkerSessionResponse;
-        delete_worker_session, DeleteWorkerSessionRequest, DeleteWorkerSessionResponse;
-        register_graph, RegisterGraphRequest, RegisterGraphResponse;
-        deregister_graph, DeregisterGraphRequest, DeregisterGraphResponse;
-        cleanup_graph, CleanupGraphRequest, CleanupGraphResponse;
-        cleanup_all, CleanupAllRequest, CleanupAllResponse;
-        get_step_sequence, GetStepSequenceRequest, GetStepSequenceResponse;
-    }
+    worker_rpcs!(forward_weak);
+}
 
-    fn run_graph(
-        &self,
-        request: RunGraphRequest,
-        timeout: Option<Duration>,
-    ) -> HandlerFuture<'_, RunGraphResponse> {
-        Box::pin(async move { self.upgrade()?.run_graph_within(request, timeout).await })
-    }
+/// [`WorkerHandler`] on [`WorkerState`]: each call is the state's method of the same name,
+/// a plain function of the request; the calls that wait get the caller's timeout.
+macro_rules! worker_bodies {
+    ($($method:ident: $rpc:ident($req:ty) -> $resp:ty, $waits:literal, $doc:literal;)*) => {$(
+        fn $method(&self, request: $req, timeout: Option<Duration>) -> HandlerFuture<'_, $resp> {
+            worker_body!($method, self, request, timeout)
+        }
+    )*};
+}
 
-    fn recv_tensor(
-        &self,
-        request: RecvTensorRequest,
-        timeout: Option<Duration>,
-    ) -> HandlerFuture<'_, RecvTensorResponse> {
-        Box::pin(async move { self.upgrade()?.recv_tensor(request, timeout).await })
-    }
+macro_rules! worker_body {
+    (run_graph, $state:ident, $request:ident, $timeout:ident) => {
+        Box::pin($state.run_graph_within($request, $timeout))
+    };
+    (recv_tensor, $state:ident, $request:ident, $timeout:ident) => {
+        Box::pin(WorkerState::recv_tensor($state, $request, $timeout))
+    };
+    ($method:ident, $state:ident, $request:ident, $timeout:ident) => {{
+        let _ = $timeout;
+        Box::pin(std::future::ready(WorkerState::$method($state, &$request)))
+    }};
 }
 
 impl WorkerHandler for WorkerState {
-    fn get_status(&self, request: GetStatusRequest) -> HandlerFuture<'_, GetStatusResponse> {
-        Box::pin(std::future::ready(WorkerState::get_status(self, &request)))
-    }
-
-    fn create_worker_session(
-        &self,
-        request: CreateWorkerSessionRequest,
-    ) -> HandlerFuture<'_, CreateWorkerSessionResponse> {
-        Box::pin(std::future::ready(WorkerState::create_worker_session(
-            self, &request,
-        )))
-    }
-
-    fn delete_worker_session(
-        &self,
-        request: DeleteWorkerSessionRequest,
-    ) -> HandlerFuture<'_, DeleteWorkerSessionResponse> {
-        Box::pin(std::future::ready(WorkerState::delete_worker_session(
-            self, &request,
-        )))
-    }
-
-    fn register_graph(
-        &self,
-        request: RegisterGraphRequest,
-    ) -> HandlerFuture<'_, RegisterGraphResponse> {
-        Box::pin(std::future::ready(WorkerState::register_graph(
-            self, &request,
-        )))
-    }
-
-    fn deregister_graph(
-        &self,
-        request: DeregisterGraphRequest,
-    ) -> HandlerFuture<'_, DeregisterGraphResponse> {
-        Box::pin(std::future::ready(WorkerState::deregister_graph(
-            self, &request,
-        )))
-    }
-
-    fn run_graph(
-        &self,
-        request: RunGraphRequest,
-        timeout: Option<Duration>,
-    ) -> HandlerFuture<'_, RunGraphResponse> {
-        Box::pin(self.run_graph_within(request, timeout))
-    }
-
-    fn cleanup_graph(
-        &self,
-        request: CleanupGraphRequest,
-    ) -> HandlerFuture<'_, CleanupGraphResponse> {
-        Box::pin(std::future::ready(WorkerState::cleanup_graph(
-            self, &request,
-        )))
-    }
-
-    fn cleanup_all(&self, request: CleanupAllRequest) -> HandlerFuture<'_, CleanupAllResponse> {
-        Box::pin(std::future::ready(WorkerState::cleanup_all(self, &request)))
-    }
-
-    fn get_step_sequence(
-        &self,
-        request: GetStepSequenceRequest,
-    ) -> HandlerFuture<'_, GetStepSequenceResponse> {
-        Box::pin(std::future::ready(WorkerState::get_step_sequence(
-            self, &request,
-        )))
-    }
-
-    fn recv_tensor(
-        &self,
-        request: RecvTensorRequest,
-        timeout: Option<Duration>,
-    ) -> HandlerFuture<'_, RecvTensorResponse> {
-        Box::pin(WorkerState::recv_tensor(self, request, timeout))
-    }
+    worker_rpcs!(worker_bodies);
 }
 
 #[cfg(test)]
