@@ -120,8 +120,12 @@ fn batch(seed: u64) -> (Tensor, Tensor) {
         state ^= state << 17;
         state
     };
-    let x: Vec<f32> = (0..BATCH * FEATURES).map(|_| (next() % 17) as f32 / 16.0).collect();
-    let y: Vec<i64> = (0..BATCH).map(|_| (next() % CLASSES as u64) as i64).collect();
+    let x: Vec<f32> = (0..BATCH * FEATURES)
+        .map(|_| (next() % 17) as f32 / 16.0)
+        .collect();
+    let y: Vec<i64> = (0..BATCH)
+        .map(|_| (next() % CLASSES as u64) as i64)
+        .collect();
     (
         Tensor::from_vec(vec![BATCH, FEATURES], x).unwrap(),
         Tensor::from_vec(vec![BATCH], y).unwrap(),
@@ -253,7 +257,11 @@ fn main() {
             let outcome = train(&mut daemons, steps, None);
             println!(
                 "round {round}: {} {:.1} steps/s",
-                if standby { "with a standby   " } else { "without a standby" },
+                if standby {
+                    "with a standby   "
+                } else {
+                    "without a standby"
+                },
                 outcome.steps_per_s
             );
             if standby {
@@ -264,14 +272,23 @@ fn main() {
         }
     }
     let (p, r) = (median(plain), median(replicated));
-    println!("steps/s medians: without {p:.1}, with {r:.1}: ratio {:.2} (goal >= 0.7)", r / p);
+    println!(
+        "steps/s medians: without {p:.1}, with {r:.1}: ratio {:.2} (goal >= 0.7)",
+        r / p
+    );
     let mut recoveries = Vec::new();
     for round in 0..rounds {
         let mut daemons = Daemons::start(true);
         let outcome = train(&mut daemons, steps, Some(steps / 3));
         let recovery = outcome.recovery.expect("a step succeeded after the kill");
-        println!("kill {round}: next successful step {:.3} s after the kill", recovery.as_secs_f64());
+        println!(
+            "kill {round}: next successful step {:.3} s after the kill",
+            recovery.as_secs_f64()
+        );
         recoveries.push(recovery.as_secs_f64());
     }
-    println!("kill to next successful step, median {:.3} s (goal <= 3 s)", median(recoveries));
+    println!(
+        "kill to next successful step, median {:.3} s (goal <= 3 s)",
+        median(recoveries)
+    );
 }

@@ -854,14 +854,20 @@ worker = ["127.0.0.1:2224"]
     assert_eq!(jobs, ["ps", "worker"]);
     let pair = standby.standbys.own.clone().unwrap();
     assert!(pair.standby);
-    assert_eq!((pair.own.as_str(), pair.partner.as_str()), ("127.0.0.1:2223", "127.0.0.1:2222"));
+    assert_eq!(
+        (pair.own.as_str(), pair.partner.as_str()),
+        ("127.0.0.1:2223", "127.0.0.1:2222")
+    );
     // The primary knows its standby; a worker knows where each ps task fails over to.
     let primary = as_task("ps").standbys.own.unwrap();
     assert!(!primary.standby);
     assert_eq!(primary.partner, "127.0.0.1:2223");
     let worker = as_task("worker");
     assert_eq!(worker.standbys.own, None);
-    assert_eq!(worker.standbys.addresses.get(&0).map(String::as_str), Some("127.0.0.1:2223"));
+    assert_eq!(
+        worker.standbys.addresses.get(&0).map(String::as_str),
+        Some("127.0.0.1:2223")
+    );
 
     let orphan = TaskConfig::from_toml_with_env(
         "[cluster]\nps = [\"127.0.0.1:2222\"]\nps_standby = [\"127.0.0.1:2223\", \"127.0.0.1:2225\"]\n",

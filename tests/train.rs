@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::cluster::{Cluster, BIN};
+use crate::support::cluster::{killed_by, Cluster, BIN};
 use tessera::client::Session;
 use tessera::graph::attr::value;
 use tessera::ops::systemd::socket_activated;
@@ -1076,7 +1076,7 @@ fn the_chiefs_signals_reach_every_task_through_its_own_server_and_stay_set() {
     let watched = ps.clone();
     let target = ps_target.clone();
     thread::spawn(move || {
-        let _ = tx.send(wait_for_done(&target, &watched));
+        let _ = tx.send(wait_for_done(&target, &watched, None));
     });
     assert!(
         rx.recv_timeout(Duration::from_millis(300)).is_err(),
@@ -1089,8 +1089,8 @@ fn the_chiefs_signals_reach_every_task_through_its_own_server_and_stay_set() {
     // A task that looks only now (worker 1 finished late) sees the signal at once, and so
     // does a watcher that starts over: the queue stays closed.
     let started = Instant::now();
-    wait_for_done(&worker_target, &worker).unwrap();
-    wait_for_done(&ps_target, &ps).unwrap();
+    wait_for_done(&worker_target, &worker, None).unwrap();
+    wait_for_done(&ps_target, &ps, None).unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -1480,4 +1480,58 @@ fn the_cnn_refuses_images_that_are_not_square_and_filters_without_the_cnn() {
     assert_fails_with(&ended, &["--filters applies to --model cnn only"]);
     let ended = run_chief_alone(&["--model", "cnn", "--filters", "8,0"]);
     assert_fails_with(&ended, &["--filters [8, 0]"]);
+}
+
+#[test]
+fn a_ps_with_a_standby_is_killed_mid_training_and_the_job_still_ends_with_every_other_task_exiting_0(
+) {
+    let ckpt = tempfile::tempdir().unwrap();
+    let ckpt_dir = ckpt.path().to_str().unwrap().to_string();
+    let mut job = start_job(
+        &[("ps", 1), ("ps_standby", 1), ("worker", 2)],
+        &[
+            "--model",
+            "mlp",
+            "--hidden",
+            "64,32",
+            "--optimizer",
+            "adam",
+            "--steps",
+            "600",
+            "--save_every",
+            "100",
+            "--checkpoint_dir",
+            &ckpt_dir,
+        ],
+    );
+    // Training is under way once the chief saved past step 0; then the primary dies.
+    let deadline = Instant::now() + JOB_DEADLINE;
+    while latest_checkpoint(ckpt.path())
+        .unwrap()
+        .is_none_or(|p| p.to_string_lossy().ends_with("-0"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint past step 0 within {JOB_DEADLINE:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let primary = job.tasks.remove(0);
+    assert_eq!(primary.name, "/job:ps/task:0");
+    let mut primary = primary.child;
+    primary.kill().unwrap();
+    assert!(killed_by(primary.wait().unwrap(), libc::SIGKILL));
+
+    // Nothing restarts the primary: the job ends only if its standby took the task over.
+    let ended = wait_all(job.tasks.into_iter().map(|t| (t.name, t.child)).collect());
+    assert_trained(&ended, "6");
+    let standby = ended
+        .iter()
+        .find(|e| e.name == "/job:ps_standby/task:0")
+        .unwrap();
+    assert!(
+        standby.stderr.contains("the standby took the task over"),
+        "{}",
+        standby.stderr
+    );
 }

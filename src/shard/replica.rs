@@ -115,6 +115,8 @@ struct State {
     seen_order: VecDeque<i64>,
     steps_stored: u64,
     steps_replayed: u64,
+    /// The partner said the chief ended training.
+    training_over: bool,
 }
 
 impl ReplicaState {
@@ -164,6 +166,7 @@ impl ReplicaState {
                 seen_order: VecDeque::new(),
                 steps_stored: 0,
                 steps_replayed: 0,
+                training_over: false,
             }),
             sent: tokio::sync::Mutex::new(HashMap::new()),
         })
@@ -193,6 +196,7 @@ impl ReplicaState {
             .partner_status(ReplicaStatusRequest {
                 joining: true,
                 incarnation: self.incarnation,
+                training_over: false,
             })
             .await;
         let role = match asked {
@@ -487,6 +491,7 @@ impl ReplicaState {
             .partner_status(ReplicaStatusRequest {
                 joining: false,
                 incarnation: self.incarnation,
+                training_over: false,
             })
             .await;
         if let Ok(status) = primary {
@@ -523,19 +528,22 @@ impl ReplicaState {
         Ok(Role::Primary)
     }
 
-    /// This daemon's role for a partner's question; a joining partner gets a whole copy next.
+    /// This daemon's role for a partner's question; a joining partner gets a whole copy next,
+    /// and a partner saying training is over is remembered.
     pub fn status(&self, request: &ReplicaStatusRequest) -> ReplicaStatusResponse {
         let mut state = self.lock();
         if request.joining && state.role == Role::Primary {
             state.partner_synced = false;
             state.retry_at = None;
         }
+        state.training_over |= request.training_over;
         ReplicaStatusResponse {
             role: state.role as i32,
             synced: state.role == Role::Standby && state.synced,
             incarnation: self.incarnation,
             steps_stored: state.steps_stored,
             steps_replayed: state.steps_replayed,
+            training_over: state.training_over,
         }
     }
 
@@ -574,6 +582,36 @@ impl ReplicaState {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Asks the daemon at `address` (one of a ps task's pair) its ReplicaStatus, from a thread
+/// outside any runtime (a training loop's), within `timeout`.
+pub fn ask_status(
+    address: &str,
+    security: &Security,
+    request: ReplicaStatusRequest,
+    timeout: Duration,
+) -> Result<ReplicaStatusResponse> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Status::internal(format!("cannot build a runtime to ask {address}: {e}")))?;
+    runtime.block_on(async {
+        let endpoint = security.endpoint(address)?;
+        let channel = crate::wire::tune_endpoint(endpoint)
+            .connect_timeout(timeout)
+            .connect_lazy();
+        let mut client = ReplicaServiceClient::new(security.attach(channel));
+        let mut request = Request::new(request);
+        request.set_timeout(timeout);
+        match tokio::time::timeout(timeout, client.replica_status(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(Status::from(status)),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "{address} did not answer ReplicaStatus within {timeout:?}"
+            ))),
+        }
+    })
 }
 
 /// The ReplicaService gRPC front: one line per RPC into [`ReplicaState`].

@@ -45,6 +45,10 @@ pub(crate) struct LocalArgs {
     /// Worker tasks of the local cluster (worker 0 is the chief).
     #[arg(long, default_value_t = 2)]
     pub(crate) workers: usize,
+    /// Give each ps task a standby: a second daemon (`ps_standby` job) that holds a copy of the
+    /// task's variables and takes the task over if it dies.
+    #[arg(long)]
+    pub(crate) standby: bool,
 }
 
 /// The model and training flags, the same for every task of a job.
@@ -403,8 +407,13 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     println!(
-        "tessera: local cluster of {} and {} training {} on {} for {} steps",
+        "tessera: local cluster of {}{} and {} training {} on {} for {} steps",
         plural(args.ps, "ps", "ps"),
+        if args.standby {
+            " (each with a standby)"
+        } else {
+            ""
+        },
         plural(args.workers, "worker", "workers"),
         spec.model.describe(),
         spec.data.describe(),
@@ -416,6 +425,7 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
         deadline: args.timeout,
         ps: args.ps,
         workers: args.workers,
+        standby: args.standby,
     })?;
     match ended {
         Ended::Completed => {

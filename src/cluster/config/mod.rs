@@ -215,16 +215,17 @@ impl TaskConfig {
         let addresses = addresses.clone();
         let mut primaries = BTreeMap::new();
         for index in addresses.keys() {
-            let primary = self.cluster.task_address("ps", *index).map_err(|_| {
-                ConfigError::InvalidValue {
-                    at: at.to_owned(),
-                    key: format!("cluster.{STANDBY_JOB}"),
-                    message: format!(
+            let primary =
+                self.cluster
+                    .task_address("ps", *index)
+                    .map_err(|_| ConfigError::InvalidValue {
+                        at: at.to_owned(),
+                        key: format!("cluster.{STANDBY_JOB}"),
+                        message: format!(
                         "task {index} stands by for ps task {index}, which the cluster does not \
                          have; a ps_standby task's index is its ps task's"
                     ),
-                }
-            })?;
+                    })?;
             primaries.insert(*index, primary.to_owned());
         }
         self.cluster = self.cluster.without_job(STANDBY_JOB);

@@ -28,7 +28,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{TaskConfig, TaskId};
+use crate::cluster::{TaskConfig, TaskId, STANDBY_JOB};
 use crate::error::{Result, Status};
 use crate::ops::signals::Interrupts;
 use crate::ops::systemd::socket_activated;
@@ -46,6 +46,8 @@ pub struct LocalJob {
     pub ps: usize,
     /// Worker tasks.
     pub workers: usize,
+    /// A standby per ps task (the `ps_standby` job).
+    pub standby: bool,
 }
 
 /// How long the tasks may take to stop once the launcher was signalled: a worker's step in
@@ -111,9 +113,10 @@ pub fn run_local(job: &LocalJob) -> Result<Ended> {
     let mut text = String::from(
         "# Written by `tessera local`: the embedded cluster on the ports it bound.\n[cluster]\n",
     );
-    for job_name in embedded.cluster.jobs() {
+    let standby = job.standby.then_some(STANDBY_JOB);
+    for job_name in embedded.cluster.jobs().chain(standby) {
         let count = match job_name {
-            "ps" => job.ps,
+            "ps" | STANDBY_JOB => job.ps,
             "worker" => job.workers,
             other => embedded.cluster.num_tasks(other)?,
         };

@@ -169,7 +169,12 @@ pub fn run(
     }
     match task.job.as_str() {
         "ps" => {
-            signal::wait_for_done(target, task)?;
+            let pair = config
+                .standbys
+                .own
+                .as_ref()
+                .map(|pair| (pair, &config.security));
+            signal::wait_for_done(target, task, pair)?;
             Ok(Finished::Ps)
         }
         "worker" | "chief" => train_worker(config, target, spec, stop),
@@ -508,7 +513,7 @@ fn train_worker(
         if let Err(e) = signal::report_finished(target, &replica.chief, index) {
             tracing::warn!(error = %e, "cannot tell the chief this worker finished");
         }
-        signal::wait_for_done(target, &config.task)?;
+        signal::wait_for_done(target, &config.task, None)?;
         return Ok(Finished::Worker { global_step });
     }
 

@@ -27,10 +27,13 @@
 use std::time::{Duration, Instant};
 
 use crate::client::{ConnectOptions, Session};
-use crate::cluster::TaskId;
+use crate::cluster::{ReplicaConfig, TaskId};
 use crate::error::{Code, Result, Status};
 use crate::graph::attr::value;
 use crate::graph::{Graph, NodeSpec, Output};
+use crate::proto::replica::{ReplicaStatusRequest, Role};
+use crate::security::Security;
+use crate::shard::replica::ask_status;
 use crate::tensor::{DType, PartialShape, Tensor};
 
 /// The shared name of every task's "training is over" queue.
@@ -96,13 +99,35 @@ pub(super) fn session(target: &str, graph: &Graph, device_filters: &[String]) ->
 /// through the task's own master at `target`. Failures of the watch itself (a step that
 /// failed, a master restarting) are logged and the watch starts over after a pause: only the
 /// signal, or the process ending, ends it.
-pub fn wait_for_done(target: &str, task: &TaskId) -> Result<()> {
+///
+/// One of a ps task's pair of daemons (`pair`) watches only while it serves the task (the
+/// chief closes the queue of the daemon serving then); when the signal comes it tells the
+/// other daemon, which ends its wait too.
+pub fn wait_for_done(
+    target: &str,
+    task: &TaskId,
+    pair: Option<(&ReplicaConfig, &Security)>,
+) -> Result<()> {
     let mut g = Graph::new();
     let q = queue(&mut g, "done_queue", task, DONE_QUEUE)?;
     let dequeue = g.with_device(&cpu(task), |g| dequeue(g, "done_dequeue", &q))?;
     let dequeue = dequeue[0].name();
     tracing::info!(task = %task, "serving until the chief says training is over");
     loop {
+        if let Some((pair, security)) = pair {
+            let own = ask_status(&pair.own, security, ReplicaStatusRequest::default(), POLL);
+            match own {
+                Ok(status) if status.training_over => {
+                    tracing::info!(task = %task, "the task's other daemon says training is over");
+                    return Ok(());
+                }
+                Ok(status) if status.role() != Role::Primary => {
+                    std::thread::sleep(POLL);
+                    continue;
+                }
+                _ => {}
+            }
+        }
         let watch = session(target, &g, &[]).and_then(|s| loop {
             match s.run(&[], &[&dequeue], &[]) {
                 Ok(_) => break Ok(()),
@@ -114,6 +139,16 @@ pub fn wait_for_done(target: &str, task: &TaskId) -> Result<()> {
         match watch {
             Ok(()) => {
                 tracing::info!(task = %task, "the chief says training is over");
+                if let Some((pair, security)) = pair {
+                    let over = ReplicaStatusRequest {
+                        training_over: true,
+                        ..Default::default()
+                    };
+                    if let Err(e) = ask_status(&pair.partner, security, over, POLL) {
+                        tracing::warn!(task = %task, partner = %pair.partner, error = %e,
+                            "could not tell the task's other daemon that training is over");
+                    }
+                }
                 return Ok(());
             }
             Err(e) => {
