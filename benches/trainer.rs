@@ -15,7 +15,10 @@
 //! mode; each run prints its global steps per second (from the chief's first step to its
 //! last, start-up and evaluation left out) and the classic trainer's held-out accuracy, then
 //! each mode its medians and the ratio, against the goals: 3x TensorFlow with the same
-//! accuracy (>= 0.97) for the classic trainer, 1.5x for the regression.
+//! accuracy (>= 0.97) for the classic trainer, 1.5x for the regression. The classic trainer's
+//! async rounds also run `tessera local --standby` (a standby per ps task, holding a copy of its
+//! variables before each step is acknowledged): goals 0.7x of tessera without it and 2x
+//! TensorFlow.
 //!
 //! The regression also has a floor, measured in the same run: raw TCP on loopback moving one
 //! step's bytes (`W` to the worker and its gradient back, 32 MiB) plus the same step in one
@@ -172,7 +175,7 @@ fn tensorflow_run(python: &Path, model: Model, sync: bool) -> Result<Run, String
 }
 
 /// One run of `tessera local` with the same job (its summaries in a directory of its own).
-fn tessera_run(model: Model, sync: bool) -> Result<Run, String> {
+fn tessera_run(model: Model, sync: bool, standby: bool) -> Result<Run, String> {
     let logdir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
     let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
     command
@@ -191,6 +194,9 @@ fn tessera_run(model: Model, sync: bool) -> Result<Run, String> {
         .arg(logdir.path());
     if sync {
         command.arg("--sync");
+    }
+    if standby {
+        command.arg("--standby");
     }
     let out = command
         .stderr(Stdio::null())
@@ -345,7 +351,7 @@ fn main() {
         });
         for sync in [false, true] {
             let mode = if sync { "sync" } else { "async" };
-            let (mut tf, mut ours) = (Vec::new(), Vec::new());
+            let (mut tf, mut ours, mut with_standby) = (Vec::new(), Vec::new(), Vec::new());
             for round in 1..=ROUNDS {
                 if let Ok(python) = &tensorflow {
                     // A port chosen free may be taken before TensorFlow binds it: one more try.
@@ -356,9 +362,15 @@ fn main() {
                     println!("  {mode} round {round}: TensorFlow {}", show(&run));
                     tf.extend(run.ok());
                 }
-                let run = tessera_run(model, sync);
+                let run = tessera_run(model, sync, false);
                 println!("  {mode} round {round}: tessera    {}", show(&run));
                 ours.extend(run.ok());
+                // The classic trainer again with a standby per ps task: what the copy costs.
+                if model == Model::Classic && !sync {
+                    let run = tessera_run(model, sync, true);
+                    println!("  {mode} round {round}: tessera with a standby {}", show(&run));
+                    with_standby.extend(run.ok());
+                }
                 let _ = std::io::stdout().flush();
             }
             if ours.is_empty() {
@@ -366,6 +378,20 @@ fn main() {
                 continue;
             }
             let (rate, ours_accuracy) = medians(&ours);
+            if !with_standby.is_empty() {
+                let (standby_rate, standby_accuracy) = medians(&with_standby);
+                let against_tf = if tf.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {:.2}x TensorFlow (goal >= 2.0)", standby_rate / medians(&tf).0)
+                };
+                println!(
+                    "{mode} with a standby: median {standby_rate:.1} steps/s{}, {:.2} of tessera \
+                     without one (goal >= 0.7){against_tf}",
+                    standby_accuracy.map_or(String::new(), |a| format!(" (accuracy {a:.4})")),
+                    standby_rate / rate
+                );
+            }
             if let Some((tcp, step)) = floor {
                 let floor_rate = 1.0 / (tcp + step).as_secs_f64();
                 println!(

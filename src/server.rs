@@ -63,6 +63,7 @@ use crate::ops::metrics::{
     self, DEVICE_MEMORY_BYTES, DEVICE_MEMORY_LIMIT_BYTES, DEVICE_MEMORY_PEAK_BYTES,
 };
 use crate::ops::rpc_layer::RpcLayer;
+use crate::peer::failover::replica_client;
 use crate::peer::{LocalPeer, PeerCache, RemoteFetcher};
 use crate::proto::master_service_server::MasterServiceServer;
 use crate::proto::replica::replica_service_server::ReplicaServiceServer;
@@ -536,15 +537,15 @@ fn start_actors(
                             .iter()
                             .map(|(d, s)| (d.clone(), Arc::clone(s)))
                             .collect();
-                        match ReplicaState::new(
-                            pair.clone(),
-                            incarnation,
-                            stores,
-                            &security,
-                            timeouts.connect,
-                            timeouts.rpc.min(REPLICATE_DEADLINE),
-                        ) {
-                            Ok(replica) => {
+                        match replica_client(&pair.partner, timeouts.connect, &security) {
+                            Ok(partner) => {
+                                let replica = ReplicaState::new(
+                                    pair.clone(),
+                                    incarnation,
+                                    stores,
+                                    partner,
+                                    timeouts.rpc.min(REPLICATE_DEADLINE),
+                                );
                                 let replica = Arc::new(replica);
                                 state.set_replica(Arc::clone(&replica));
                                 Some(replica)

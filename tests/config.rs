@@ -48,6 +48,11 @@ fn the_example_file_loads_with_the_values_its_comments_document() {
         ("worker", vec!["w0.example:2222", "w1.example:2222"]),
     ]);
     assert_eq!(config.cluster, expected);
+    assert_eq!(
+        config.standbys.addresses.get(&0).map(String::as_str),
+        Some("ps0b.example:2222"),
+        "ps 0's standby, outside the cluster's jobs"
+    );
     assert_eq!(config.task, TaskId::new("worker", 0));
     assert_eq!(config.listen, addr("0.0.0.0:2222"));
     assert_eq!(config.devices.cpu_count.get(), 1);

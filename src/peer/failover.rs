@@ -18,7 +18,7 @@ use super::{CallOptions, GrpcPeer, Peer, PeerFuture};
 use crate::cluster::TaskId;
 use crate::error::{Code, Result, Status};
 use crate::proto::replica::replica_service_client::ReplicaServiceClient;
-use crate::proto::replica::PromoteRequest;
+use crate::proto::replica::{PromoteRequest, ReplicaStatusRequest, ReplicaStatusResponse};
 #[allow(clippy::wildcard_imports)] // The table names every request and response.
 use crate::proto::*;
 use crate::security::{AuthChannel, Security};
@@ -172,5 +172,53 @@ pub(super) fn connector(
                 &security,
             )?) as Arc<dyn Peer>,
         })
+    })
+}
+
+/// A ReplicaService client of the daemon at `address` (one of a ps task's pair), dialled
+/// lazily with `security`.
+pub fn replica_client(
+    address: &str,
+    connect_timeout: Duration,
+    security: &Security,
+) -> Result<ReplicaServiceClient<AuthChannel>> {
+    let endpoint = security.endpoint(address).map_err(|e| {
+        Status::invalid_argument(format!(
+            "`{address}` of a ps task's pair cannot be dialled: {}; fix the ps or ps_standby \
+             job in the cluster file",
+            e.message()
+        ))
+    })?;
+    let channel = crate::wire::tune_endpoint(endpoint)
+        .connect_timeout(connect_timeout)
+        .connect_lazy();
+    Ok(ReplicaServiceClient::new(security.attach(channel))
+        .max_decoding_message_size(crate::wire::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(crate::wire::MAX_MESSAGE_BYTES))
+}
+
+/// Asks the daemon at `address` (one of a ps task's pair) its ReplicaStatus, from a thread
+/// outside any runtime (a training loop's), within `timeout`.
+pub fn ask_replica_status(
+    address: &str,
+    security: &Security,
+    request: ReplicaStatusRequest,
+    timeout: Duration,
+) -> Result<ReplicaStatusResponse> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Status::internal(format!("cannot build a runtime to ask {address}: {e}")))?;
+    runtime.block_on(async {
+        let mut client = replica_client(address, timeout, security)?;
+        let mut request = Request::new(request);
+        request.set_timeout(timeout);
+        match tokio::time::timeout(timeout, client.replica_status(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(Status::from(status)),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "{address} did not answer ReplicaStatus within {timeout:?}"
+            ))),
+        }
     })
 }

@@ -36,7 +36,7 @@
 //!   `tessera_replica_standby_up` to 0, acknowledges steps on its own, and tries again a
 //!   second later with a whole copy.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -53,7 +53,8 @@ use crate::proto::replica::{
     ReplicateResponse, Role, VariableValue,
 };
 use crate::runtime::resource::{ResourceMgr, Var};
-use crate::security::{AuthChannel, Security};
+use crate::security::AuthChannel;
+use crate::tensor::var::Changes;
 use crate::tensor::{PartialShape, Tensor};
 
 /// Replication counters and gauges, each labelled with the `task`.
@@ -120,32 +121,17 @@ struct State {
 }
 
 impl ReplicaState {
-    /// The pair's side of this daemon, over `stores` (each shard's device and store). It
-    /// starts as a standby holding no copy; [`join`](Self::join) settles its role.
+    /// The pair's side of this daemon, over `stores` (each shard's device and store),
+    /// reaching the other daemon through `partner`. It starts as a standby holding no copy;
+    /// [`join`](Self::join) settles its role.
     pub fn new(
         config: ReplicaConfig,
         incarnation: u64,
         stores: Vec<(String, Arc<ResourceMgr>)>,
-        security: &Security,
-        connect_timeout: Duration,
+        partner: ReplicaServiceClient<AuthChannel>,
         rpc_timeout: Duration,
-    ) -> Result<Self> {
-        let endpoint = security.endpoint(&config.partner).map_err(|e| {
-            Status::invalid_argument(format!(
-                "the standby address `{}` of {} cannot be dialled: {}; fix the ps_standby job \
-                 in the cluster file",
-                config.partner,
-                config.task.device_prefix(),
-                e.message()
-            ))
-        })?;
-        let channel = crate::wire::tune_endpoint(endpoint)
-            .connect_timeout(connect_timeout)
-            .connect_lazy();
-        let partner = ReplicaServiceClient::new(security.attach(channel))
-            .max_decoding_message_size(crate::wire::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(crate::wire::MAX_MESSAGE_BYTES);
-        Ok(Self {
+    ) -> Self {
+        Self {
             label: config.task.device_prefix(),
             config,
             incarnation,
@@ -169,7 +155,7 @@ impl ReplicaState {
                 training_over: false,
             }),
             sent: tokio::sync::Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// Returns this daemon's role now.
@@ -348,17 +334,35 @@ impl ReplicaState {
                 let key = (device.clone(), container, name);
                 // The count first, then the value: a write in between is sent again next time.
                 let mark = (Arc::as_ptr(&var) as usize, var.writes());
-                if !full && sent.get(&key) == Some(&mark) {
+                let known = sent.get(&key);
+                if !full && known == Some(&mark) {
                     continue;
                 }
-                let Some(value) = var.snapshot() else {
+                let (value, changes) = var.take_changes();
+                let Some(value) = value else {
                     continue;
+                };
+                // The standby holds this variable (the same one): the rows a sparse update
+                // wrote are enough, when they are fewer than half of it.
+                let same_var = known.is_some_and(|(at, _)| *at == mark.0);
+                let rows = match changes {
+                    Changes::Rows(rows) if !full && same_var => rows_of(&value, &rows),
+                    _ => None,
+                };
+                let (value, rows) = match rows {
+                    Some((_, rows)) if rows.is_empty() => {
+                        marks.push((key, mark));
+                        continue;
+                    }
+                    Some((part, rows)) => (part, rows),
+                    None => (value, Vec::new()),
                 };
                 variables.push(VariableValue {
                     device: key.0.clone(),
                     container: key.1.clone(),
                     name: key.2.clone(),
                     value: Some(value.to_proto()),
+                    rows,
                 });
                 marks.push((key, mark));
             }
@@ -435,6 +439,10 @@ impl ReplicaState {
             }
         }
         for (store, variable, value) in values {
+            if !variable.rows.is_empty() {
+                self.store_rows(store, variable, value)?;
+                continue;
+            }
             let var = store.lookup_or_create::<Var>(&variable.container, &variable.name, || {
                 Ok(Var::new(value.dtype(), PartialShape::from(value.shape())))
             })?;
@@ -464,6 +472,23 @@ impl ReplicaState {
         Ok(ReplicateResponse {
             stored_sequence: batch.sequence,
         })
+    }
+
+    /// Writes the rows a batch carries into the variable this standby holds; ABORTED (send a
+    /// whole copy) when it holds none like it.
+    fn store_rows(&self, store: &ResourceMgr, variable: &VariableValue, part: Tensor) -> Result<()> {
+        let no_copy = || {
+            Status::aborted(format!(
+                "the standby of {} holds no copy of `{}` to update rows of; send a whole one",
+                self.label, variable.name
+            ))
+        };
+        let var = store
+            .lookup::<Var>(&variable.container, &variable.name)
+            .map_err(|_| no_copy())?;
+        let mut guard = var.write();
+        let value = guard.as_mut().ok_or_else(no_copy)?;
+        write_rows(value, &variable.rows, &part).ok_or_else(no_copy)
     }
 
     fn store_of(&self, device: &str) -> Result<&Arc<ResourceMgr>> {
@@ -584,34 +609,52 @@ impl ReplicaState {
     }
 }
 
-/// Asks the daemon at `address` (one of a ps task's pair) its ReplicaStatus, from a thread
-/// outside any runtime (a training loop's), within `timeout`.
-pub fn ask_status(
-    address: &str,
-    security: &Security,
-    request: ReplicaStatusRequest,
-    timeout: Duration,
-) -> Result<ReplicaStatusResponse> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Status::internal(format!("cannot build a runtime to ask {address}: {e}")))?;
-    runtime.block_on(async {
-        let endpoint = security.endpoint(address)?;
-        let channel = crate::wire::tune_endpoint(endpoint)
-            .connect_timeout(timeout)
-            .connect_lazy();
-        let mut client = ReplicaServiceClient::new(security.attach(channel));
-        let mut request = Request::new(request);
-        request.set_timeout(timeout);
-        match tokio::time::timeout(timeout, client.replica_status(request)).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(Status::from(status)),
-            Err(_) => Err(Status::deadline_exceeded(format!(
-                "{address} did not answer ReplicaStatus within {timeout:?}"
-            ))),
-        }
-    })
+/// The rows `rows` of `value` stacked into one tensor, and their indices: `None` when the
+/// value's elements are not plain bytes or the rows are half of it or more (the whole is as
+/// cheap to send).
+fn rows_of(value: &Tensor, rows: &BTreeSet<usize>) -> Option<(Tensor, Vec<i64>)> {
+    let bytes = value.bytes()?;
+    let dims = value.shape().dims();
+    let (&count, inner) = dims.split_first()?;
+    if rows.len() * 2 >= count {
+        return None;
+    }
+    let row_bytes = bytes.len() / count.max(1);
+    let mut part = Vec::with_capacity(rows.len() * row_bytes);
+    for &row in rows {
+        part.extend_from_slice(bytes.get(row * row_bytes..(row + 1) * row_bytes)?);
+    }
+    let mut shape = vec![rows.len()];
+    shape.extend_from_slice(inner);
+    let part = Tensor::from_bytes(value.dtype(), shape, part.into()).ok()?;
+    Some((part, rows.iter().map(|&r| r as i64).collect()))
+}
+
+/// Replaces the rows `rows` of `value` by those of `part`, in place when nothing else holds
+/// the value; `None` (and `value` untouched) when they do not fit it.
+fn write_rows(value: &mut Tensor, rows: &[i64], part: &Tensor) -> Option<()> {
+    let dims = value.shape().dims().to_vec();
+    let (&count, inner) = dims.split_first()?;
+    if part.dtype() != value.dtype() || part.shape().dims().get(1..)? != inner {
+        return None;
+    }
+    let row_bytes = value.bytes()?.len() / count.max(1);
+    let source = part.bytes()?;
+    let rows: Vec<usize> = rows
+        .iter()
+        .map(|&r| usize::try_from(r).ok().filter(|&r| r < count))
+        .collect::<Option<_>>()?;
+    if source.len() != rows.len() * row_bytes {
+        return None;
+    }
+    value
+        .update_bytes_in_place(|buffer| {
+            for (i, row) in rows.iter().enumerate() {
+                buffer[row * row_bytes..(row + 1) * row_bytes]
+                    .copy_from_slice(&source[i * row_bytes..(i + 1) * row_bytes]);
+            }
+        })
+        .ok()
 }
 
 /// The ReplicaService gRPC front: one line per RPC into [`ReplicaState`].
@@ -660,15 +703,17 @@ mod tests {
             partner: "127.0.0.1:1".into(),
             standby: true,
         };
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1")
+            .connect_timeout(Duration::from_secs(1))
+            .connect_lazy();
+        let partner = ReplicaServiceClient::new(crate::security::Security::plain().attach(channel));
         let state = ReplicaState::new(
             config,
             7,
             vec![(CPU0.to_string(), Arc::clone(&store))],
-            &Security::plain(),
+            partner,
             Duration::from_secs(1),
-            Duration::from_secs(1),
-        )
-        .unwrap();
+        );
         (state, store)
     }
 
@@ -683,6 +728,7 @@ mod tests {
                 container: String::new(),
                 name: "w".into(),
                 value: Some(Tensor::from_vec([2], vec![w, w]).unwrap().to_proto()),
+                rows: Vec::new(),
             }],
         }
     }
@@ -738,5 +784,92 @@ mod tests {
             .unwrap();
         assert_eq!(standby.promote("test").await.unwrap(), Role::Primary);
         assert!(store.variables().is_empty());
+    }
+
+    #[test]
+    fn rows_travel_alone_and_land_in_place() {
+        let value = Tensor::from_vec([4, 2], (0..8).map(|v| v as f32).collect()).unwrap();
+        let (part, rows) = rows_of(&value, &BTreeSet::from([2])).unwrap();
+        assert_eq!(rows, [2]);
+        assert_eq!(part.values::<f32>().unwrap().as_ref(), [4.0, 5.0]);
+        // Half the rows or more: the whole value is as cheap.
+        assert!(rows_of(&value, &BTreeSet::from([0, 3])).is_none());
+
+        let mut copy = Tensor::zeros(DType::Float, [4, 2]).unwrap();
+        write_rows(&mut copy, &rows, &part).unwrap();
+        assert_eq!(
+            copy.values::<f32>().unwrap().as_ref(),
+            [0.0, 0.0, 0.0, 0.0, 4.0, 5.0, 0.0, 0.0]
+        );
+        assert!(write_rows(&mut copy, &[9], &part).is_none(), "a row past the end");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_primary_sends_a_whole_copy_then_the_rows_a_sparse_update_wrote() {
+        use crate::proto::replica::replica_service_server::ReplicaServiceServer;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let standby_addr = listener.local_addr().unwrap().to_string();
+        let (standby, standby_store) = standby();
+        let standby = Arc::new(standby);
+        let serving = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ReplicaServiceServer::new(ReplicaGrpc(Arc::clone(&standby))))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let store = Arc::new(ResourceMgr::new());
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{standby_addr}"))
+            .unwrap()
+            .connect_lazy();
+        let primary = Arc::new(ReplicaState::new(
+            ReplicaConfig {
+                task: TaskId::new("ps", 0),
+                own: "127.0.0.1:1".into(),
+                partner: standby_addr,
+                standby: false,
+            },
+            3,
+            vec![(CPU0.to_string(), Arc::clone(&store))],
+            ReplicaServiceClient::new(crate::security::Security::plain().attach(channel)),
+            Duration::from_secs(5),
+        ));
+        primary.lock().role = Role::Primary;
+        let table = store
+            .lookup_or_create::<Var>("", "table", || {
+                Ok(Var::new(DType::Float, PartialShape::unknown()))
+            })
+            .unwrap();
+        *table.write() = Some(Tensor::zeros(DType::Float, [100, 3]).unwrap());
+        primary.commit(1).await.unwrap();
+        let copy = || {
+            standby_store
+                .lookup::<Var>("", "table")
+                .unwrap()
+                .snapshot()
+                .unwrap()
+                .values::<f32>()
+                .unwrap()
+                .into_owned()
+        };
+        assert_eq!(copy(), vec![0.0; 300]);
+
+        // A sparse update of row 7: it alone travels, and the copy equals the value.
+        {
+            let mut guard = table.write_rows();
+            guard
+                .as_mut()
+                .unwrap()
+                .update_in_place::<f32, _>(|v| v[21..24].copy_from_slice(&[1.0, 2.0, 3.0]))
+                .unwrap();
+            table.touched_rows(&[7]);
+        }
+        let (_, changes) = table.take_changes();
+        assert_eq!(changes, Changes::Rows(BTreeSet::from([7])));
+        table.touched_rows(&[7]);
+        primary.commit(2).await.unwrap();
+        assert_eq!(copy(), table.snapshot().unwrap().values::<f32>().unwrap().into_owned());
+        let status = standby.status(&ReplicaStatusRequest::default());
+        assert_eq!((status.steps_stored, status.steps_replayed), (2, 0));
+        serving.abort();
     }
 }

@@ -542,6 +542,25 @@ impl Tensor {
         Ok(result)
     }
 
+    /// Runs `f` on the raw little-endian bytes of a fixed-size tensor in host memory, where
+    /// they lie when nothing else shares them and in a fresh copy otherwise, as
+    /// [`update_in_place`](Self::update_in_place) does for elements.
+    pub fn update_bytes_in_place<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        if !matches!(self.data, Data::Bytes(_)) {
+            return Err(self.not_elements());
+        }
+        let Data::Bytes(bytes) = &mut self.data else {
+            unreachable!("checked above")
+        };
+        let mut buffer = match std::mem::take(bytes).try_into_mut() {
+            Ok(unique) => unique,
+            Err(shared) => bytes::BytesMut::from(shared.as_ref()),
+        };
+        let result = f(&mut buffer);
+        *bytes = buffer.freeze();
+        Ok(result)
+    }
+
     /// Returns the values of a variant tensor.
     pub fn variants(&self) -> Result<&[VariantValue]> {
         match &self.data {

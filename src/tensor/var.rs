@@ -29,8 +29,9 @@
 //!   checkpoint that reads a variable with its slots that way never holds them from different
 //!   applies of one update.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{DType, PartialShape, Tensor};
 
@@ -47,6 +48,19 @@ pub struct Var {
     /// How many times the value was write-locked: a replica of the store ships the variables
     /// whose count moved since it last looked ([`crate::shard::replica`]).
     writes: AtomicU64,
+    /// Whether a write other than a row update happened since the changes were last taken.
+    changed_whole: AtomicBool,
+    /// The rows (indices along dimension 0) row updates wrote since then.
+    changed_rows: Mutex<BTreeSet<usize>>,
+}
+
+/// What a variable's writes changed since [`Var::take_changes`] last looked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changes {
+    /// Only these rows (indices along dimension 0): sparse updates, scatters.
+    Rows(BTreeSet<usize>),
+    /// Possibly the whole value.
+    Whole,
 }
 
 impl Var {
@@ -57,6 +71,8 @@ impl Var {
             shape,
             value: RwLock::new(None),
             writes: AtomicU64::new(0),
+            changed_whole: AtomicBool::new(true),
+            changed_rows: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -66,13 +82,52 @@ impl Var {
         self.value.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Write-locks the value (see [`Var::read`] for poisoning), counting the write.
+    /// Write-locks the value (see [`Var::read`] for poisoning), counting the write as one
+    /// that may change the whole value.
     pub fn write(&self) -> RwLockWriteGuard<'_, Option<Tensor>> {
+        let guard = self.write_rows();
+        self.changed_whole.store(true, Ordering::Release);
+        guard
+    }
+
+    /// Write-locks the value for a row update, counting the write; the caller names the rows
+    /// it wrote with [`touched_rows`](Self::touched_rows) before it drops the lock.
+    pub fn write_rows(&self) -> RwLockWriteGuard<'_, Option<Tensor>> {
         let guard = self.value.write().unwrap_or_else(|p| p.into_inner());
         // Counted under the lock: whoever reads the count and then the value (under the read
         // lock) sees this write's value, or a count that moves again.
         self.writes.fetch_add(1, Ordering::Release);
         guard
+    }
+
+    /// Records that a row update (holding the lock of [`write_rows`](Self::write_rows)) wrote
+    /// `rows`.
+    pub fn touched_rows(&self, rows: &[usize]) {
+        if self.changed_whole.load(Ordering::Acquire) {
+            return;
+        }
+        self.changed_rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(rows.iter().copied());
+    }
+
+    /// The value and what changed in it since the last call, read together under the read
+    /// lock (every write marks its changes under the write lock), the changes reset.
+    pub fn take_changes(&self) -> (Option<Tensor>, Changes) {
+        let value = self.read();
+        let rows = std::mem::take(
+            &mut *self
+                .changed_rows
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let changes = if self.changed_whole.swap(false, Ordering::AcqRel) {
+            Changes::Whole
+        } else {
+            Changes::Rows(rows)
+        };
+        (value.clone(), changes)
     }
 
     /// Returns how many times the value was write-locked so far.

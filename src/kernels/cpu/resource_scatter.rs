@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::numeric::Real;
-use super::ref_variable::{read_modify_write, scatter_rows};
+use super::ref_variable::{read_modify_write_rows, scatter_rows};
 use super::slicing::{gather_batched, unravel};
 use super::variable::{handle_input, lookup_var, uninitialized};
 use super::{input, int_values, Items};
@@ -242,13 +242,14 @@ impl OpKernel for ResourceScatter {
                 updates.dtype()
             )));
         }
-        read_modify_write(
+        read_modify_write_rows(
             &[&var],
             true,
             |_| uninitialized(ctx, &h),
             |values| {
                 let params = &mut *values[0];
                 let (rows, inner) = Self::rows(ctx, params, &indices, &updates)?;
+                (|| -> Result<()> {
                 match (self.combine, params.dtype()) {
                     (Combine::Update, DType::Bool) => {
                         update_copy::<bool>(params, &rows, inner, &updates)
@@ -269,6 +270,8 @@ impl OpKernel for ResourceScatter {
                         self.apply::<T>(ctx, params, &rows, inner, &updates)
                     }),
                 }
+                            })()?;
+                Ok(rows)
             },
         )
     }

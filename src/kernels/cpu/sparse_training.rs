@@ -17,7 +17,7 @@
 //!
 //! Locking: a sparse update always holds the write locks of the variable and its slots while
 //! it changes their rows, whatever `use_locking` says. The lock-free path of
-//! [`read_modify_write`] updates a snapshot and stores it, which for a sparse update would copy
+//! [`read_modify_write`](super::ref_variable::read_modify_write) updates a snapshot and stores it, which for a sparse update would copy
 //! the whole table to change a few rows; under the lock the rows are written in place (unless
 //! a reader still holds a snapshot of the value, which copy-on-write then leaves untouched), so
 //! a step costs what its rows cost. Holding the lock is the stronger of TensorFlow's two
@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use super::int_values;
 use super::numeric::Float;
-use super::ref_variable::read_modify_write;
+use super::ref_variable::read_modify_write_rows;
 use super::training::{check_like, with_elements, Form, Rule, Update};
 use crate::error::{Result, Status};
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
@@ -244,7 +244,7 @@ impl OpKernel for SparseUpdate {
             let vars: Vec<&Var> = targets.vars.iter().map(|v| &**v).collect();
             let uninitialized = |i: usize| targets.uninitialized(ctx, i);
             // Always under the lock: see the module doc.
-            read_modify_write(&vars, true, uninitialized, |values| {
+            read_modify_write_rows(&vars, true, uninitialized, |values| {
                 let var = &*values[0];
                 for (value, slot) in values[1..].iter().zip(&slots) {
                     check_like(ctx, &targets.names[0], var, value, slot)?;
@@ -258,7 +258,8 @@ impl OpKernel for SparseUpdate {
                     )));
                 }
                 let rows = self.rows(ctx, var, grad, indices)?;
-                dispatch_float!(ctx, var.dtype(), T => self.run::<T>(ctx, values, grad, &rows))
+                dispatch_float!(ctx, var.dtype(), T => self.run::<T>(ctx, values, grad, &rows))?;
+                Ok(rows.rows)
             })?;
         }
         if self.update.form == Form::Ref {

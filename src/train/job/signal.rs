@@ -33,7 +33,7 @@ use crate::graph::attr::value;
 use crate::graph::{Graph, NodeSpec, Output};
 use crate::proto::replica::{ReplicaStatusRequest, Role};
 use crate::security::Security;
-use crate::shard::replica::ask_status;
+use crate::peer::failover::ask_replica_status as ask_status;
 use crate::tensor::{DType, PartialShape, Tensor};
 
 /// The shared name of every task's "training is over" queue.
