@@ -368,7 +368,10 @@ fn main() {
                 // The classic trainer again with a standby per ps task: what the copy costs.
                 if model == Model::Classic && !sync {
                     let run = tessera_run(model, sync, true);
-                    println!("  {mode} round {round}: tessera with a standby {}", show(&run));
+                    println!(
+                        "  {mode} round {round}: tessera with a standby {}",
+                        show(&run)
+                    );
                     with_standby.extend(run.ok());
                 }
                 let _ = std::io::stdout().flush();
@@ -383,7 +386,10 @@ fn main() {
                 let against_tf = if tf.is_empty() {
                     String::new()
                 } else {
-                    format!(", {:.2}x TensorFlow (goal >= 2.0)", standby_rate / medians(&tf).0)
+                    format!(
+                        ", {:.2}x TensorFlow (goal >= 2.0)",
+                        standby_rate / medians(&tf).0
+                    )
                 };
                 println!(
                     "{mode} with a standby: median {standby_rate:.1} steps/s{}, {:.2} of tessera \

@@ -1482,29 +1482,28 @@ fn the_cnn_refuses_images_that_are_not_square_and_filters_without_the_cnn() {
     assert_fails_with(&ended, &["--filters [8, 0]"]);
 }
 
-#[test]
-fn a_ps_with_a_standby_is_killed_mid_training_and_the_job_still_ends_with_every_other_task_exiting_0(
-) {
+/// Trains the MLP with `extra` flags on a ps with a standby and 2 workers, kills the primary
+/// once the chief saved past step 0, and returns how the other tasks ended. Nothing restarts
+/// the primary: the job ends only if its standby took the task over.
+fn kill_the_primary_ps_mid_training(extra: &[&str]) -> Vec<Ended> {
     let ckpt = tempfile::tempdir().unwrap();
     let ckpt_dir = ckpt.path().to_str().unwrap().to_string();
-    let mut job = start_job(
-        &[("ps", 1), ("ps_standby", 1), ("worker", 2)],
-        &[
-            "--model",
-            "mlp",
-            "--hidden",
-            "64,32",
-            "--optimizer",
-            "adam",
-            "--steps",
-            "600",
-            "--save_every",
-            "100",
-            "--checkpoint_dir",
-            &ckpt_dir,
-        ],
-    );
-    // Training is under way once the chief saved past step 0; then the primary dies.
+    let mut args = vec![
+        "--model",
+        "mlp",
+        "--hidden",
+        "64,32",
+        "--optimizer",
+        "adam",
+        "--steps",
+        "600",
+        "--save_every",
+        "100",
+        "--checkpoint_dir",
+        &ckpt_dir,
+    ];
+    args.extend_from_slice(extra);
+    let mut job = start_job(&[("ps", 1), ("ps_standby", 1), ("worker", 2)], &args);
     let deadline = Instant::now() + JOB_DEADLINE;
     while latest_checkpoint(ckpt.path())
         .unwrap()
@@ -1521,10 +1520,7 @@ fn a_ps_with_a_standby_is_killed_mid_training_and_the_job_still_ends_with_every_
     let mut primary = primary.child;
     primary.kill().unwrap();
     assert!(killed_by(primary.wait().unwrap(), libc::SIGKILL));
-
-    // Nothing restarts the primary: the job ends only if its standby took the task over.
     let ended = wait_all(job.tasks.into_iter().map(|t| (t.name, t.child)).collect());
-    assert_trained(&ended, "6");
     let standby = ended
         .iter()
         .find(|e| e.name == "/job:ps_standby/task:0")
@@ -1534,4 +1530,16 @@ fn a_ps_with_a_standby_is_killed_mid_training_and_the_job_still_ends_with_every_
         "{}",
         standby.stderr
     );
+    ended
+}
+
+#[test]
+fn a_ps_with_a_standby_is_killed_mid_training_and_the_job_still_ends_with_every_other_task_exiting_0(
+) {
+    assert_trained(&kill_the_primary_ps_mid_training(&[]), "6");
+}
+
+#[test]
+fn sync_training_goes_on_when_a_ps_with_a_standby_is_killed() {
+    assert_trained(&kill_the_primary_ps_mid_training(&["--sync"]), "600 ");
 }

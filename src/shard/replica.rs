@@ -476,7 +476,12 @@ impl ReplicaState {
 
     /// Writes the rows a batch carries into the variable this standby holds; ABORTED (send a
     /// whole copy) when it holds none like it.
-    fn store_rows(&self, store: &ResourceMgr, variable: &VariableValue, part: Tensor) -> Result<()> {
+    fn store_rows(
+        &self,
+        store: &ResourceMgr,
+        variable: &VariableValue,
+        part: Tensor,
+    ) -> Result<()> {
         let no_copy = || {
             Status::aborted(format!(
                 "the standby of {} holds no copy of `{}` to update rows of; send a whole one",
@@ -801,7 +806,10 @@ mod tests {
             copy.values::<f32>().unwrap().as_ref(),
             [0.0, 0.0, 0.0, 0.0, 4.0, 5.0, 0.0, 0.0]
         );
-        assert!(write_rows(&mut copy, &[9], &part).is_none(), "a row past the end");
+        assert!(
+            write_rows(&mut copy, &[9], &part).is_none(),
+            "a row past the end"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -867,7 +875,15 @@ mod tests {
         assert_eq!(changes, Changes::Rows(BTreeSet::from([7])));
         table.touched_rows(&[7]);
         primary.commit(2).await.unwrap();
-        assert_eq!(copy(), table.snapshot().unwrap().values::<f32>().unwrap().into_owned());
+        assert_eq!(
+            copy(),
+            table
+                .snapshot()
+                .unwrap()
+                .values::<f32>()
+                .unwrap()
+                .into_owned()
+        );
         let status = standby.status(&ReplicaStatusRequest::default());
         assert_eq!((status.steps_stored, status.steps_replayed), (2, 0));
         serving.abort();

@@ -39,7 +39,7 @@ macro_rules! worker_rpcs {
                 false, "drops a registered partition";
             run_graph: RunGraph(RunGraphRequest) -> RunGraphResponse, true,
                 "runs a registered partition for one step; a step error may come back inside \
- the response (`status_code`), which the caller checks";
+the response (`status_code`), which the caller checks";
             cleanup_graph: CleanupGraph(CleanupGraphRequest) -> CleanupGraphResponse, false,
                 "drops a step's rendezvous on the task";
             cleanup_all: CleanupAll(CleanupAllRequest) -> CleanupAllResponse, false,

@@ -563,39 +563,39 @@ impl OpKernel for Scatter {
                 let params = &mut *values[0];
                 let (rows, inner) = self.rows(ctx, params, &indices, &updates)?;
                 (|| -> Result<()> {
-                if self.op == ScatterOp::Update && params.dtype() == DType::Bool {
-                    // Bools are not plain bytes to write through: update a copy.
-                    let mut p = params.values::<bool>()?.into_owned();
-                    scatter_rows(&mut p, &rows, inner, &updates.values::<bool>()?, |_, u| u);
-                    *params = Tensor::from_vec(params.shape().clone(), p)?;
-                    return Ok(());
-                }
-                if self.op == ScatterOp::Update {
-                    return dispatch_real!(ctx, params.dtype(), T => {
-                        Self::apply::<T>(params, &rows, inner, &updates, |_, u| u)
-                    });
-                }
-                dispatch_real!(ctx, params.dtype(), T => {
-                    if self.op == ScatterOp::Div
-                        && T::IS_INT
-                        && updates.values::<T>()?.iter().any(|&u| Real::is_zero(u))
-                    {
-                        return Err(ctx.invalid(
-                            "ScatterDiv by zero: an integer update is 0; integer division by \
-                             zero is undefined",
-                        ));
+                    if self.op == ScatterOp::Update && params.dtype() == DType::Bool {
+                        // Bools are not plain bytes to write through: update a copy.
+                        let mut p = params.values::<bool>()?.into_owned();
+                        scatter_rows(&mut p, &rows, inner, &updates.values::<bool>()?, |_, u| u);
+                        *params = Tensor::from_vec(params.shape().clone(), p)?;
+                        return Ok(());
                     }
-                    let f: fn(T, T) -> T = match self.op {
-                        ScatterOp::Add => Real::add,
-                        ScatterOp::Sub => Real::sub,
-                        ScatterOp::Mul => Real::mul,
-                        ScatterOp::Div => Real::div,
-                        ScatterOp::Min => Real::min,
-                        ScatterOp::Max | ScatterOp::Update => Real::max,
-                    };
-                    Self::apply::<T>(params, &rows, inner, &updates, f)
-                })
-                            })()?;
+                    if self.op == ScatterOp::Update {
+                        return dispatch_real!(ctx, params.dtype(), T => {
+                            Self::apply::<T>(params, &rows, inner, &updates, |_, u| u)
+                        });
+                    }
+                    dispatch_real!(ctx, params.dtype(), T => {
+                        if self.op == ScatterOp::Div
+                            && T::IS_INT
+                            && updates.values::<T>()?.iter().any(|&u| Real::is_zero(u))
+                        {
+                            return Err(ctx.invalid(
+                                "ScatterDiv by zero: an integer update is 0; integer division by \
+                                 zero is undefined",
+                            ));
+                        }
+                        let f: fn(T, T) -> T = match self.op {
+                            ScatterOp::Add => Real::add,
+                            ScatterOp::Sub => Real::sub,
+                            ScatterOp::Mul => Real::mul,
+                            ScatterOp::Div => Real::div,
+                            ScatterOp::Min => Real::min,
+                            ScatterOp::Max | ScatterOp::Update => Real::max,
+                        };
+                        Self::apply::<T>(params, &rows, inner, &updates, f)
+                    })
+                })()?;
                 Ok(rows)
             },
         )?;

@@ -250,27 +250,27 @@ impl OpKernel for ResourceScatter {
                 let params = &mut *values[0];
                 let (rows, inner) = Self::rows(ctx, params, &indices, &updates)?;
                 (|| -> Result<()> {
-                match (self.combine, params.dtype()) {
-                    (Combine::Update, DType::Bool) => {
-                        update_copy::<bool>(params, &rows, inner, &updates)
-                    }
-                    (Combine::Update, DType::String) => {
-                        let mut p = params.strings()?.to_vec();
-                        let u = updates.strings()?;
-                        for (i, &row) in rows.iter().enumerate() {
-                            for j in 0..inner {
-                                let v = if u.len() == 1 { 0 } else { i * inner + j };
-                                p[row * inner + j] = u[v].clone();
-                            }
+                    match (self.combine, params.dtype()) {
+                        (Combine::Update, DType::Bool) => {
+                            update_copy::<bool>(params, &rows, inner, &updates)
                         }
-                        *params = Tensor::from_strings(params.shape().clone(), p)?;
-                        Ok(())
+                        (Combine::Update, DType::String) => {
+                            let mut p = params.strings()?.to_vec();
+                            let u = updates.strings()?;
+                            for (i, &row) in rows.iter().enumerate() {
+                                for j in 0..inner {
+                                    let v = if u.len() == 1 { 0 } else { i * inner + j };
+                                    p[row * inner + j] = u[v].clone();
+                                }
+                            }
+                            *params = Tensor::from_strings(params.shape().clone(), p)?;
+                            Ok(())
+                        }
+                        (_, dtype) => dispatch_real!(ctx, dtype, T => {
+                            self.apply::<T>(ctx, params, &rows, inner, &updates)
+                        }),
                     }
-                    (_, dtype) => dispatch_real!(ctx, dtype, T => {
-                        self.apply::<T>(ctx, params, &rows, inner, &updates)
-                    }),
-                }
-                            })()?;
+                })()?;
                 Ok(rows)
             },
         )

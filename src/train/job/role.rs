@@ -33,7 +33,7 @@ use crate::train::monitored::{
     Every, Hook, MonitoredSession, NanTensorHook, Scaffold, SessionManager, StopAt, StopAtStepHook,
     SummaryFile, SummarySaverHook, SystemClock, TrainingConfig,
 };
-use crate::train::sync_replicas::ChiefQueueRunner;
+use crate::train::sync_replicas::SyncReplicasHook;
 
 use super::agree;
 use super::model::{self, Examples, Placement, Scores, TrainGraph, TrainOp, IDS, X, Y};
@@ -456,18 +456,6 @@ fn train_worker(
     if let Some(prefix) = &restored_from {
         tracing::info!(checkpoint = %prefix.display(), "restored the model");
     }
-    let runner = match (&built.train, is_chief) {
-        (TrainOp::Sync { ops, init_tokens }, true) => {
-            let raw = session
-                .raw_session()
-                .ok_or_else(|| Status::internal("the monitored session has no session"))?;
-            raw.run(&[], &[], &[init_tokens])?;
-            let own = Session::connect_with(target, connect_options(config))?;
-            own.extend(&built.graph)?;
-            Some(ChiefQueueRunner::start_on(own, ops, Some(spec.steps))?)
-        }
-        _ => None,
-    };
     let progress = is_chief.then(|| Progress::new(spec.steps));
     let trace = match (spec.trace_step, &spec.logdir) {
         (Some(at), Some(dir)) if is_chief => Some((at, dir.clone())),
@@ -483,11 +471,6 @@ fn train_worker(
         trace,
         stop,
     );
-    if let Some(runner) = &runner {
-        if let Err(e) = runner.stop() {
-            tracing::warn!(error = %e, "the synchronous aggregation loop ended with an error");
-        }
-    }
     let (global_step, final_loss, steps_per_sec, trace) = outcome?;
     if stop.is_requested() {
         // Closing runs the chief's checkpoint saver's `end`: a checkpoint at this step.
@@ -642,6 +625,27 @@ fn monitored_session(
         .with_histograms(&histograms)
         .with_step_rate();
         hooks.push(Box::new(hook));
+    }
+    // The chief's synchronous side runs in a hook, so that every session it creates (again
+    // after a recovery: a ps task restarted, or its standby took over without the token queue)
+    // gets the sync init, fresh tokens and an aggregation loop of its own.
+    if let (TrainOp::Sync { ops, init_tokens }, true) = (&built.train, is_chief) {
+        let (graph, target, options) = (
+            built.graph.clone(),
+            target.to_string(),
+            connect_options(config),
+        );
+        let runner_session: crate::train::monitored::CreateSession = Box::new(move || {
+            let own = Session::connect_with(&target, options.clone())?;
+            own.extend(&graph)?;
+            Ok(own)
+        });
+        hooks.push(Box::new(SyncReplicasHook::chief(
+            ops,
+            init_tokens,
+            runner_session,
+            Some(spec.steps),
+        )));
     }
     training.hooks = hooks;
     MonitoredSession::training(manager, training)

@@ -31,9 +31,9 @@ use crate::cluster::{ReplicaConfig, TaskId};
 use crate::error::{Code, Result, Status};
 use crate::graph::attr::value;
 use crate::graph::{Graph, NodeSpec, Output};
+use crate::peer::failover::ask_replica_status as ask_status;
 use crate::proto::replica::{ReplicaStatusRequest, Role};
 use crate::security::Security;
-use crate::peer::failover::ask_replica_status as ask_status;
 use crate::tensor::{DType, PartialShape, Tensor};
 
 /// The shared name of every task's "training is over" queue.
