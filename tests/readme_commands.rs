@@ -140,7 +140,11 @@ fn every_command_and_flag_the_readme_shows_exists() {
 fn the_readme_cluster_files_validate() {
     let text = readme();
     let tomls = blocks(&text, "toml");
-    assert_eq!(tomls.len(), 2, "the cluster file and its TLS sections");
+    assert_eq!(
+        tomls.len(),
+        3,
+        "the cluster file, its TLS sections and a ps standby's cluster"
+    );
     let dir = tempfile::tempdir().unwrap();
     let cluster = dir.path().join("cluster.toml");
     std::fs::write(&cluster, &tomls[0]).unwrap();
@@ -168,6 +172,21 @@ fn the_readme_cluster_files_validate() {
     assert!(
         out.status.success(),
         "the README's TLS sections fail `tessera validate`: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The standby's cluster, as the standby reads it: ps task 0 at its own address.
+    let standby = dir.path().join("standby.toml");
+    std::fs::write(
+        &standby,
+        format!("{}\n[task]\njob = \"ps_standby\"\nindex = 0\n", tomls[2]),
+    )
+    .unwrap();
+    let out = tessera(&["validate", standby.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("ok (the standby of job ps task 0 of 3 tasks, 1 ps standby)"),
+        "{said}{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

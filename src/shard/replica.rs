@@ -106,8 +106,11 @@ struct State {
     pumping: bool,
     partner_synced: bool,
     next_sequence: u64,
-    /// The standby is down: steps are acknowledged alone until then.
+    /// The standby is down: steps are acknowledged alone, and a whole copy is tried again
+    /// from then on.
     retry_at: Option<Instant>,
+    /// The pump's next batch is such a try, whether or not a step waits for it.
+    probe: bool,
     // The standby's side.
     following: u64,
     stored_sequence: u64,
@@ -145,6 +148,7 @@ impl ReplicaState {
                 partner_synced: false,
                 next_sequence: 1,
                 retry_at: None,
+                probe: false,
                 following: 0,
                 stored_sequence: 0,
                 synced: false,
@@ -231,7 +235,17 @@ impl ReplicaState {
                 drop(state);
                 return self.check_serving("RunGraph");
             }
-            if state.retry_at.is_some_and(|at| Instant::now() < at) {
+            // The standby is down: the step does not wait for it. Once a second, a whole copy
+            // is tried in the background; the standby holds the task's state again when it
+            // lands.
+            if let Some(at) = state.retry_at {
+                if Instant::now() >= at && !state.pumping {
+                    state.pumping = true;
+                    state.probe = true;
+                    state.retry_at = Some(Instant::now() + RETRY_DEAD_STANDBY);
+                    let this = Arc::clone(self);
+                    tokio::spawn(async move { this.pump().await });
+                }
                 return Ok(());
             }
             let (tx, rx) = oneshot::channel();
@@ -255,7 +269,8 @@ impl ReplicaState {
             let (full, sequence) = {
                 let mut state = self.lock();
                 waiters.append(&mut state.waiting);
-                if waiters.is_empty() || state.role != Role::Primary {
+                let probe = std::mem::take(&mut state.probe);
+                if (waiters.is_empty() && !probe) || state.role != Role::Primary {
                     state.pumping = false;
                     let role = state.role;
                     drop(state);
@@ -887,5 +902,30 @@ mod tests {
         let status = standby.status(&ReplicaStatusRequest::default());
         assert_eq!((status.steps_stored, status.steps_replayed), (2, 0));
         serving.abort();
+    }
+
+    #[tokio::test]
+    async fn a_primary_whose_standby_is_down_acknowledges_steps_alone_without_waiting() {
+        // `standby()`'s partner (port 1 of loopback) refuses connections: a dead standby.
+        let (primary, store) = standby();
+        let primary = Arc::new(primary);
+        primary.lock().role = Role::Primary;
+        store
+            .lookup_or_create::<Var>("", "w", || {
+                let var = Var::new(DType::Float, PartialShape::unknown());
+                *var.write() = Some(Tensor::scalar(1.0f32));
+                Ok(var)
+            })
+            .unwrap();
+        // The first step finds it down; the next ones do not wait for it.
+        primary.commit(1).await.unwrap();
+        assert!(primary.lock().retry_at.is_some());
+        for step in 2..20 {
+            primary.commit(step).await.unwrap();
+            assert!(
+                primary.lock().waiting.is_empty(),
+                "step {step} waited for the standby"
+            );
+        }
     }
 }

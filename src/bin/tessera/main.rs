@@ -230,8 +230,17 @@ fn validate(file: Option<&Path>, graph: Option<&Path>) -> anyhow::Result<()> {
     if let Some(file) = file {
         let config = TaskConfig::from_file(file)?;
         let tasks = config.cluster.all_tasks().count();
+        let who = match &config.standbys.own {
+            Some(pair) if pair.standby => "the standby of job",
+            _ => "job",
+        };
+        let standbys = match config.standbys.addresses.len() {
+            0 => String::new(),
+            1 => ", 1 ps standby".to_string(),
+            n => format!(", {n} ps standbys"),
+        };
         println!(
-            "{}: ok (job {} task {} of {tasks} tasks)",
+            "{}: ok ({who} {} task {} of {tasks} tasks{standbys})",
             file.display(),
             config.task.job,
             config.task.index
