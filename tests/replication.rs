@@ -42,6 +42,9 @@ enum Kill {
     Primary,
     /// The standby, restarted once the run has gone on without it: it rejoins and catches up.
     Standby,
+    /// The standby, restarted as above, then the primary the moment the standby is back: the
+    /// standby takes over whether or not its whole copy had landed.
+    PrimaryDuringCatchUp,
 }
 
 /// What a run ended with.
@@ -232,7 +235,7 @@ fn run(kill: Kill, kill_at: i64) -> Run {
         };
         let status = cluster.kill(job, 0);
         assert!(killed_by(status, libc::SIGKILL), "{status:?}");
-        if kill == Kill::Standby {
+        if matches!(kill, Kill::Standby | Kill::PrimaryDuringCatchUp) {
             // Training goes on without the standby; then it comes back and catches up.
             let later = killed_at.unwrap() + 20;
             while steps_rx
@@ -241,6 +244,10 @@ fn run(kill: Kill, kill_at: i64) -> Run {
                 < later
             {}
             cluster.restart("ps_standby", 0);
+        }
+        if kill == Kill::PrimaryDuringCatchUp {
+            let status = cluster.kill("ps", 0);
+            assert!(killed_by(status, libc::SIGKILL), "{status:?}");
         }
     }
     // The chief's channel stays open until it ends; drain it meanwhile.
@@ -331,4 +338,16 @@ fn a_killed_standby_leaves_training_going_and_catches_up_when_it_returns() {
     assert!(run.standby.synced, "{run:?}");
     assert!(run.standby.steps_stored > 0, "{run:?}");
     assert_eq!(run.standby.steps_replayed, 0, "{run:?}");
+}
+
+#[test]
+fn a_primary_killed_while_its_restarted_standby_catches_up_leaves_training_going() {
+    // Killed the moment the standby is back: the standby takes over with its whole copy if it
+    // had landed, else empty, and the chief initializes the model again (what a ps without a
+    // standby and without a checkpoint comes to). Either way training ends, on the standby.
+    let run = run(Kill::PrimaryDuringCatchUp, kill_step());
+    assert!(run.counter >= LAST_STEP, "{run:?}");
+    assert!(run.counter as u64 <= run.attempted, "{run:?}");
+    assert!(run.accuracy > 0.9, "{run:?}");
+    assert_eq!(run.standby.role(), Role::Primary, "{run:?}");
 }
