@@ -72,7 +72,7 @@ use crate::proto::{DeviceAttributes, ListDevicesRequest};
 use crate::runtime::intra::IntraPool;
 use crate::security::Security;
 use crate::shard::replica::{ReplicaGrpc, ReplicaState};
-use crate::shard::{GetResources, VariableShard};
+use crate::shard::{GetResources, ShardState, VariableShard};
 use crate::tower::Tower;
 use crate::wire::channel::{self, ChannelConfig};
 use crate::wire::{tune_server, WorkerServer, MAX_MESSAGE_BYTES};
@@ -535,7 +535,7 @@ fn start_actors(
                         let incarnation = devices_incarnation(&state);
                         let stores = shards
                             .iter()
-                            .map(|(d, s)| (d.clone(), Arc::clone(s)))
+                            .map(|(d, s)| ShardState::over(d.clone(), Arc::clone(s)))
                             .collect();
                         match replica_client(&pair.partner, timeouts.connect, &security) {
                             Ok(partner) => {

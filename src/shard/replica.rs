@@ -18,8 +18,10 @@
 //! ```
 //!
 //! - **State, not operations.** A batch carries the values of the variables written since the
-//!   last batch ([`Var::writes`]), read at one instant, so the standby's copy is the primary's
-//!   at that instant; steps that finish while a batch is in flight share the next one (group
+//!   last batch ([`Var::writes`]), each read with what changed in it ([`Var::take_changes`]):
+//!   the whole value, or only the rows a sparse update or a scatter wrote (an embedding
+//!   table's few rows, not the table). The standby's copy is then the primary's at that
+//!   instant. Steps that finish while a batch is in flight share the next one (group
 //!   commit), so the cost grows with the bytes written, not with the number of steps. A batch
 //!   carries the ids of the steps it covers and its sequence number: a replayed batch is
 //!   skipped, and the standby counts every step id it stored and any it saw twice.
@@ -33,8 +35,8 @@
 //!   that is primary, or a standby that holds a copy (its primary was this task's last life),
 //!   keeps the variables, and the starting task becomes its standby.
 //! - **A dead standby** does not stop training: the primary logs it, sets
-//!   `tessera_replica_standby_up` to 0, acknowledges steps on its own, and tries again a
-//!   second later with a whole copy.
+//!   `tessera_replica_standby_up` to 0 and acknowledges steps on its own without waiting,
+//!   trying a whole copy in the background once a second until one lands.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -55,7 +57,9 @@ use crate::proto::replica::{
 use crate::runtime::resource::{ResourceMgr, Var};
 use crate::security::AuthChannel;
 use crate::tensor::var::Changes;
-use crate::tensor::{PartialShape, Tensor};
+use crate::tensor::Tensor;
+
+use super::ShardState;
 
 /// Replication counters and gauges, each labelled with the `task`.
 pub mod names {
@@ -90,7 +94,7 @@ pub struct ReplicaState {
     config: ReplicaConfig,
     label: String,
     incarnation: u64,
-    stores: Vec<(String, Arc<ResourceMgr>)>,
+    shards: Vec<ShardState>,
     partner: ReplicaServiceClient<AuthChannel>,
     rpc_timeout: Duration,
     state: Mutex<State>,
@@ -124,13 +128,13 @@ struct State {
 }
 
 impl ReplicaState {
-    /// The pair's side of this daemon, over `stores` (each shard's device and store),
+    /// The pair's side of this daemon, over `shards` (handles onto the task's shard stores),
     /// reaching the other daemon through `partner`. It starts as a standby holding no copy;
     /// [`join`](Self::join) settles its role.
     pub fn new(
         config: ReplicaConfig,
         incarnation: u64,
-        stores: Vec<(String, Arc<ResourceMgr>)>,
+        shards: Vec<ShardState>,
         partner: ReplicaServiceClient<AuthChannel>,
         rpc_timeout: Duration,
     ) -> Self {
@@ -138,7 +142,7 @@ impl ReplicaState {
             label: config.task.device_prefix(),
             config,
             incarnation,
-            stores,
+            shards,
             partner,
             rpc_timeout,
             state: Mutex::new(State {
@@ -342,47 +346,13 @@ impl ReplicaState {
     /// Sends the variables written since the last batch (all of them when `full`).
     async fn send_batch(&self, full: bool, sequence: u64, step_ids: Vec<i64>) -> Result<()> {
         let mut sent = self.sent.lock().await;
-        let mut marks = Vec::new();
-        let mut variables = Vec::new();
-        for (device, store) in &self.stores {
-            for ((container, name), var) in store.variables() {
-                let key = (device.clone(), container, name);
-                // The count first, then the value: a write in between is sent again next time.
-                let mark = (Arc::as_ptr(&var) as usize, var.writes());
-                let known = sent.get(&key);
-                if !full && known == Some(&mark) {
-                    continue;
-                }
-                let (value, changes) = var.take_changes();
-                let Some(value) = value else {
-                    continue;
-                };
-                // The standby holds this variable (the same one): the rows a sparse update
-                // wrote are enough, when they are fewer than half of it.
-                let same_var = known.is_some_and(|(at, _)| *at == mark.0);
-                let rows = match changes {
-                    Changes::Rows(rows) if !full && same_var => rows_of(&value, &rows),
-                    _ => None,
-                };
-                let (value, rows) = match rows {
-                    Some((_, rows)) if rows.is_empty() => {
-                        marks.push((key, mark));
-                        continue;
-                    }
-                    Some((part, rows)) => (part, rows),
-                    None => (value, Vec::new()),
-                };
-                variables.push(VariableValue {
-                    device: key.0.clone(),
-                    container: key.1.clone(),
-                    name: key.2.clone(),
-                    value: Some(value.to_proto()),
-                    rows,
-                });
-                marks.push((key, mark));
-            }
-        }
+        let (variables, marks) = if full {
+            self.whole_copy()?
+        } else {
+            self.changes_since(&sent)
+        };
         if variables.is_empty() && !full {
+            sent.extend(marks);
             return Ok(());
         }
         let mut request = Request::new(ReplicateRequest {
@@ -411,6 +381,76 @@ impl ReplicaState {
         Ok(())
     }
 
+    /// Every initialized variable of every shard, each shard's read at one instant (the
+    /// shard's snapshot), and what each was when read.
+    fn whole_copy(&self) -> Result<Batch> {
+        let (mut variables, mut marks) = (Vec::new(), Vec::new());
+        for shard in &self.shards {
+            let listed = shard.resources().variables();
+            let mut names = Vec::with_capacity(listed.len());
+            for ((container, name), var) in &listed {
+                // The count first, then the value: a write in between is sent again next time.
+                let mark = (Arc::as_ptr(var) as usize, var.writes());
+                // The copy covers whatever changed.
+                let _ = var.take_changes();
+                if var.is_initialized() {
+                    names.push((container.as_str(), name.as_str()));
+                    marks.push((
+                        (shard.device().to_string(), container.clone(), name.clone()),
+                        mark,
+                    ));
+                }
+            }
+            for ((container, name), value) in names.iter().zip(shard.snapshot(&names)?) {
+                variables.push(variable_value(
+                    shard.device(),
+                    container,
+                    name,
+                    &value,
+                    Vec::new(),
+                ));
+            }
+        }
+        Ok((variables, marks))
+    }
+
+    /// The variables whose write count moved since `sent`: whole, or only the rows a row
+    /// update wrote when the standby holds the same variable and they are under half of it.
+    fn changes_since(&self, sent: &HashMap<VarKey, (usize, u64)>) -> Batch {
+        let (mut variables, mut marks) = (Vec::new(), Vec::new());
+        for shard in &self.shards {
+            for ((container, name), var) in shard.resources().variables() {
+                let key = (shard.device().to_string(), container, name);
+                // The count first, then the value: a write in between is sent again next time.
+                let mark = (Arc::as_ptr(&var) as usize, var.writes());
+                let known = sent.get(&key);
+                if known == Some(&mark) {
+                    continue;
+                }
+                let (value, changes) = var.take_changes();
+                let Some(value) = value else {
+                    continue;
+                };
+                let same_var = known.is_some_and(|(at, _)| *at == mark.0);
+                let rows = match changes {
+                    Changes::Rows(rows) if same_var => rows_of(&value, &rows),
+                    _ => None,
+                };
+                let (value, rows) = match rows {
+                    Some((_, rows)) if rows.is_empty() => {
+                        marks.push((key, mark));
+                        continue;
+                    }
+                    Some((part, rows)) => (part, rows),
+                    None => (value, Vec::new()),
+                };
+                variables.push(variable_value(&key.0, &key.1, &key.2, &value, rows));
+                marks.push((key, mark));
+            }
+        }
+        (variables, marks)
+    }
+
     /// Stores a batch from the primary (the standby's side of `Replicate`).
     pub fn store(&self, batch: ReplicateRequest) -> Result<ReplicateResponse> {
         let mut state = self.lock();
@@ -437,31 +477,29 @@ impl ReplicaState {
         }
         let mut values = Vec::with_capacity(batch.variables.len());
         for variable in &batch.variables {
-            let store = self.store_of(&variable.device)?;
+            let shard = self.shard_of(&variable.device)?;
             let value = variable
                 .value
                 .as_ref()
                 .ok_or_else(|| Status::invalid_argument("a replicated variable without a value"))
                 .and_then(Tensor::from_proto)
                 .map_err(|e| e.context(format!("variable `{}`", variable.name)))?;
-            values.push((store, variable, value));
+            values.push((shard, variable, value));
         }
         if batch.full {
-            for (_, store) in &self.stores {
+            // A whole copy replaces what this standby held, each variable admitted against
+            // the shard's limits as the primary's were.
+            for shard in &self.shards {
+                let store = shard.resources();
                 for ((container, name), _) in store.variables() {
                     let _ = store.delete(&container, &name);
                 }
             }
-        }
-        for (store, variable, value) in values {
-            if !variable.rows.is_empty() {
-                self.store_rows(store, variable, value)?;
-                continue;
+            for (shard, variable, value) in values {
+                shard.create(&variable.container, &variable.name, value)?;
             }
-            let var = store.lookup_or_create::<Var>(&variable.container, &variable.name, || {
-                Ok(Var::new(value.dtype(), PartialShape::from(value.shape())))
-            })?;
-            *var.write() = Some(value);
+        } else {
+            self.store_changes(values)?;
         }
         let mut stored = 0;
         for id in batch.step_ids {
@@ -489,6 +527,35 @@ impl ReplicaState {
         })
     }
 
+    /// Stores a batch's changes: the whole values of the variables this standby holds, each
+    /// shard's at one instant (the shard's restore); new variables; the rows of row updates.
+    fn store_changes(&self, values: Vec<(&ShardState, &VariableValue, Tensor)>) -> Result<()> {
+        for shard in &self.shards {
+            let mut whole = Vec::new();
+            for (of, variable, value) in &values {
+                if !std::ptr::eq(*of, shard) {
+                    continue;
+                }
+                let held = shard
+                    .resources()
+                    .lookup::<Var>(&variable.container, &variable.name)
+                    .is_ok();
+                if !variable.rows.is_empty() {
+                    self.store_rows(shard.resources().as_ref(), variable, value.clone())?;
+                } else if held {
+                    let name = (variable.container.as_str(), variable.name.as_str());
+                    whole.push((name, value.clone()));
+                } else {
+                    shard.create(&variable.container, &variable.name, value.clone())?;
+                }
+            }
+            if !whole.is_empty() {
+                shard.restore(whole)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the rows a batch carries into the variable this standby holds; ABORTED (send a
     /// whole copy) when it holds none like it.
     fn store_rows(
@@ -511,11 +578,10 @@ impl ReplicaState {
         write_rows(value, &variable.rows, &part).ok_or_else(no_copy)
     }
 
-    fn store_of(&self, device: &str) -> Result<&Arc<ResourceMgr>> {
-        self.stores
+    fn shard_of(&self, device: &str) -> Result<&ShardState> {
+        self.shards
             .iter()
-            .find(|(name, _)| name == device)
-            .map(|(_, store)| store)
+            .find(|shard| shard.device() == device)
             .ok_or_else(|| {
                 Status::invalid_argument(format!(
                     "the standby of {} has no device {device}; give both daemons the same \
@@ -555,7 +621,8 @@ impl ReplicaState {
             }
             if !state.synced {
                 warn!(task = %self.label, "taking the task over without a whole copy: its variables start empty");
-                for (_, store) in &self.stores {
+                for shard in &self.shards {
+                    let store = shard.resources();
                     for ((container, name), _) in store.variables() {
                         let _ = store.delete(&container, &name);
                     }
@@ -626,6 +693,26 @@ impl ReplicaState {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A batch's variables and what each was when read (its identity and write count).
+type Batch = (Vec<VariableValue>, Vec<(VarKey, (usize, u64))>);
+
+/// A variable of a batch: `value` whole, or the rows `rows` of it.
+fn variable_value(
+    device: &str,
+    container: &str,
+    name: &str,
+    value: &Tensor,
+    rows: Vec<i64>,
+) -> VariableValue {
+    VariableValue {
+        device: device.to_string(),
+        container: container.to_string(),
+        name: name.to_string(),
+        value: Some(value.to_proto()),
+        rows,
     }
 }
 
@@ -710,7 +797,7 @@ impl ReplicaService for ReplicaGrpc {
 mod tests {
     use super::*;
     use crate::cluster::TaskId;
-    use crate::tensor::DType;
+    use crate::tensor::{DType, PartialShape};
 
     const CPU0: &str = "/job:ps/replica:0/task:0/device:CPU:0";
 
@@ -730,7 +817,7 @@ mod tests {
         let state = ReplicaState::new(
             config,
             7,
-            vec![(CPU0.to_string(), Arc::clone(&store))],
+            vec![ShardState::over(CPU0, Arc::clone(&store))],
             partner,
             Duration::from_secs(1),
         );
@@ -852,7 +939,7 @@ mod tests {
                 standby: false,
             },
             3,
-            vec![(CPU0.to_string(), Arc::clone(&store))],
+            vec![ShardState::over(CPU0, Arc::clone(&store))],
             ReplicaServiceClient::new(crate::security::Security::plain().attach(channel)),
             Duration::from_secs(5),
         ));

@@ -31,6 +31,15 @@ impl ShardState {
         }
     }
 
+    /// A second handle onto the store `resources` of `device` (the shard actor's), for the
+    /// shard's replica.
+    pub fn over(device: impl Into<String>, resources: Arc<ResourceMgr>) -> Self {
+        Self {
+            device: device.into(),
+            resources,
+        }
+    }
+
     /// Returns the hosting device's name.
     pub fn device(&self) -> &str {
         &self.device
