@@ -115,6 +115,9 @@ struct State {
     retry_at: Option<Instant>,
     /// The pump's next batch is such a try, whether or not a step waits for it.
     probe: bool,
+    /// The takeovers before the primary this daemon serves as or follows (see `epoch` in
+    /// `replica.proto`).
+    epoch: u64,
     // The standby's side.
     following: u64,
     stored_sequence: u64,
@@ -153,6 +156,7 @@ impl ReplicaState {
                 next_sequence: 1,
                 retry_at: None,
                 probe: false,
+                epoch: 0,
                 following: 0,
                 stored_sequence: 0,
                 synced: false,
@@ -270,7 +274,7 @@ impl ReplicaState {
     async fn pump(self: Arc<Self>) {
         let mut waiters = Vec::new();
         loop {
-            let (full, sequence) = {
+            let (full, (sequence, epoch)) = {
                 let mut state = self.lock();
                 waiters.append(&mut state.waiting);
                 let probe = std::mem::take(&mut state.probe);
@@ -283,11 +287,11 @@ impl ReplicaState {
                 }
                 let sequence = state.next_sequence;
                 state.next_sequence += 1;
-                (!state.partner_synced, sequence)
+                (!state.partner_synced, (sequence, state.epoch))
             };
             let step_ids: Vec<i64> = waiters.iter().map(|(id, _)| *id).collect();
             let started = Instant::now();
-            let result = self.send_batch(full, sequence, step_ids).await;
+            let result = self.send_batch(full, sequence, epoch, step_ids).await;
             crate::ops::metrics::seconds(names::REPLICATE_SECONDS, &self.label, started.elapsed());
             let mut state = self.lock();
             let mut standby_up = None;
@@ -344,7 +348,13 @@ impl ReplicaState {
     }
 
     /// Sends the variables written since the last batch (all of them when `full`).
-    async fn send_batch(&self, full: bool, sequence: u64, step_ids: Vec<i64>) -> Result<()> {
+    async fn send_batch(
+        &self,
+        full: bool,
+        sequence: u64,
+        epoch: u64,
+        step_ids: Vec<i64>,
+    ) -> Result<()> {
         let mut sent = self.sent.lock().await;
         let (variables, marks) = if full {
             self.whole_copy()?
@@ -361,6 +371,7 @@ impl ReplicaState {
             full,
             step_ids,
             variables,
+            epoch,
         });
         request.set_timeout(self.rpc_timeout);
         let mut client = self.partner.clone();
@@ -455,10 +466,18 @@ impl ReplicaState {
     pub fn store(&self, batch: ReplicateRequest) -> Result<ReplicateResponse> {
         let mut state = self.lock();
         if state.role == Role::Primary {
-            return Err(Status::failed_precondition(format!(
-                "{} at {} serves the task now; its old primary stands by",
-                self.label, self.config.own
-            )));
+            if batch.epoch <= state.epoch {
+                return Err(Status::failed_precondition(format!(
+                    "{} at {} serves the task now (epoch {}); its old primary stands by",
+                    self.label, self.config.own, state.epoch
+                )));
+            }
+            // Both serve, and the other took the task over later: it keeps the task.
+            warn!(task = %self.label, epoch = state.epoch, theirs = batch.epoch,
+                "the partner serves the task from a later takeover; standing by");
+            state.role = Role::Standby;
+            state.synced = false;
+            state.following = 0;
         }
         let fresh = batch.incarnation != state.following || !state.synced;
         if fresh && !batch.full {
@@ -522,6 +541,7 @@ impl ReplicaState {
         state.following = batch.incarnation;
         state.stored_sequence = batch.sequence;
         state.synced = true;
+        state.epoch = batch.epoch;
         Ok(ReplicateResponse {
             stored_sequence: batch.sequence,
         })
@@ -629,6 +649,7 @@ impl ReplicaState {
                 }
             }
             state.role = Role::Primary;
+            state.epoch += 1;
             state.partner_synced = false;
             state.retry_at = None;
             state.next_sequence = 1;
@@ -656,6 +677,7 @@ impl ReplicaState {
             steps_stored: state.steps_stored,
             steps_replayed: state.steps_replayed,
             training_over: state.training_over,
+            epoch: state.epoch,
         }
     }
 
@@ -837,6 +859,7 @@ mod tests {
                 value: Some(Tensor::from_vec([2], vec![w, w]).unwrap().to_proto()),
                 rows: Vec::new(),
             }],
+            epoch: 0,
         }
     }
 
@@ -1014,5 +1037,26 @@ mod tests {
                 "step {step} waited for the standby"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn of_two_daemons_serving_the_later_takeover_keeps_the_task() {
+        // This daemon serves from its first takeover (epoch 1)...
+        let (daemon, store) = standby();
+        daemon.store(batch(1, true, &[1], 4.0)).unwrap();
+        assert_eq!(daemon.promote("test").await.unwrap(), Role::Primary);
+        // ... so a partner that serves from none (it started while this one had taken over)
+        // is refused, and stands by when told so.
+        let refused = daemon.store(batch(1, true, &[2], 0.0)).unwrap_err();
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+        assert_eq!(value(&store), Some(4.0));
+        // A partner serving from a later takeover keeps the task: this daemon stands by and
+        // takes its copy.
+        let mut later = batch(1, true, &[3], 6.0);
+        later.epoch = 2;
+        daemon.store(later).unwrap();
+        assert_eq!(daemon.role(), Role::Standby);
+        assert_eq!(value(&store), Some(6.0));
+        assert_eq!(daemon.status(&ReplicaStatusRequest::default()).epoch, 2);
     }
 }
