@@ -4,7 +4,8 @@
 //!              gRPC (tonic)                        mailboxes (actix)
 //! client ───► MasterService ──► Master ──► MasterSession  (one per client session:
 //!                                               │          place, partition, register, run steps)
-//!                                               ▼  Peer: LocalPeer | GrpcPeer | SimulatedPeer
+//!                                               ▼  Peer: LocalPeer | GrpcPeer | FailoverPeer
+//!                                               │        | SimulatedPeer
 //! peers  ───► WorkerService ─┐                  │
 //! (gRPC or tensor channel)   ├──► WorkerHandler (the worker's one service trait, implemented
 //!             LocalPeer ─────┘     by WorkerState: sessions, registered graphs, rendezvous)
@@ -15,7 +16,9 @@
 //!                                             device's part of each step, its nodes on the
 //!                                             device's own threads (tessera-CPU:i-N)
 //!                               VariableShard one per device: the device's variables and
-//!                               ×N            slots, consistent snapshots and restores
+//!                               ×N            slots, consistent snapshots and restores; on a
+//!                                             ps task with a standby, its ReplicaState keeps
+//!                                             the standby's copy (ReplicaService) current
 //!                               Worker        owns the towers and shards; collects stale
 //!                                             steps and sessions
 //! ```
@@ -46,7 +49,7 @@
 //! | 10 | [`runtime`] | what kernels run against: devices, resources, rendezvous, per-step state |
 //! | 11 | [`kernels`] | CPU, CUDA and emulated-GPU kernels, functional ops |
 //! | 12 | [`exec`] | placement, partitioning, the executor |
-//! | 13 | [`tower`], [`shard`], [`worker`] | the daemon's actors and the worker's service |
+//! | 13 | [`tower`], [`shard`], [`worker`] | the daemon's actors, the worker's service and its table, a ps task's standby |
 //! | 14 | [`wire`] | the transport: settings, RecvTensor framing, the tensor channel |
 //! | 15 | [`peer`] | how a task reaches another |
 //! | 16 | [`master`] | the master and its sessions |
