@@ -182,17 +182,14 @@ pub fn replica_client(
     connect_timeout: Duration,
     security: &Security,
 ) -> Result<ReplicaServiceClient<AuthChannel>> {
-    let endpoint = security.endpoint(address).map_err(|e| {
+    let channel = super::grpc::dial_lazily(address, connect_timeout, security).map_err(|e| {
         Status::invalid_argument(format!(
             "`{address}` of a ps task's pair cannot be dialled: {}; fix the ps or ps_standby \
              job in the cluster file",
             e.message()
         ))
     })?;
-    let channel = crate::wire::tune_endpoint(endpoint)
-        .connect_timeout(connect_timeout)
-        .connect_lazy();
-    Ok(ReplicaServiceClient::new(security.attach(channel))
+    Ok(ReplicaServiceClient::new(channel)
         .max_decoding_message_size(crate::wire::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(crate::wire::MAX_MESSAGE_BYTES))
 }

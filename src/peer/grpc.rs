@@ -80,17 +80,13 @@ impl GrpcPeer {
                 task.device_prefix()
             )));
         }
-        let endpoint = security.endpoint(address).map_err(|e| {
+        let channel = dial_lazily(address, connect_timeout, security).map_err(|e| {
             Status::invalid_argument(format!(
                 "address `{address}` of {} cannot be dialled: {}; fix it in the cluster spec",
                 task.device_prefix(),
                 e.message()
             ))
         })?;
-        let channel = crate::wire::tune_endpoint(endpoint)
-            .connect_timeout(connect_timeout)
-            .connect_lazy();
-        let channel = security.attach(channel);
         let client = WorkerServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -164,6 +160,21 @@ impl GrpcPeer {
             self.address
         ))
     }
+}
+
+/// A channel to `address` with the wire's settings, connecting on first use within
+/// `connect_timeout` and speaking as `security` says (TLS, the cluster token); the address's
+/// error when it cannot be dialled.
+pub(crate) fn dial_lazily(
+    address: &str,
+    connect_timeout: Duration,
+    security: &Security,
+) -> Result<AuthChannel> {
+    let endpoint = security.endpoint(address)?;
+    let channel = crate::wire::tune_endpoint(endpoint)
+        .connect_timeout(connect_timeout)
+        .connect_lazy();
+    Ok(security.attach(channel))
 }
 
 /// The status's message followed by each distinct cause under it ("tcp connect error:

@@ -190,13 +190,7 @@ impl ReplicaState {
     /// primary, or a standby holding a copy (whose primary was this task before it restarted:
     /// the partner takes over); otherwise the cluster file's role.
     pub async fn join(&self) -> Role {
-        let asked = self
-            .partner_status(ReplicaStatusRequest {
-                joining: true,
-                incarnation: self.incarnation,
-                training_over: false,
-            })
-            .await;
+        let asked = self.partner_status(true).await;
         let role = match asked {
             Ok(status) if status.role() == Role::Primary => Role::Standby,
             Ok(status) if status.role() == Role::Standby && status.synced => {
@@ -374,17 +368,12 @@ impl ReplicaState {
             epoch,
         });
         request.set_timeout(self.rpc_timeout);
-        let mut client = self.partner.clone();
-        match tokio::time::timeout(self.rpc_timeout, client.replicate(request)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(status)) => return Err(Status::from(status)),
-            Err(_) => {
-                return Err(Status::deadline_exceeded(format!(
-                    "the standby at {} did not store a batch within {:?}",
-                    self.config.partner, self.rpc_timeout
-                )))
-            }
-        }
+        self.call_partner(
+            "Replicate",
+            self.rpc_timeout,
+            move |mut partner| async move { partner.replicate(request).await },
+        )
+        .await?;
         if full {
             sent.clear();
         }
@@ -508,12 +497,7 @@ impl ReplicaState {
         if batch.full {
             // A whole copy replaces what this standby held, each variable admitted against
             // the shard's limits as the primary's were.
-            for shard in &self.shards {
-                let store = shard.resources();
-                for ((container, name), _) in store.variables() {
-                    let _ = store.delete(&container, &name);
-                }
-            }
+            self.drop_all_variables();
             for (shard, variable, value) in values {
                 shard.create(&variable.container, &variable.name, value)?;
             }
@@ -618,13 +602,7 @@ impl ReplicaState {
         if self.role() == Role::Primary {
             return Ok(Role::Primary);
         }
-        let primary = self
-            .partner_status(ReplicaStatusRequest {
-                joining: false,
-                incarnation: self.incarnation,
-                training_over: false,
-            })
-            .await;
+        let primary = self.partner_status(false).await;
         if let Ok(status) = primary {
             if status.role() == Role::Primary {
                 return Err(Status::failed_precondition(format!(
@@ -641,12 +619,7 @@ impl ReplicaState {
             }
             if !state.synced {
                 warn!(task = %self.label, "taking the task over without a whole copy: its variables start empty");
-                for shard in &self.shards {
-                    let store = shard.resources();
-                    for ((container, name), _) in store.variables() {
-                        let _ = store.delete(&container, &name);
-                    }
-                }
+                self.drop_all_variables();
             }
             state.role = Role::Primary;
             state.epoch += 1;
@@ -681,28 +654,64 @@ impl ReplicaState {
         }
     }
 
-    async fn partner_status(&self, request: ReplicaStatusRequest) -> Result<ReplicaStatusResponse> {
-        let mut client = self.partner.clone();
-        let mut request = Request::new(request);
+    /// Asks the partner its role, saying whether this daemon is joining.
+    async fn partner_status(&self, joining: bool) -> Result<ReplicaStatusResponse> {
+        let mut request = Request::new(ReplicaStatusRequest {
+            joining,
+            incarnation: self.incarnation,
+            training_over: false,
+        });
         request.set_timeout(PROBE_PRIMARY);
-        match tokio::time::timeout(PROBE_PRIMARY, client.replica_status(request)).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(Status::from(status)),
-            Err(_) => Err(Status::deadline_exceeded("the partner did not answer")),
-        }
+        self.call_partner(
+            "ReplicaStatus",
+            PROBE_PRIMARY,
+            move |mut partner| async move { partner.replica_status(request).await },
+        )
+        .await
     }
 
     async fn ask_partner_to_promote(&self, reason: &str) -> Result<()> {
-        let mut client = self.partner.clone();
         let mut request = Request::new(PromoteRequest {
             reason: reason.to_string(),
         });
         request.set_timeout(self.rpc_timeout);
-        client
-            .promote(request)
-            .await
-            .map(|_| ())
-            .map_err(Status::from)
+        self.call_partner("Promote", self.rpc_timeout, move |mut partner| async move {
+            partner.promote(request).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Runs one call to the partner, which must answer within `timeout` (the callers send it
+    /// as `grpc-timeout` too, so the partner stops working on it then).
+    async fn call_partner<T, F>(
+        &self,
+        rpc: &str,
+        timeout: Duration,
+        call: impl FnOnce(ReplicaServiceClient<AuthChannel>) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = std::result::Result<Response<T>, tonic::Status>>,
+    {
+        match tokio::time::timeout(timeout, call(self.partner.clone())).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(Status::from(status)),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "the partner of {} at {} did not answer {rpc} within {timeout:?}",
+                self.label, self.config.partner
+            ))),
+        }
+    }
+
+    /// Drops every variable of this daemon's shards (before a whole copy, or taking the task
+    /// over without one).
+    fn drop_all_variables(&self) {
+        for shard in &self.shards {
+            let store = shard.resources();
+            for ((container, name), _) in store.variables() {
+                let _ = store.delete(&container, &name);
+            }
+        }
     }
 
     fn set_standby_up(&self, up: bool) {

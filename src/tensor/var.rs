@@ -46,7 +46,7 @@ pub struct Var {
     /// counts them.
     pub value: RwLock<Option<Tensor>>,
     /// How many times the value was write-locked: a replica of the store ships the variables
-    /// whose count moved since it last looked ([`crate::shard::replica`]).
+    /// whose count moved since it last looked (a ps task's standby).
     writes: AtomicU64,
     /// Whether a write other than a row update happened since the changes were last taken.
     changed_whole: AtomicBool,

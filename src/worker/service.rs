@@ -19,7 +19,7 @@ use crate::proto::*;
 /// Everything else comes from this table, each piece by a macro named after it that takes the
 /// rows: [`Rpc`] and [`WorkerHandler`] here, the worker's own service
 /// ([`WorkerState`](super::WorkerState)), the gRPC front ([`WorkerGrpc`](super::grpc::WorkerGrpc)),
-/// the [`Peer`](crate::peer::Peer) client and its local, gRPC, failover and simulated
+/// the `Peer` client (`peer/`) and its local, gRPC, failover and simulated
 /// implementations. A new RPC is a row here and its body in `WorkerState` (and, for a call
 /// only some pieces treat apart, an arm in that piece's macro).
 macro_rules! worker_rpcs {
@@ -70,14 +70,6 @@ macro_rules! rpc_enum {
                     $(Rpc::$rpc => stringify!($rpc),)*
                 }
             }
-
-            /// Whether the call may wait on a step, so that its caller's deadline reaches the
-            /// work.
-            pub fn waits(self) -> bool {
-                match self {
-                    $(Rpc::$rpc => $waits,)*
-                }
-            }
         }
     };
 }
@@ -110,7 +102,7 @@ macro_rules! handler_methods {
 /// implement the calls they need. Its methods come from [`worker_rpcs!`], the service's table.
 ///
 /// Deadlines are the caller's: a peer stops waiting when its call's deadline passes. The calls
-/// that wait (RunGraph, RecvTensor: [`Rpc::waits`]) also get the caller's `timeout`, so that
+/// that wait (RunGraph, RecvTensor: `waits` in the table) also get the caller's `timeout`, so that
 /// the work itself stops then; `None` leaves it to the worker's own deadlines, and the other
 /// calls get `None`.
 pub trait WorkerHandler: Send + Sync {
