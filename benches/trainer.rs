@@ -25,6 +25,10 @@
 //! process (`Session::local()`, the same graph without the ps); tessera's global steps per
 //! second are printed as a fraction of its rate (goal: at least 0.8).
 //!
+//! Each tessera run also prints the largest peak resident memory of one of its tasks, as
+//! `tessera local` reports it (the kernel's high-water mark of each task process): what a step
+//! allocator that keeps buffers across steps must not grow.
+//!
 //! Without TensorFlow only tessera's runs are printed, saying why.
 
 mod support;
@@ -124,6 +128,9 @@ struct Run {
     steps_per_sec: f64,
     /// The held-out accuracy (the classic trainer's).
     accuracy: Option<f64>,
+    /// tessera's: the largest peak resident memory of one task (MiB), as `tessera local`
+    /// reports it.
+    peak_mib: Option<f64>,
 }
 
 /// One run on TensorFlow: a ps and two worker servers, then the chief's client and, once it
@@ -171,6 +178,7 @@ fn tensorflow_run(python: &Path, model: Model, sync: bool) -> Result<Run, String
     Ok(Run {
         steps_per_sec: number("global_step")? / number("train_seconds")?,
         accuracy: value["accuracy"].as_f64(),
+        peak_mib: None,
     })
 }
 
@@ -219,23 +227,38 @@ fn tessera_run(model: Model, sync: bool, standby: bool) -> Result<Run, String> {
             .ok_or_else(|| format!("no number in `{line}`"))?;
         number.trim().parse().map_err(|e| format!("{e}: {line}"))
     };
+    // "tessera: peak resident memory: /job:ps/task:0 41.3 MiB, ...".
+    let peak_mib = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera: peak resident memory: "))
+        .and_then(|tasks| {
+            tasks
+                .split(", ")
+                .filter_map(|t| t.strip_suffix(" MiB")?.rsplit(' ').next()?.parse().ok())
+                .reduce(f64::max)
+        });
     Ok(Run {
         steps_per_sec: between("trained to global step", "(", " steps/s")?,
         accuracy: between("held-out accuracy", "accuracy ", "%")
             .ok()
             .map(|a| a / 100.0),
+        peak_mib,
     })
 }
 
 fn show(run: &Result<Run, String>) -> String {
-    match run {
-        Ok(Run {
-            steps_per_sec,
-            accuracy: Some(accuracy),
-        }) => format!("{steps_per_sec:7.1} steps/s, accuracy {accuracy:.4}"),
-        Ok(Run { steps_per_sec, .. }) => format!("{steps_per_sec:7.1} steps/s"),
-        Err(e) => format!("failed: {e}"),
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => return format!("failed: {e}"),
+    };
+    let mut text = format!("{:7.1} steps/s", run.steps_per_sec);
+    if let Some(accuracy) = run.accuracy {
+        text.push_str(&format!(", accuracy {accuracy:.4}"));
     }
+    if let Some(peak) = run.peak_mib {
+        text.push_str(&format!(", largest task's peak memory {peak:.1} MiB"));
+    }
+    text
 }
 
 /// The median rate and (where the runs report one) accuracy of `runs`.

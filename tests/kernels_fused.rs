@@ -567,3 +567,77 @@ fn register_graph_refuses_an_unsupported_combination() {
         "{err}"
     );
 }
+
+/// A graph that arrives unfused (a stock client's through tessera's master, or tessera's own)
+/// is fused by the worker that registers it, as TensorFlow's grappler would have: one
+/// `_FusedMatMul` runs where `MatMul`, `BiasAdd` and `Relu` were written, under the `Relu`'s
+/// name, and the fetched value is the unfused kernels' to the bit.
+#[test]
+fn a_worker_fuses_the_dense_layer_of_a_graph_it_registers() {
+    use crate::support::cluster::InProcessCluster;
+    use tessera::client::Session;
+    use tessera::graph::Graph;
+    use tessera::proto::run_options::TraceLevel;
+    use tessera::proto::RunOptions;
+    use tessera::tensor::PartialShape;
+
+    let cluster = InProcessCluster::start(&[("worker", 1)]);
+    let session = Session::connect(&cluster.target("worker", 0)).unwrap();
+    let (x, w, b) = (
+        seeded(&[6, 5], 0.1),
+        seeded(&[5, 7], 0.2),
+        seeded(&[7], 0.3),
+    );
+    let mut g = Graph::new();
+    let xp = g
+        .placeholder("x", DType::Float, PartialShape::new(vec![None, Some(5)]))
+        .unwrap();
+    let wc = g.constant(&w).unwrap();
+    let bc = g.constant(&b).unwrap();
+    let product = g.matmul(&xp, &wc).unwrap();
+    let biased = g.bias_add(&product, &bc).unwrap();
+    let y = g.relu(&biased).unwrap();
+    session.extend(&g.to_graph_def()).unwrap();
+    let options = RunOptions {
+        trace_level: TraceLevel::FullTrace as i32,
+        ..Default::default()
+    };
+    let (out, metadata) = session
+        .run_with_options(&[("x:0", x.clone())], &[&y.name()], &[], &options)
+        .unwrap();
+
+    let labels: Vec<&str> = metadata
+        .step_stats
+        .as_ref()
+        .expect("a traced step")
+        .dev_stats
+        .iter()
+        .flat_map(|d| &d.node_stats)
+        .map(|n| n.timeline_label.as_str())
+        .collect();
+    let y_node = y.name().trim_end_matches(":0").to_string();
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.starts_with(&format!("{y_node} = _FusedMatMul("))),
+        "{labels:?}"
+    );
+    for unfused_op in ["MatMul", "BiasAdd", "Relu"] {
+        assert!(
+            !labels
+                .iter()
+                .any(|l| l.contains(&format!(" = {unfused_op}("))),
+            "{unfused_op} still ran: {labels:?}"
+        );
+    }
+    let want = unfused1(
+        "Relu",
+        &[],
+        vec![unfused1(
+            "BiasAdd",
+            &[],
+            vec![unfused1("MatMul", &[], vec![x, w]), b],
+        )],
+    );
+    assert_same("the fused dense layer", &out[0], &want);
+}

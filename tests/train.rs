@@ -565,6 +565,29 @@ fn tessera_local_runs_the_embedded_cluster_to_the_end_and_exits_0() {
         "{}",
         local.stdout
     );
+    // Each task's peak resident memory, from the kernel's account of its process: a daemon
+    // that trained holds more than a few MiB and, for this small model, less than a few GiB.
+    let peaks = local
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera: peak resident memory: "))
+        .unwrap_or_else(|| panic!("no peak memory line:\n{}", local.stdout));
+    let tasks: Vec<(&str, f64)> = peaks
+        .split(", ")
+        .map(|t| {
+            let (task, mib) = t.strip_suffix(" MiB").unwrap().rsplit_once(' ').unwrap();
+            (task, mib.parse().unwrap())
+        })
+        .collect();
+    let names: Vec<&str> = tasks.iter().map(|(t, _)| *t).collect();
+    assert_eq!(
+        names,
+        ["/job:ps/task:0", "/job:worker/task:0", "/job:worker/task:1"],
+        "{peaks}"
+    );
+    for (task, mib) in tasks {
+        assert!((5.0..4096.0).contains(&mib), "{task}: {mib} MiB");
+    }
 }
 
 /// The chief's `held-out mean squared error X (predicting zeros: Y)` line: (X, Y).

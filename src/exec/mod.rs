@@ -12,6 +12,7 @@ mod edges;
 pub mod executor;
 pub mod partition;
 pub mod placement;
+pub mod remap;
 pub mod subgraph;
 pub mod support;
 

@@ -6,15 +6,19 @@
 //! full name of a device of this task, every op must have a kernel for that device's type, and
 //! every input must name a node of the partition. The per-device split uses
 //! [`partition::partition`] with [`partition::by_device`]: the `_Send`/`_Recv` pairs it inserts
-//! between local devices meet in the step's in-process rendezvous.
+//! between local devices meet in the step's in-process rendezvous. Each CPU device's piece
+//! then has its contractions fused (`exec::remap`: `MatMul`/`Conv2D` + `BiasAdd` + an
+//! activation become one node), as TensorFlow's grappler fuses a graph before it runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cluster::DeviceName;
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::exec::executor::{Executor, TensorRef};
 use crate::exec::partition::{self, PartitionOptions};
+use crate::exec::remap;
 use crate::exec::{create_kernel, kernel_for};
 use crate::graph::registry;
 use crate::proto::{GraphDef, NodeDef};
@@ -58,13 +62,17 @@ impl RegisteredGraph {
         let parts = partition::partition(graph, &options, &mut counter)?;
 
         let mut executors = Vec::with_capacity(parts.len());
-        for (loc, part) in parts {
+        for (loc, mut part) in parts {
             let device = by_name.get(loc.as_str()).ok_or_else(|| {
                 Status::internal(format!(
                     "partitioning produced a piece for `{loc}`, which is not a device of this \
                      task"
                 ))
             })?;
+            if device.device_type() == DeviceType::Cpu {
+                remap::fuse_contractions(&mut part)
+                    .map_err(|e| e.context(format!("graph {handle} on {loc}")))?;
+            }
             let targets: Vec<&str> = part.node.iter().map(|n| n.name.as_str()).collect();
             let executor = Executor::new(
                 &part,

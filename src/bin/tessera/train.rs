@@ -428,8 +428,13 @@ pub(crate) fn local(mut args: LocalArgs) -> anyhow::Result<()> {
         standby: args.standby,
     })?;
     match ended {
-        Ended::Completed => {
+        Ended::Completed(peaks) => {
             println!("tessera: every task exited 0");
+            let peaks: Vec<String> = peaks
+                .iter()
+                .map(|(task, bytes)| format!("{task} {:.1} MiB", *bytes as f64 / (1 << 20) as f64))
+                .collect();
+            println!("tessera: peak resident memory: {}", peaks.join(", "));
             Ok(())
         }
         Ended::Signalled(signal) => Err(Stopped { signal }.into()),

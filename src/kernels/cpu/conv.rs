@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use ndarray::{s, ArrayView2, ArrayViewMut2};
 
-use super::gemm::{matmul, Threads};
+use super::gemm::{matmul, RowsFn, Threads};
 use super::numeric::Real;
 use super::{checked_elements, input, int_values, same_dtype};
 use crate::error::Result;
@@ -157,6 +157,54 @@ impl Geometry {
 }
 
 impl Conv2D {
+    /// `Conv2D(x, f)`, then `epilogue` on each block of its output rows (`[pixels,
+    /// out_channels]` in NHWC order, whatever the data format, while the block is in cache):
+    /// what a fused kernel does to the product where it lies (a bias, an activation).
+    pub(super) fn forward_with<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        x: &Tensor,
+        f: &Tensor,
+        epilogue: Option<RowsFn<'_, T>>,
+    ) -> Result<Tensor> {
+        let format = self.attrs.format;
+        check_rank4(ctx, x, "input")?;
+        check_rank4(ctx, f, "filter")?;
+        let g = self.geometry(ctx, format.nhwc(x.dims()), f.dims())?;
+        let out_dims = g.output_dims(format);
+        checked_elements(ctx, &out_dims)?;
+        let xv = x.values::<T>()?;
+        let xs = to_nhwc(format, x.dims(), &xv);
+        let fv = f.values::<T>()?;
+        let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
+        let mut out = vec![T::zero(); g.batch * m_img * oc];
+        let intra = ctx.intra();
+        let threads = product_threads(&g, intra);
+        in_pieces(&g, intra, &mut out, m_img * oc, |n0, n1, part| {
+            let mut patches = Vec::new();
+            let first = n0 * m_img;
+            for_blocks(&g, n0, n1, PATCH_ELEMENTS, |r0, r1| {
+                let rows = r1 - r0;
+                let chunk = &mut part[(r0 - first) * oc..(r1 - first) * oc];
+                for group in 0..g.groups {
+                    im2col(&xs, &g, r0, r1, group, &mut patches);
+                    let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
+                    let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
+                    let w = w.slice(s![.., group * og..(group + 1) * og]);
+                    let o =
+                        ArrayViewMut2::from_shape((rows, oc), &mut *chunk).expect("output rows");
+                    let mut o = o.slice_move(s![.., group * og..(group + 1) * og]);
+                    matmul(&a, &w, &mut o, false, threads);
+                }
+                if let Some(epilogue) = epilogue {
+                    epilogue(chunk);
+                }
+            });
+        });
+        let nhwc = [g.batch, g.out_h(), g.out_w(), oc];
+        Tensor::from_vec(Shape::new(out_dims.to_vec()), from_nhwc(format, nhwc, out))
+    }
+
     /// Checks the filter against the input's `NHWC` dims and computes the geometry, with
     /// TensorFlow's messages.
     fn geometry(
@@ -249,39 +297,7 @@ impl Convolution for Conv2D {
     }
 
     fn forward<T: Real>(&self, ctx: &OpContext<'_>, x: &Tensor, f: &Tensor) -> Result<Tensor> {
-        let format = self.attrs.format;
-        check_rank4(ctx, x, "input")?;
-        check_rank4(ctx, f, "filter")?;
-        let g = self.geometry(ctx, format.nhwc(x.dims()), f.dims())?;
-        let out_dims = g.output_dims(format);
-        checked_elements(ctx, &out_dims)?;
-        let xv = x.values::<T>()?;
-        let xs = to_nhwc(format, x.dims(), &xv);
-        let fv = f.values::<T>()?;
-        let (m_img, k, oc, og) = (g.out_h() * g.out_w(), g.k(), g.out_c(), g.group_out());
-        let mut out = vec![T::zero(); g.batch * m_img * oc];
-        let intra = ctx.intra();
-        let threads = product_threads(&g, intra);
-        in_pieces(&g, intra, &mut out, m_img * oc, |n0, n1, part| {
-            let mut patches = Vec::new();
-            let first = n0 * m_img;
-            for_blocks(&g, n0, n1, PATCH_ELEMENTS, |r0, r1| {
-                let rows = r1 - r0;
-                let chunk = &mut part[(r0 - first) * oc..(r1 - first) * oc];
-                for group in 0..g.groups {
-                    im2col(&xs, &g, r0, r1, group, &mut patches);
-                    let a = ArrayView2::from_shape((rows, k), &patches[..]).expect("patch matrix");
-                    let w = ArrayView2::from_shape((k, oc), &fv[..]).expect("filter matrix");
-                    let w = w.slice(s![.., group * og..(group + 1) * og]);
-                    let o =
-                        ArrayViewMut2::from_shape((rows, oc), &mut *chunk).expect("output rows");
-                    let mut o = o.slice_move(s![.., group * og..(group + 1) * og]);
-                    matmul(&a, &w, &mut o, false, threads);
-                }
-            });
-        });
-        let nhwc = [g.batch, g.out_h(), g.out_w(), oc];
-        Tensor::from_vec(Shape::new(out_dims.to_vec()), from_nhwc(format, nhwc, out))
+        self.forward_with::<T>(ctx, x, f, None)
     }
 
     fn backprop_input<T: Real>(

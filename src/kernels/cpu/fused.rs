@@ -3,12 +3,17 @@
 //! product followed by `fused_ops`, e.g. `["BiasAdd", "Relu"]`) and `_FusedBatchNormEx` (a
 //! batch normalization followed by an optional side input and an activation).
 //!
-//! A fused kernel owns no arithmetic: it is a chain of the kernels tessera already has
-//! (`Conv2D`, `MatMul`, `BiasAdd`, `FusedBatchNormV3`, `Relu`, `Relu6`, `Elu`, `LeakyRelu`,
-//! `Tanh`, `Sigmoid`, and for GELU `Mul`, `AddV2`, `Erf`), each built once from a `NodeDef`
-//! that carries the fused node's name and the attrs that stage needs, and run in turn on the
-//! previous stage's output. So a fused node computes exactly what its unfused graph computes on
-//! tessera, and any fix to a kernel reaches its fused forms.
+//! A fused kernel is a chain of the kernels tessera already has (`Conv2D`, `MatMul`, `BiasAdd`,
+//! `FusedBatchNormV3`, `Relu`, `Relu6`, `Elu`, `LeakyRelu`, `Tanh`, `Sigmoid`, and for GELU
+//! `Mul`, `AddV2`, `Erf`), each built once from a `NodeDef` that carries the fused node's name
+//! and the attrs that stage needs, and run in turn on the previous stage's output. The
+//! commonest chains, a float32 product then `BiasAdd` and at most one activation other than
+//! GELU, run the product's kernel and then add the bias and apply the activation to the
+//! product where it lies, one pass over it split over the intra-op threads ([`Epilogue`]),
+//! with the element functions of the unfused kernels: the same values, without two more
+//! tensors and passes. So a fused node computes exactly what its unfused graph computes on
+//! tessera, and any fix to a kernel reaches its fused forms. The worker fuses graphs that come
+//! unfused (`exec::remap`).
 //!
 //! The chains are parsed when the kernel is created (at RegisterGraph): a `fused_ops` list
 //! tessera cannot run fails there with UNIMPLEMENTED naming the list and what is supported, and
@@ -16,8 +21,13 @@
 
 use std::sync::Arc;
 
+use super::conv::{Conv2D, Convolution, Pass};
+use super::matmul::MatMul;
+use super::numeric::Float;
+use super::split::lanes;
 use crate::error::{Result, Status};
 use crate::graph::attr::{self, value};
+use crate::graph::window::ConvAttrs;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::{AttrValue, NodeDef};
 use crate::tensor::{DType, Tensor};
@@ -101,6 +111,76 @@ struct Chain {
     stages: Vec<Stage>,
     /// Which values are the fused node's outputs, in order.
     outputs: Vec<Arg>,
+    /// For a float32 product, `BiasAdd` and at most one activation: the product's kernel and
+    /// what the stages after it compute, applied to its rows as it writes them.
+    epilogue: Option<(Product, Epilogue)>,
+}
+
+/// The product of a contraction whose chain ends in an [`Epilogue`].
+enum Product {
+    MatMul(MatMul),
+    Conv2D(Conv2D),
+}
+
+/// A bias added to each row of a contraction's float32 output, then an activation, in one
+/// pass over it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Epilogue {
+    Bias,
+    Relu,
+    Relu6,
+    Elu,
+    LeakyRelu(f32),
+    Tanh,
+    Sigmoid,
+}
+
+impl Epilogue {
+    /// The epilogue of `fused_ops` (the bias, then `activation` if any), when there is one.
+    fn of(activation: Option<&str>, leakyrelu_alpha: f32) -> Option<Self> {
+        Some(match activation {
+            None => Epilogue::Bias,
+            Some("Relu") => Epilogue::Relu,
+            Some("Relu6") => Epilogue::Relu6,
+            Some("Elu") => Epilogue::Elu,
+            Some("LeakyRelu") => Epilogue::LeakyRelu(leakyrelu_alpha),
+            Some("Tanh") => Epilogue::Tanh,
+            Some("Sigmoid") => Epilogue::Sigmoid,
+            Some(_) => return None,
+        })
+    }
+
+    /// Adds `bias` to each row of `values` (whole rows of `bias.len()`, at least 1) and
+    /// applies the activation. Each element goes through the unfused kernels' functions, so
+    /// the values are theirs.
+    fn rows(self, values: &mut [f32], bias: &[f32]) {
+        fn rows(values: &mut [f32], bias: &[f32], f: impl Fn(f32) -> f32) {
+            for row in values.chunks_exact_mut(bias.len()) {
+                for (v, &b) in row.iter_mut().zip(bias) {
+                    *v = f(*v + b);
+                }
+            }
+        }
+        lanes(|| match self {
+            Epilogue::Bias => rows(values, bias, |x| x),
+            Epilogue::Relu => rows(values, bias, |x| if x > 0.0 { x } else { 0.0 }),
+            Epilogue::Relu6 => rows(values, bias, |x| {
+                if x > 6.0 {
+                    6.0
+                } else if x > 0.0 {
+                    x
+                } else {
+                    0.0
+                }
+            }),
+            Epilogue::Elu => rows(values, bias, |x| if x > 0.0 { x } else { x.exp_m1() }),
+            Epilogue::LeakyRelu(alpha) => {
+                rows(values, bias, |x| if x > 0.0 { x } else { alpha * x })
+            }
+            Epilogue::Tanh => rows(values, bias, f32::tanh_fast),
+            Epilogue::Sigmoid => rows(values, bias, f32::sigmoid_fast),
+        })
+    }
 }
 
 /// Builds a chain's stages from a fused node.
@@ -197,6 +277,7 @@ impl<'a> Builder<'a> {
             what: self.what,
             stages: self.stages,
             outputs,
+            epilogue: None,
         }
     }
 }
@@ -291,7 +372,21 @@ impl Chain {
         if let [activation] = rest {
             y = b.activation(activation, y)?;
         }
-        Ok(b.finish(vec![y]))
+        let alpha = attr::float_or(node, "leakyrelu_alpha", 0.2)?;
+        let epilogue = match by_batch_norm {
+            false => Epilogue::of(rest.first().map(String::as_str), alpha),
+            true => None,
+        };
+        let product_node = &b.stages[0].node;
+        let product = match contraction {
+            Contraction::MatMul => Product::MatMul(MatMul::of(product_node)?),
+            Contraction::Conv2D => {
+                Product::Conv2D(Conv2D::new(ConvAttrs::of(product_node)?, Pass::Forward))
+            }
+        };
+        let mut chain = b.finish(vec![y]);
+        chain.epilogue = epilogue.map(|e| (product, e));
+        Ok(chain)
     }
 
     /// `_FusedBatchNormEx`: `FusedBatchNormV3` with the node's attrs, plus the side input when
@@ -341,6 +436,38 @@ impl Chain {
         Ok(b.finish(outputs))
     }
 
+    /// The product with its epilogue applied to its rows as they are written, when the inputs
+    /// are float32 host tensors and the bias a vector as long as the product's rows; `None`
+    /// otherwise, and the chain's own `BiasAdd` says what is wrong.
+    fn fused(
+        &self,
+        ctx: &OpContext<'_>,
+        product: &Product,
+        epilogue: Epilogue,
+    ) -> Result<Option<Tensor>> {
+        let (a, b, bias) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let host_floats = [a, b, bias]
+            .iter()
+            .all(|t| t.dtype() == DType::Float && t.device_buffer().is_none());
+        if !host_floats || bias.rank() != 1 || bias.num_elements() == 0 {
+            return Ok(None);
+        }
+        let columns = match product {
+            Product::MatMul(matmul) => matmul.columns(b),
+            Product::Conv2D(_) => (b.rank() == 4).then(|| b.dims()[3]),
+        };
+        if columns != Some(bias.num_elements()) {
+            return Ok(None);
+        }
+        let bias_values = bias.values::<f32>()?;
+        let rows = |values: &mut [f32]| epilogue.rows(values, &bias_values);
+        let out = match product {
+            Product::MatMul(matmul) => matmul.product_with::<f32>(ctx, a, b, Some(&rows)),
+            Product::Conv2D(conv) => conv.forward_with::<f32>(ctx, a, b, Some(&rows)),
+        };
+        out.map(Some).map_err(|e| e.context(&self.what))
+    }
+
     /// The value `arg` names, from the node's inputs or an earlier stage's outputs.
     fn value(
         &self,
@@ -370,6 +497,12 @@ impl Chain {
 impl OpKernel for Chain {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let mut outputs: Vec<Vec<Option<Tensor>>> = Vec::with_capacity(self.stages.len());
+        if let Some((product, epilogue)) = &self.epilogue {
+            if let Some(out) = self.fused(ctx, product, *epilogue)? {
+                ctx.set_output(0, out);
+                return Ok(());
+            }
+        }
         for stage in &self.stages {
             let inputs = stage
                 .args

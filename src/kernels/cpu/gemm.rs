@@ -24,6 +24,10 @@ const CYCLES_PER_MULTIPLY_ADD: f64 = 0.125;
 /// like stay inline).
 const PARALLEL_MULTIPLY_ADDS: usize = 1 << 20;
 
+/// What a fused kernel does to a product's output rows as they are written (a bias and an
+/// activation): called on chunks of whole rows.
+pub(super) type RowsFn<'a, T> = &'a (dyn Fn(&mut [T]) + Sync);
+
 /// How a product may use the device's threads.
 #[derive(Clone, Copy)]
 pub(super) enum Threads<'a> {

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use ndarray::{ArrayView2, ArrayViewMut2, Ix2};
 
 use super::broadcast::{broadcast_shape, broadcast_to, view};
-use super::gemm::{matmul, Threads};
+use super::gemm::{matmul, RowsFn, Threads};
 use super::numeric::Real;
+use super::split::ELEMENT_CYCLES;
 use super::{input, same_dtype};
 use crate::error::Result;
 use crate::graph::attr;
@@ -25,13 +26,32 @@ pub(super) struct MatMul {
 
 impl MatMul {
     pub(super) fn create(node: &NodeDef) -> Result<Arc<dyn OpKernel>> {
-        Ok(Arc::new(MatMul {
-            transpose_a: attr::bool_or(node, "transpose_a", false)?,
-            transpose_b: attr::bool_or(node, "transpose_b", false)?,
-        }))
+        Ok(Arc::new(MatMul::of(node)?))
     }
 
-    fn product<T: Real>(&self, ctx: &OpContext<'_>, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    /// The kernel of `node`'s attrs.
+    pub(super) fn of(node: &NodeDef) -> Result<MatMul> {
+        Ok(MatMul {
+            transpose_a: attr::bool_or(node, "transpose_a", false)?,
+            transpose_b: attr::bool_or(node, "transpose_b", false)?,
+        })
+    }
+
+    /// The number of columns `a @ b` has, when `b` is a matrix.
+    pub(super) fn columns(&self, b: &Tensor) -> Option<usize> {
+        let dims = b.dims();
+        (dims.len() == 2).then(|| dims[usize::from(!self.transpose_b)])
+    }
+
+    /// `a @ b`, then `rows` on chunks of its rows (whole rows, over the intra-op threads):
+    /// what a fused kernel does to the product where it lies (a bias, an activation).
+    pub(super) fn product_with<T: Real>(
+        &self,
+        ctx: &OpContext<'_>,
+        a: &Tensor,
+        b: &Tensor,
+        rows: Option<RowsFn<'_, T>>,
+    ) -> Result<Tensor> {
         for (i, t) in [a, b].into_iter().enumerate() {
             if t.rank() != 2 {
                 return Err(ctx.invalid(format!(
@@ -71,6 +91,12 @@ impl MatMul {
         let mut out = vec![T::zero(); m * n];
         let mut om = ArrayViewMut2::from_shape((m, n), &mut out[..]).expect("output matrix");
         matmul(&am, &bm, &mut om, false, Threads::Pool(ctx.intra()));
+        if let (Some(rows), true) = (rows, n > 0) {
+            ctx.intra()
+                .for_chunks(&mut out, n, n as f64 * ELEMENT_CYCLES, |_, chunk| {
+                    rows(chunk)
+                });
+        }
         Tensor::from_vec(Shape::new(vec![m, n]), out)
     }
 }
@@ -79,7 +105,7 @@ impl OpKernel for MatMul {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
         let (a, b) = (input(ctx, 0)?, input(ctx, 1)?);
         same_dtype(ctx, &a, &b)?;
-        let out = dispatch_real!(ctx, a.dtype(), T => self.product::<T>(ctx, &a, &b)?);
+        let out = dispatch_real!(ctx, a.dtype(), T => self.product_with::<T>(ctx, &a, &b, None)?);
         ctx.set_output(0, out);
         Ok(())
     }

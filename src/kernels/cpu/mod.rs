@@ -115,6 +115,7 @@ macro_rules! dispatch_items {
 
 mod accumulator;
 mod activation;
+mod approx;
 mod array;
 mod batch_norm;
 pub mod broadcast;

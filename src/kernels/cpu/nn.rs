@@ -95,7 +95,7 @@ fn sigmoid(ctx: &mut OpContext<'_>) -> Result<()> {
     let x = input(ctx, 0)?;
     let out = dispatch_float!(ctx, x.dtype(), T => {
         let v = x.values::<T>()?;
-        Tensor::from_vec(x.shape().clone(), v.iter().map(|&e| 1.0 / (1.0 + (-e).exp())).collect())?
+        Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &v, T::sigmoid_fast))?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -105,7 +105,7 @@ fn tanh(ctx: &mut OpContext<'_>) -> Result<()> {
     let x = input(ctx, 0)?;
     let out = dispatch_float!(ctx, x.dtype(), T => {
         let v = x.values::<T>()?;
-        Tensor::from_vec(x.shape().clone(), v.iter().map(|&e| e.tanh()).collect())?
+        Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &v, T::tanh_fast))?
     });
     ctx.set_output(0, out);
     Ok(())

@@ -49,7 +49,42 @@ pub trait Real: Element + LinalgScalar + PartialOrd + Bounded + NumCast + Defaul
 }
 
 /// A floating-point element type: float32 or float64.
-pub trait Float: Real + num_traits::Float {}
+pub trait Float: Real + num_traits::Float {
+    /// `e^x`: for float32 the vectorizable approximation of [`super::approx`], for float64
+    /// the C library's.
+    fn exp_fast(self) -> Self;
+    /// `tanh(x)`, as [`Self::exp_fast`] chooses.
+    fn tanh_fast(self) -> Self;
+    /// The logistic sigmoid `1 / (1 + e^-x)`, as [`Self::exp_fast`] chooses.
+    fn sigmoid_fast(self) -> Self;
+}
+
+impl Float for f32 {
+    #[inline(always)]
+    fn exp_fast(self) -> Self {
+        super::approx::exp_f32(self)
+    }
+    #[inline(always)]
+    fn tanh_fast(self) -> Self {
+        super::approx::tanh_f32(self)
+    }
+    #[inline(always)]
+    fn sigmoid_fast(self) -> Self {
+        super::approx::sigmoid_f32(self)
+    }
+}
+
+impl Float for f64 {
+    fn exp_fast(self) -> Self {
+        self.exp()
+    }
+    fn tanh_fast(self) -> Self {
+        self.tanh()
+    }
+    fn sigmoid_fast(self) -> Self {
+        1.0 / (1.0 + (-self).exp())
+    }
+}
 
 macro_rules! real_int {
     ($t:ty) => {
@@ -188,8 +223,6 @@ macro_rules! real_float {
                 a as f64
             }
         }
-
-        impl Float for $t {}
     };
 }
 

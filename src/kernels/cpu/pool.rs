@@ -134,71 +134,100 @@ impl Geometry {
     }
 }
 
-/// Max pooling of images `n0..` of `NHWC` values `x` into `out` (as many images' outputs as it
-/// holds): the maxima, and in `arg` (when given, as long as `out`) for each the index in `x`
-/// it came from (the first maximum in window order; `usize::MAX` for a window wholly in the
-/// padding, whose output stays `T::LOWEST`). Each output pixel takes its first tap's channels
-/// whole, then each later tap's where they are greater: TensorFlow's test `output < input ||
-/// unset`, so ties keep the earlier position.
-fn max_images<T: Real>(
-    x: &[T],
-    g: &Geometry,
-    n0: usize,
-    out: &mut [T],
-    mut arg: Option<&mut [usize]>,
-) {
-    let [_, oh, ow, c] = g.out_nhwc();
-    let per_image = oh * ow * c;
-    if per_image == 0 || c == 0 {
-        return;
-    }
-    out.fill(T::LOWEST);
-    if let Some(arg) = arg.as_deref_mut() {
-        arg.fill(usize::MAX);
-    }
-    for b in 0..out.len() / per_image {
-        for y in 0..oh {
-            for xo in 0..ow {
-                let o = ((b * oh + y) * ow + xo) * c;
-                let dst = &mut out[o..o + c];
-                let mut first = true;
-                for i in 0..g.dims[0].window {
-                    let Some(iy) = g.dims[0].tap(y, i) else {
-                        continue;
-                    };
-                    for j in 0..g.dims[1].window {
-                        let Some(ix) = g.dims[1].tap(xo, j) else {
-                            continue;
-                        };
-                        let at = (((n0 + b) * g.in_h + iy) * g.in_w + ix) * c;
-                        let src = &x[at..at + c];
-                        match arg.as_deref_mut() {
-                            Some(arg) => {
-                                let arg = &mut arg[o..o + c];
-                                for (k, ((d, a), &v)) in
-                                    dst.iter_mut().zip(arg).zip(src).enumerate()
-                                {
-                                    if first || *d < v {
-                                        *d = v;
-                                        *a = at + k;
-                                    }
-                                }
-                            }
-                            None if first => dst.copy_from_slice(src),
-                            None => {
-                                for (d, &v) in dst.iter_mut().zip(src) {
-                                    if *d < v {
-                                        *d = v;
-                                    }
-                                }
-                            }
-                        }
-                        first = false;
-                    }
+impl Geometry {
+    /// The input offsets (`NHWC`, channel 0) of the window taps inside the input of output
+    /// pixel `(y, x)` of image `n`, in row-major window order, into `taps`.
+    fn window_taps(&self, n: usize, y: usize, x: usize, taps: &mut Vec<usize>) {
+        taps.clear();
+        for i in 0..self.dims[0].window {
+            let Some(iy) = self.dims[0].tap(y, i) else {
+                continue;
+            };
+            for j in 0..self.dims[1].window {
+                if let Some(ix) = self.dims[1].tap(x, j) {
+                    taps.push(((n * self.in_h + iy) * self.in_w + ix) * self.depth);
                 }
             }
         }
     }
+
+    /// Calls `f(o, taps)` for every output pixel of images `n0..n0 + images`: `o` its offset
+    /// in those images' `NHWC` output (channel 0), `taps` as [`Self::window_taps`].
+    fn for_each_window(&self, n0: usize, images: usize, mut f: impl FnMut(usize, &[usize])) {
+        let [_, oh, ow, c] = self.out_nhwc();
+        let mut taps = Vec::with_capacity(self.dims[0].window * self.dims[1].window);
+        for b in 0..images {
+            for y in 0..oh {
+                for x in 0..ow {
+                    self.window_taps(n0 + b, y, x, &mut taps);
+                    f(((b * oh + y) * ow + x) * c, &taps);
+                }
+            }
+        }
+    }
+}
+
+/// Max pooling of images `n0..` of `NHWC` values `x` into `out` (as many images' outputs as it
+/// holds). Each output pixel takes its first tap's channels whole, then each later tap's where
+/// they are greater: TensorFlow's test `output < input || unset`, so a NaN stays only where it
+/// came first. A window wholly in the padding gives `T::LOWEST`. The comparisons are selects,
+/// which the compiler vectorizes over the channels.
+fn max_images<T: Real>(x: &[T], g: &Geometry, n0: usize, out: &mut [T]) {
+    let c = g.depth;
+    let per_image = g.dims[0].output * g.dims[1].output * c;
+    if per_image == 0 {
+        return;
+    }
+    g.for_each_window(n0, out.len() / per_image, |o, taps| {
+        let dst = &mut out[o..o + c];
+        let Some((&first, rest)) = taps.split_first() else {
+            dst.fill(T::LOWEST);
+            return;
+        };
+        dst.copy_from_slice(&x[first..first + c]);
+        for &at in rest {
+            for (d, &v) in dst.iter_mut().zip(&x[at..at + c]) {
+                *d = if *d < v { v } else { *d };
+            }
+        }
+    });
+}
+
+/// MaxPoolGrad of images `n0..` into `dx` (their `NHWC` input gradient, zeros on entry): each
+/// output's gradient `dy` added at the first maximum of its window in window order, the input
+/// [`max_images`] took it from.
+fn max_grad_images<T: Real>(x: &[T], dy: &[T], g: &Geometry, n0: usize, dx: &mut [T]) {
+    let c = g.depth;
+    let in_image = g.in_h * g.in_w * c;
+    let out_image = g.dims[0].output * g.dims[1].output * c;
+    if in_image == 0 || out_image == 0 {
+        return;
+    }
+    let images = dx.len() / in_image;
+    let base = n0 * in_image;
+    let dy = &dy[n0 * out_image..(n0 + images) * out_image];
+    // Per channel: the greatest value so far and which tap it was.
+    let mut best = vec![T::LOWEST; c];
+    let mut which = vec![0u32; c];
+    g.for_each_window(n0, images, |o, taps| {
+        let Some((&first, rest)) = taps.split_first() else {
+            return;
+        };
+        best.copy_from_slice(&x[first..first + c]);
+        which.fill(0);
+        for (t, &at) in rest.iter().enumerate() {
+            let t = t as u32 + 1;
+            for ((b, w), &v) in best.iter_mut().zip(which.iter_mut()).zip(&x[at..at + c]) {
+                let greater = *b < v;
+                *b = if greater { v } else { *b };
+                *w = if greater { t } else { *w };
+            }
+        }
+        for (k, (&w, &d)) in which.iter().zip(&dy[o..o + c]).enumerate() {
+            let at = taps[w as usize] + k - base;
+            dx[at] = Real::add(dx[at], d);
+        }
+    });
 }
 
 /// Cycles per output value of max pooling, per window tap, for the pool's cost model.
@@ -246,7 +275,7 @@ impl Pool {
                 &mut out,
                 per_image,
                 per_image as f64 * taps * CYCLES_PER_TAP,
-                |n0, part| max_images(xs, g, n0, part, None),
+                |n0, part| max_images(xs, g, n0, part),
             );
             out
         })
@@ -286,18 +315,7 @@ impl Pool {
         let cost = out_image as f64 * (taps + 1.0) * CYCLES_PER_TAP;
         ctx.intra()
             .for_chunks(&mut dx, in_image.max(1), cost, |n0, part| {
-                let images = part.len() / in_image.max(1);
-                let outputs = images * out_image;
-                let mut maxima = vec![T::LOWEST; outputs];
-                let mut arg = vec![usize::MAX; outputs];
-                max_images(&xs, &g, n0, &mut maxima, Some(&mut arg));
-                let base = n0 * in_image;
-                let grads = &dys[n0 * out_image..n0 * out_image + outputs];
-                for (&a, &d) in arg.iter().zip(grads) {
-                    if a != usize::MAX {
-                        part[a - base] = Real::add(part[a - base], d);
-                    }
-                }
+                max_grad_images(&xs, &dys, &g, n0, part)
             });
         Tensor::from_vec(x.shape().clone(), from_nhwc(attrs.format, g.in_nhwc(), dx))
     }

@@ -1,6 +1,10 @@
 //! Element-wise work split over the device's intra-op threads: a map of one slice or a zip of
 //! two into a fresh output, each piece a plain loop the compiler vectorizes. Work under the
 //! pool's threshold (a small model's tensors) runs inline on the calling thread.
+//!
+//! The crate is compiled for the baseline of its target (SSE2 on x86-64: 4 float32 lanes), so
+//! each loop is also compiled for AVX2 and FMA (8 lanes) and that copy runs on CPUs that have
+//! them, chosen once per call ([`lanes`]).
 
 use std::mem::MaybeUninit;
 
@@ -17,9 +21,11 @@ pub(super) fn map<T: Copy + Sync, U: Copy + Send>(
     f: impl Fn(T) -> U + Sync,
 ) -> Vec<U> {
     fill(intra, x.len(), 1, |start, out| {
-        for (o, &v) in out.iter_mut().zip(&x[start..]) {
-            o.write(f(v));
-        }
+        lanes(|| {
+            for (o, &v) in out.iter_mut().zip(&x[start..]) {
+                o.write(f(v));
+            }
+        })
     })
 }
 
@@ -33,9 +39,11 @@ pub(super) fn zip<A: Copy + Sync, B: Copy + Sync, U: Copy + Send>(
     debug_assert_eq!(a.len(), b.len(), "zip of one length");
     let len = a.len().min(b.len());
     fill(intra, len, 1, |start, out| {
-        for ((o, &x), &y) in out.iter_mut().zip(&a[start..]).zip(&b[start..]) {
-            o.write(f(x, y));
-        }
+        lanes(|| {
+            for ((o, &x), &y) in out.iter_mut().zip(&a[start..]).zip(&b[start..]) {
+                o.write(f(x, y));
+            }
+        })
     })
 }
 
@@ -51,15 +59,37 @@ pub(super) fn rows<A: Copy + Sync, B: Copy + Sync, U: Copy + Send>(
     debug_assert_eq!(a.len() % width, 0, "whole rows");
     fill(intra, a.len() / width * width, width, |first, out| {
         let start = first * width;
-        for (o, x) in out
-            .chunks_exact_mut(width)
-            .zip(a[start..].chunks_exact(width))
-        {
-            for ((o, &x), &r) in o.iter_mut().zip(x).zip(row) {
-                o.write(f(x, r));
+        lanes(|| {
+            for (o, x) in out
+                .chunks_exact_mut(width)
+                .zip(a[start..].chunks_exact(width))
+            {
+                for ((o, &x), &r) in o.iter_mut().zip(x).zip(row) {
+                    o.write(f(x, r));
+                }
             }
-        }
+        })
     })
+}
+
+/// Runs `body`, a loop over slices, compiled for AVX2 and FMA when the CPU has both (the
+/// closure and what it calls are inlined into that copy, whose loops the compiler then
+/// vectorizes 8 float32 lanes wide), else as compiled for the target's baseline. Both copies
+/// compute the same values: Rust never fuses a multiply and an add on its own.
+#[inline(always)]
+pub(super) fn lanes<R>(body: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { avx2(body) };
+    }
+    body()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2<R>(body: impl FnOnce() -> R) -> R {
+    body()
 }
 
 /// A vector of `len` elements, every one written by `write(first, chunk)` over the pool, in

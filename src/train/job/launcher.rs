@@ -55,17 +55,19 @@ pub struct LocalJob {
 pub const STOP_GRACE: Duration = Duration::from_secs(75);
 
 /// How the local job ended, when no task failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ended {
-    /// Every task exited 0: training is over.
-    Completed,
+    /// Every task exited 0: training is over. Each task's peak resident memory in bytes (the
+    /// kernel's high-water mark of the process), in the order the tasks started.
+    Completed(Vec<(TaskId, u64)>),
     /// The launcher was signalled (`"sigterm"` or `"sigint"`) and stopped every task.
     Signalled(&'static str),
 }
 
 /// What the launcher waits for.
 enum Event {
-    Exited(usize, std::io::Result<ExitStatus>),
+    /// A task's exit status and peak resident memory in bytes.
+    Exited(usize, std::io::Result<(ExitStatus, u64)>),
     Signalled(&'static str),
 }
 
@@ -74,6 +76,7 @@ struct Running {
     task: TaskId,
     pid: libc::pid_t,
     done: bool,
+    peak_bytes: u64,
 }
 
 /// A private directory for the cluster file, removed on drop.
@@ -165,11 +168,11 @@ pub fn run_local(job: &LocalJob) -> Result<Ended> {
             task,
             pid: child.id() as libc::pid_t,
             done: false,
+            peak_bytes: 0,
         });
         let tx = tx.clone();
         std::thread::spawn(move || {
-            let mut child: Child = child;
-            let _ = tx.send(Event::Exited(slot, child.wait()));
+            let _ = tx.send(Event::Exited(slot, wait_with_peak(child)));
         });
     }
     drop(tx);
@@ -186,8 +189,9 @@ pub fn run_local(job: &LocalJob) -> Result<Ended> {
             Ok(Event::Exited(slot, status)) => {
                 running[slot].done = true;
                 let task = running[slot].task.clone();
-                let status =
+                let (status, peak_bytes) =
                     status.map_err(|e| Status::internal(format!("waiting for {task}: {e}")))?;
+                running[slot].peak_bytes = peak_bytes;
                 if !status.success() {
                     kill_all(&mut running);
                     let message = format!(
@@ -219,7 +223,36 @@ pub fn run_local(job: &LocalJob) -> Result<Ended> {
             }
         }
     }
-    Ok(Ended::Completed)
+    Ok(Ended::Completed(
+        running
+            .into_iter()
+            .map(|r| (r.task, r.peak_bytes))
+            .collect(),
+    ))
+}
+
+/// Waits for `child` to exit (reaping it): its status and its peak resident memory in bytes,
+/// from the kernel's account of the process (`wait4`'s `ru_maxrss`).
+fn wait_with_peak(child: Child) -> std::io::Result<(ExitStatus, u64)> {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: `rusage` is plain integers; all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is this process's child, not reaped yet (only this thread waits for
+        // it); `status` and `usage` are valid for writes.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if reaped == pid {
+            break;
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    // Linux counts `ru_maxrss` in KiB.
+    let peak = u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024;
+    Ok((ExitStatus::from_raw(status), peak))
 }
 
 /// Stops every child still running: SIGTERM to the workers first (the chief's final
@@ -239,7 +272,7 @@ fn stop_all(running: &mut [Running], rx: &mpsc::Receiver<Event>) {
             match rx.recv_timeout(STOP_GRACE.saturating_sub(started.elapsed())) {
                 Ok(Event::Exited(slot, status)) => {
                     running[slot].done = true;
-                    if let Ok(status) = status {
+                    if let Ok((status, _)) = status {
                         tracing::info!(task = %running[slot].task, "{}", describe(status));
                     }
                 }

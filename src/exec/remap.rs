@@ -1,0 +1,428 @@
+//! The contraction fusion of TensorFlow's grappler remapper, run on every partition a worker
+//! registers for a CPU device: `MatMul` or `Conv2D`, then `BiasAdd`, then optionally one
+//! activation (`Relu`, `Relu6`, `Elu`, `LeakyRelu`, `Tanh`, `Sigmoid`) become one
+//! `_FusedMatMul` or `_FusedConv2D` node, whose kernel adds the bias and applies the activation
+//! to the product where it lies, one pass over it instead of two more tensors and passes.
+//!
+//! A TensorFlow master sends partitions its grappler already fused; a stock client talking to
+//! tessera's master, and tessera's own sessions, send the graph as written, so the worker does
+//! it. It fuses what TensorFlow's remapper fuses on a CPU: float32, NHWC, and only where the
+//! product and the bias sum have no reader but the next node (a training step's gradients read
+//! the activation's output and the product's inputs, never the intermediates), so no value
+//! anything reads changes. The fused node keeps the name of the last node it replaces, so every
+//! consumer, fetch and `_Send` finds it under the same name, with the control inputs of all
+//! the nodes it replaces.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::error::Result;
+use crate::exec::edges::Input;
+use crate::graph::attr::{self, value};
+use crate::proto::{GraphDef, NodeDef};
+use crate::tensor::DType;
+
+/// The activations a fused contraction may end with, by their op names (which are also the
+/// names `fused_ops` lists).
+const ACTIVATIONS: [&str; 6] = ["Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"];
+
+/// The attrs of a `Conv2D` its fused node keeps.
+const CONV_ATTRS: [&str; 6] = [
+    "strides",
+    "padding",
+    "explicit_paddings",
+    "data_format",
+    "dilations",
+    "use_cudnn_on_gpu",
+];
+
+/// Who reads each node's outputs: data readers per `(node, output)`, and whether any node
+/// has a control input on it.
+struct Readers<'g> {
+    data: HashMap<(&'g str, usize), Vec<usize>>,
+    controlled: HashSet<&'g str>,
+}
+
+impl<'g> Readers<'g> {
+    fn of(graph: &'g GraphDef) -> Result<Self> {
+        let mut data: HashMap<(&str, usize), Vec<usize>> = HashMap::new();
+        let mut controlled = HashSet::new();
+        for (i, node) in graph.node.iter().enumerate() {
+            for text in &node.input {
+                let input = Input::parse(text, node)?;
+                match input.slot {
+                    Some(slot) => data.entry((input.node, slot)).or_default().push(i),
+                    None => {
+                        controlled.insert(input.node);
+                    }
+                }
+            }
+        }
+        Ok(Readers { data, controlled })
+    }
+
+    /// The one node that reads `node`'s output 0, when it is the only reader of any of its
+    /// outputs and nothing waits on it by a control edge.
+    fn only_reader(&self, node: &str) -> Option<usize> {
+        if self.controlled.contains(node) {
+            return None;
+        }
+        match self.data.get(&(node, 0)).map(Vec::as_slice) {
+            Some(&[reader]) => Some(reader),
+            _ => None,
+        }
+    }
+}
+
+/// One fusion found: the product, the bias sum and the activation (indices into the graph).
+struct Fusion {
+    product: usize,
+    bias_add: usize,
+    activation: Option<usize>,
+}
+
+/// Whether `node` computes float32 (its `T`).
+fn is_float32(node: &NodeDef) -> bool {
+    attr::dtype(node, "T").is_ok_and(|t| t == DType::Float)
+}
+
+/// Whether `node` is in NHWC (the default).
+fn is_nhwc(node: &NodeDef) -> bool {
+    attr::string_or(node, "data_format", "NHWC").is_ok_and(|f| f == "NHWC")
+}
+
+/// The index of the node named by `node`'s data input `i`, when it is that node's output 0.
+fn producer(by_name: &HashMap<&str, usize>, node: &NodeDef, i: usize) -> Option<usize> {
+    let input = Input::parse(node.input.get(i)?, node).ok()?;
+    if input.slot != Some(0) {
+        return None;
+    }
+    by_name.get(input.node).copied()
+}
+
+/// Finds the fusions of `graph` (each node in at most one).
+fn find(graph: &GraphDef) -> Result<Vec<Fusion>> {
+    let readers = Readers::of(graph)?;
+    let by_name: HashMap<&str, usize> = graph
+        .node
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut fusions = Vec::new();
+    for (b, bias_add) in graph.node.iter().enumerate() {
+        if bias_add.op != "BiasAdd" || !is_float32(bias_add) || !is_nhwc(bias_add) {
+            continue;
+        }
+        let Some(p) = producer(&by_name, bias_add, 0) else {
+            continue;
+        };
+        let product = &graph.node[p];
+        let fusable_product = match product.op.as_str() {
+            "MatMul" => true,
+            "Conv2D" => is_nhwc(product),
+            _ => false,
+        };
+        if !fusable_product
+            || !is_float32(product)
+            || product.device != bias_add.device
+            || readers.only_reader(&product.name) != Some(b)
+        {
+            continue;
+        }
+        let activation = readers.only_reader(&bias_add.name).filter(|&a| {
+            let node = &graph.node[a];
+            ACTIVATIONS.contains(&node.op.as_str())
+                && is_float32(node)
+                && node.device == bias_add.device
+                && producer(&by_name, node, 0) == Some(b)
+        });
+        fusions.push(Fusion {
+            product: p,
+            bias_add: b,
+            activation,
+        });
+    }
+    Ok(fusions)
+}
+
+/// The fused node standing for one fusion.
+fn fused_node(graph: &GraphDef, fusion: &Fusion) -> Result<NodeDef> {
+    let product = &graph.node[fusion.product];
+    let bias_add = &graph.node[fusion.bias_add];
+    let last = &graph.node[fusion.activation.unwrap_or(fusion.bias_add)];
+    let is_conv = product.op == "Conv2D";
+    let mut node = NodeDef {
+        name: last.name.clone(),
+        op: if is_conv {
+            "_FusedConv2D"
+        } else {
+            "_FusedMatMul"
+        }
+        .to_string(),
+        device: bias_add.device.clone(),
+        ..Default::default()
+    };
+    // The product's two inputs and the bias, then every control input of the three nodes.
+    node.input = product.input[..2].to_vec();
+    node.input.push(bias_add.input[1].clone());
+    let mut controls: Vec<&String> = Vec::new();
+    for replaced in [
+        Some(fusion.product),
+        Some(fusion.bias_add),
+        fusion.activation,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        for input in &graph.node[replaced].input {
+            if input.starts_with('^') && !controls.contains(&input) {
+                controls.push(input);
+            }
+        }
+    }
+    node.input.extend(controls.into_iter().cloned());
+
+    node.attr
+        .insert("T".to_string(), value::dtype(DType::Float));
+    let kept: &[&str] = if is_conv {
+        &CONV_ATTRS
+    } else {
+        &["transpose_a", "transpose_b"]
+    };
+    for key in kept {
+        if let Some(v) = product.attr.get(*key) {
+            node.attr.insert(key.to_string(), v.clone());
+        }
+    }
+    if is_conv {
+        node.attr
+            .insert("TArgs".to_string(), value::dtype_list(&[DType::Float]));
+    }
+    node.attr.insert("num_args".to_string(), value::int(1));
+    let mut fused_ops = vec!["BiasAdd".to_string()];
+    if let Some(a) = fusion.activation {
+        let activation = &graph.node[a];
+        fused_ops.push(activation.op.clone());
+        if activation.op == "LeakyRelu" {
+            let alpha = attr::float_or(activation, "alpha", 0.2)?;
+            node.attr
+                .insert("leakyrelu_alpha".to_string(), value::float(alpha));
+        }
+    }
+    node.attr
+        .insert("fused_ops".to_string(), value::string_list(fused_ops));
+    Ok(node)
+}
+
+/// Fuses every `MatMul`/`Conv2D` + `BiasAdd` (+ activation) of `graph` (a partition for a CPU
+/// device); returns how many fused nodes it made.
+pub fn fuse_contractions(graph: &mut GraphDef) -> Result<usize> {
+    let fusions = find(graph)?;
+    if fusions.is_empty() {
+        return Ok(0);
+    }
+    let mut replaced = vec![false; graph.node.len()];
+    let mut fused = HashMap::new();
+    for fusion in &fusions {
+        let last = fusion.activation.unwrap_or(fusion.bias_add);
+        fused.insert(last, fused_node(graph, fusion)?);
+        for i in [
+            Some(fusion.product),
+            Some(fusion.bias_add),
+            fusion.activation,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            replaced[i] = i != last;
+        }
+    }
+    let nodes = std::mem::take(&mut graph.node);
+    graph.node = nodes
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !replaced[*i])
+        .map(|(i, node)| fused.remove(&i).unwrap_or(node))
+        .collect();
+    Ok(fusions.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::registry::global;
+
+    const CPU: &str = "/job:worker/replica:0/task:0/device:CPU:0";
+
+    fn node(name: &str, op: &str, inputs: &[&str], dtype: DType) -> NodeDef {
+        let mut n = NodeDef {
+            name: name.into(),
+            op: op.into(),
+            device: CPU.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        n.attr.insert("T".into(), value::dtype(dtype));
+        n
+    }
+
+    /// `x @ w + b`, then `activation` when given, read by a `ReluGrad`-like consumer and a
+    /// fetch, as a dense layer of a training step.
+    fn dense(activation: Option<&str>) -> GraphDef {
+        let mut matmul = node("mm", "MatMul", &["x", "w", "^init"], DType::Float);
+        matmul.attr.insert("transpose_b".into(), value::bool(true));
+        let mut nodes = vec![
+            node("x", "Placeholder", &[], DType::Float),
+            node("w", "Placeholder", &[], DType::Float),
+            node("b", "Placeholder", &[], DType::Float),
+            node("init", "NoOp", &[], DType::Float),
+            matmul,
+            node("ba", "BiasAdd", &["mm", "b"], DType::Float),
+        ];
+        let last = match activation {
+            Some(op) => {
+                nodes.push(node("act", op, &["ba", "^init"], DType::Float));
+                "act"
+            }
+            None => "ba",
+        };
+        nodes.push(node("grad", "ReluGrad", &["x", last], DType::Float));
+        nodes.push(node("fetch", "Identity", &[last], DType::Float));
+        GraphDef {
+            node: nodes,
+            ..Default::default()
+        }
+    }
+
+    fn names(graph: &GraphDef) -> Vec<&str> {
+        graph.node.iter().map(|n| n.name.as_str()).collect()
+    }
+
+    fn by_name<'g>(graph: &'g GraphDef, name: &str) -> &'g NodeDef {
+        graph.node.iter().find(|n| n.name == name).unwrap()
+    }
+
+    #[test]
+    fn a_dense_layer_becomes_one_fused_matmul_under_the_activations_name() {
+        let mut graph = dense(Some("Relu"));
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 1);
+        assert_eq!(
+            names(&graph),
+            ["x", "w", "b", "init", "act", "grad", "fetch"]
+        );
+        let fused = by_name(&graph, "act");
+        assert_eq!(fused.op, "_FusedMatMul");
+        // The product's inputs, the bias, then the control inputs once each.
+        assert_eq!(fused.input, ["x", "w", "b", "^init"]);
+        assert_eq!(
+            attr::string_list(fused, "fused_ops").unwrap(),
+            ["BiasAdd", "Relu"]
+        );
+        assert!(attr::bool_or(fused, "transpose_b", false).unwrap());
+        assert_eq!(fused.device, CPU);
+        // A node TensorFlow's registry accepts as it is.
+        let mut checked = fused.clone();
+        global()
+            .get("_FusedMatMul")
+            .unwrap()
+            .fill_and_check_attrs(&mut checked)
+            .unwrap();
+        // Its readers are untouched.
+        assert_eq!(by_name(&graph, "grad").input, ["x", "act"]);
+    }
+
+    #[test]
+    fn each_activation_fuses_and_leaky_relu_keeps_its_alpha() {
+        for op in ACTIVATIONS {
+            let mut graph = dense(Some(op));
+            if op == "LeakyRelu" {
+                let act = graph.node.iter_mut().find(|n| n.name == "act").unwrap();
+                act.attr.insert("alpha".into(), value::float(0.3));
+            }
+            assert_eq!(fuse_contractions(&mut graph).unwrap(), 1, "{op}");
+            let fused = by_name(&graph, "act");
+            assert_eq!(
+                attr::string_list(fused, "fused_ops").unwrap(),
+                ["BiasAdd", op]
+            );
+            if op == "LeakyRelu" {
+                assert_eq!(attr::float_or(fused, "leakyrelu_alpha", 0.2).unwrap(), 0.3);
+            }
+        }
+        // No activation, or one that is not fused: the bias alone.
+        for activation in [None, Some("Softplus")] {
+            let mut graph = dense(activation);
+            assert_eq!(fuse_contractions(&mut graph).unwrap(), 1);
+            let fused = by_name(&graph, "ba");
+            assert_eq!(fused.op, "_FusedMatMul");
+            assert_eq!(attr::string_list(fused, "fused_ops").unwrap(), ["BiasAdd"]);
+            assert!(!names(&graph).contains(&"mm"));
+        }
+    }
+
+    #[test]
+    fn a_value_anything_else_reads_is_never_fused_away() {
+        // The product read twice: nothing fuses.
+        let mut graph = dense(Some("Relu"));
+        graph
+            .node
+            .push(node("peek", "Identity", &["mm"], DType::Float));
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 0);
+        // A control edge on the product: nothing fuses.
+        let mut graph = dense(Some("Relu"));
+        graph
+            .node
+            .push(node("after", "NoOp", &["^mm"], DType::Float));
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 0);
+        // The bias sum read twice: the product and the bias fuse, the activation stays.
+        let mut graph = dense(Some("Relu"));
+        graph
+            .node
+            .push(node("peek", "Identity", &["ba"], DType::Float));
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 1);
+        assert_eq!(by_name(&graph, "ba").op, "_FusedMatMul");
+        assert_eq!(by_name(&graph, "act").op, "Relu");
+        // float64, another device, NCHW: as TensorFlow's CPU remapper, nothing fuses.
+        let mut graph = dense(Some("Relu"));
+        for n in &mut graph.node {
+            n.attr.insert("T".into(), value::dtype(DType::Double));
+        }
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 0);
+        let mut graph = dense(Some("Relu"));
+        graph.node[4].device = CPU.replace("task:0", "task:1");
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 0);
+        let mut graph = dense(None);
+        graph.node[5]
+            .attr
+            .insert("data_format".into(), value::string("NCHW"));
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_convolution_keeps_its_attrs_and_names_its_argument_types() {
+        let mut conv = node("conv", "Conv2D", &["x", "f"], DType::Float);
+        conv.attr
+            .insert("strides".into(), value::int_list(vec![1, 2, 2, 1]));
+        conv.attr.insert("padding".into(), value::string("SAME"));
+        let mut graph = GraphDef {
+            node: vec![
+                node("x", "Placeholder", &[], DType::Float),
+                node("f", "Placeholder", &[], DType::Float),
+                node("b", "Placeholder", &[], DType::Float),
+                conv,
+                node("ba", "BiasAdd", &["conv", "b"], DType::Float),
+                node("act", "Relu6", &["ba"], DType::Float),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(fuse_contractions(&mut graph).unwrap(), 1);
+        let fused = by_name(&graph, "act");
+        assert_eq!(fused.op, "_FusedConv2D");
+        assert_eq!(fused.input, ["x", "f", "b"]);
+        assert_eq!(attr::string_or(fused, "padding", "").unwrap(), "SAME");
+        let mut checked = fused.clone();
+        let def = global().get("_FusedConv2D").unwrap();
+        def.fill_and_check_attrs(&mut checked).unwrap();
+        assert_eq!(def.input_types(&checked).unwrap(), vec![DType::Float; 3]);
+    }
+}
