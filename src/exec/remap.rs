@@ -15,25 +15,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::Result;
+use crate::error::{Result, Status};
 use crate::exec::edges::Input;
 use crate::graph::attr::{self, value};
+use crate::graph::registry;
 use crate::proto::{GraphDef, NodeDef};
 use crate::tensor::DType;
 
 /// The activations a fused contraction may end with, by their op names (which are also the
 /// names `fused_ops` lists).
 const ACTIVATIONS: [&str; 6] = ["Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"];
-
-/// The attrs of a `Conv2D` its fused node keeps.
-const CONV_ATTRS: [&str; 6] = [
-    "strides",
-    "padding",
-    "explicit_paddings",
-    "data_format",
-    "dilations",
-    "use_cudnn_on_gpu",
-];
 
 /// Who reads each node's outputs: data readers per `(node, output)`, and whether any node
 /// has a control input on it.
@@ -151,14 +142,17 @@ fn fused_node(graph: &GraphDef, fusion: &Fusion) -> Result<NodeDef> {
     let bias_add = &graph.node[fusion.bias_add];
     let last = &graph.node[fusion.activation.unwrap_or(fusion.bias_add)];
     let is_conv = product.op == "Conv2D";
+    let op = if is_conv {
+        "_FusedConv2D"
+    } else {
+        "_FusedMatMul"
+    };
+    let def = registry::global()
+        .get(op)
+        .ok_or_else(|| Status::internal(format!("{op} is not in the op registry")))?;
     let mut node = NodeDef {
         name: last.name.clone(),
-        op: if is_conv {
-            "_FusedConv2D"
-        } else {
-            "_FusedMatMul"
-        }
-        .to_string(),
+        op: op.to_string(),
         device: bias_add.device.clone(),
         ..Default::default()
     };
@@ -184,14 +178,11 @@ fn fused_node(graph: &GraphDef, fusion: &Fusion) -> Result<NodeDef> {
 
     node.attr
         .insert("T".to_string(), value::dtype(DType::Float));
-    let kept: &[&str] = if is_conv {
-        &CONV_ATTRS
-    } else {
-        &["transpose_a", "transpose_b"]
-    };
-    for key in kept {
-        if let Some(v) = product.attr.get(*key) {
-            node.attr.insert(key.to_string(), v.clone());
+    // The product's attrs the fused op declares too (a convolution's strides, padding, data
+    // format and dilations; a product's transposes).
+    for (key, v) in &product.attr {
+        if key != "T" && def.attrs.iter().any(|a| a.name == *key) {
+            node.attr.insert(key.clone(), v.clone());
         }
     }
     if is_conv {

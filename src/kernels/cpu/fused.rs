@@ -378,14 +378,20 @@ impl Chain {
             true => None,
         };
         let product_node = &b.stages[0].node;
-        let product = match contraction {
-            Contraction::MatMul => Product::MatMul(MatMul::of(product_node)?),
-            Contraction::Conv2D => {
-                Product::Conv2D(Conv2D::new(ConvAttrs::of(product_node)?, Pass::Forward))
+        let epilogue = match epilogue {
+            Some(epilogue) => {
+                let product = match contraction {
+                    Contraction::MatMul => Product::MatMul(MatMul::of(product_node)?),
+                    Contraction::Conv2D => {
+                        Product::Conv2D(Conv2D::new(ConvAttrs::of(product_node)?, Pass::Forward))
+                    }
+                };
+                Some((product, epilogue))
             }
+            None => None,
         };
         let mut chain = b.finish(vec![y]);
-        chain.epilogue = epilogue.map(|e| (product, e));
+        chain.epilogue = epilogue;
         Ok(chain)
     }
 
