@@ -50,20 +50,14 @@ pub trait Real: Element + LinalgScalar + PartialOrd + Bounded + NumCast + Defaul
 
 /// A floating-point element type: float32 or float64.
 pub trait Float: Real + num_traits::Float {
-    /// `e^x`: for float32 the vectorizable approximation of [`super::approx`], for float64
-    /// the C library's.
-    fn exp_fast(self) -> Self;
-    /// `tanh(x)`, as [`Self::exp_fast`] chooses.
+    /// `tanh(x)`: for float32 the vectorizable approximation of [`super::approx`], for
+    /// float64 the C library's.
     fn tanh_fast(self) -> Self;
-    /// The logistic sigmoid `1 / (1 + e^-x)`, as [`Self::exp_fast`] chooses.
+    /// The logistic sigmoid `1 / (1 + e^-x)`, chosen as [`Self::tanh_fast`] is.
     fn sigmoid_fast(self) -> Self;
 }
 
 impl Float for f32 {
-    #[inline(always)]
-    fn exp_fast(self) -> Self {
-        super::approx::exp_f32(self)
-    }
     #[inline(always)]
     fn tanh_fast(self) -> Self {
         super::approx::tanh_f32(self)
@@ -75,9 +69,6 @@ impl Float for f32 {
 }
 
 impl Float for f64 {
-    fn exp_fast(self) -> Self {
-        self.exp()
-    }
     fn tanh_fast(self) -> Self {
         self.tanh()
     }
