@@ -13,10 +13,10 @@
 //! consumer, fetch and `_Send` finds it under the same name, with the control inputs of all
 //! the nodes it replaces.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::error::{Result, Status};
-use crate::exec::edges::Input;
+use crate::exec::edges::GraphEdges;
 use crate::graph::attr::{self, value};
 use crate::graph::registry;
 use crate::proto::{GraphDef, NodeDef};
@@ -26,42 +26,20 @@ use crate::tensor::DType;
 /// names `fused_ops` lists).
 const ACTIVATIONS: [&str; 6] = ["Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"];
 
-/// Who reads each node's outputs: data readers per `(node, output)`, and whether any node
-/// has a control input on it.
-struct Readers<'g> {
-    data: HashMap<(&'g str, usize), Vec<usize>>,
-    controlled: HashSet<&'g str>,
+/// The one node that reads node `i`'s output 0, when it is the only reader of any of its
+/// outputs and nothing waits on it by a control edge.
+fn only_reader(edges: &GraphEdges, i: usize) -> Option<usize> {
+    match edges.out_edges[i].as_slice() {
+        &[e] if edges.edges[e].src_slot == Some(0) => Some(edges.edges[e].dst),
+        _ => None,
+    }
 }
 
-impl<'g> Readers<'g> {
-    fn of(graph: &'g GraphDef) -> Result<Self> {
-        let mut data: HashMap<(&str, usize), Vec<usize>> = HashMap::new();
-        let mut controlled = HashSet::new();
-        for (i, node) in graph.node.iter().enumerate() {
-            for text in &node.input {
-                let input = Input::parse(text, node)?;
-                match input.slot {
-                    Some(slot) => data.entry((input.node, slot)).or_default().push(i),
-                    None => {
-                        controlled.insert(input.node);
-                    }
-                }
-            }
-        }
-        Ok(Readers { data, controlled })
-    }
-
-    /// The one node that reads `node`'s output 0, when it is the only reader of any of its
-    /// outputs and nothing waits on it by a control edge.
-    fn only_reader(&self, node: &str) -> Option<usize> {
-        if self.controlled.contains(node) {
-            return None;
-        }
-        match self.data.get(&(node, 0)).map(Vec::as_slice) {
-            Some(&[reader]) => Some(reader),
-            _ => None,
-        }
-    }
+/// The node whose output 0 is node `i`'s first input.
+fn first_producer(edges: &GraphEdges, i: usize) -> Option<usize> {
+    let e = *edges.in_edges[i].first()?;
+    let edge = &edges.edges[e];
+    (edge.dst_input == 0 && edge.src_slot == Some(0)).then_some(edge.src)
 }
 
 /// One fusion found: the product, the bias sum and the activation (indices into the graph).
@@ -81,30 +59,15 @@ fn is_nhwc(node: &NodeDef) -> bool {
     attr::string_or(node, "data_format", "NHWC").is_ok_and(|f| f == "NHWC")
 }
 
-/// The index of the node named by `node`'s data input `i`, when it is that node's output 0.
-fn producer(by_name: &HashMap<&str, usize>, node: &NodeDef, i: usize) -> Option<usize> {
-    let input = Input::parse(node.input.get(i)?, node).ok()?;
-    if input.slot != Some(0) {
-        return None;
-    }
-    by_name.get(input.node).copied()
-}
-
 /// Finds the fusions of `graph` (each node in at most one).
 fn find(graph: &GraphDef) -> Result<Vec<Fusion>> {
-    let readers = Readers::of(graph)?;
-    let by_name: HashMap<&str, usize> = graph
-        .node
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
+    let edges = GraphEdges::new(graph)?;
     let mut fusions = Vec::new();
     for (b, bias_add) in graph.node.iter().enumerate() {
         if bias_add.op != "BiasAdd" || !is_float32(bias_add) || !is_nhwc(bias_add) {
             continue;
         }
-        let Some(p) = producer(&by_name, bias_add, 0) else {
+        let Some(p) = first_producer(&edges, b) else {
             continue;
         };
         let product = &graph.node[p];
@@ -116,16 +79,16 @@ fn find(graph: &GraphDef) -> Result<Vec<Fusion>> {
         if !fusable_product
             || !is_float32(product)
             || product.device != bias_add.device
-            || readers.only_reader(&product.name) != Some(b)
+            || only_reader(&edges, p) != Some(b)
         {
             continue;
         }
-        let activation = readers.only_reader(&bias_add.name).filter(|&a| {
+        let activation = only_reader(&edges, b).filter(|&a| {
             let node = &graph.node[a];
             ACTIVATIONS.contains(&node.op.as_str())
                 && is_float32(node)
                 && node.device == bias_add.device
-                && producer(&by_name, node, 0) == Some(b)
+                && first_producer(&edges, a) == Some(b)
         });
         fusions.push(Fusion {
             product: p,
