@@ -52,6 +52,7 @@ use tracing::{info, warn};
 
 use crate::cluster::{Limits, TaskConfig, TaskId};
 use crate::device;
+use crate::device::host_pool::HOST_POOL;
 use crate::device::memory::MemoryBudget;
 use crate::error::mailbox_failure;
 use crate::error::{Result, Status};
@@ -61,6 +62,7 @@ use crate::master::local::{self, LocalMaster};
 use crate::master::{ListDevices, Master, MasterState};
 use crate::ops::metrics::{
     self, DEVICE_MEMORY_BYTES, DEVICE_MEMORY_LIMIT_BYTES, DEVICE_MEMORY_PEAK_BYTES,
+    HOST_POOL_KEPT_BYTES,
 };
 use crate::ops::rpc_layer::RpcLayer;
 use crate::peer::failover::replica_client;
@@ -470,6 +472,7 @@ fn start_actors(
     .with_limits(config.limits.clone());
     let limits = config.limits.clone();
     let cpu_memory_limit = config.devices.cpu_memory_budget();
+    HOST_POOL.set_capacity(host_pool_capacity(cpu_memory_limit));
     let intra_op_threads = config.devices.intra_op_threads();
     let timeouts = config.timeouts.clone();
     let security = config.security.clone();
@@ -654,10 +657,24 @@ fn exposure_warning(config: &TaskConfig, listening: SocketAddr) -> Option<String
     })
 }
 
-/// Sets each device's memory gauges (held, peak, limit) at every scrape, for as long as its
-/// budget lives.
+/// What the host pool may keep of freed large buffers: an eighth of the CPU memory budget, at
+/// most 1 GiB (the pool's own default on a host with 8 GiB or more).
+fn host_pool_capacity(cpu_memory_limit: u64) -> usize {
+    usize::try_from(cpu_memory_limit / 8)
+        .unwrap_or(usize::MAX)
+        .min(1 << 30)
+}
+
+/// Sets each device's memory gauges (held, peak, limit) and the host pool's at every scrape,
+/// for as long as its budget lives.
 fn collect_memory(task: &TaskId, budgets: Vec<Arc<MemoryBudget>>) {
     let task = task.device_prefix();
+    let pool_task = task.clone();
+    metrics::register_collector(Box::new(move || {
+        ::metrics::gauge!(HOST_POOL_KEPT_BYTES, "task" => pool_task.clone())
+            .set(HOST_POOL.stats().kept_bytes as f64);
+        true
+    }));
     for budget in budgets {
         let budget = Arc::downgrade(&budget);
         let task = task.clone();

@@ -10,6 +10,11 @@
 mod kernels_support;
 mod support;
 
+/// The allocator the `tessera` binary runs with, so the in-process tests run over it too.
+#[global_allocator]
+static ALLOCATOR: tessera::device::host_pool::PooledAllocator =
+    tessera::device::host_pool::PooledAllocator;
+
 mod auth;
 mod builder_control_flow;
 mod checkpoint_confinement;

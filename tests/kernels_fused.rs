@@ -641,3 +641,53 @@ fn a_worker_fuses_the_dense_layer_of_a_graph_it_registers() {
     );
     assert_same("the fused dense layer", &out[0], &want);
 }
+
+/// An element-wise kernel that is the last reader of its input writes its output over it
+/// (`forward_input`); a tensor the step also fetches is never written over. Fetching the
+/// chain's intermediate values and only its end give the same values, each as computed alone.
+#[test]
+fn element_wise_chains_write_over_their_inputs_but_never_over_a_fetched_tensor() {
+    use crate::support::cluster::InProcessCluster;
+    use tessera::client::Session;
+    use tessera::graph::Graph;
+    use tessera::tensor::PartialShape;
+
+    let cluster = InProcessCluster::start(&[("worker", 1)]);
+    let session = Session::connect(&cluster.target("worker", 0)).unwrap();
+    let x = seeded(&[64, 300], 0.4);
+    let mut g = Graph::new();
+    let xp = g
+        .placeholder("x", DType::Float, PartialShape::new(vec![None, Some(300)]))
+        .unwrap();
+    let negated = g.neg(&xp).unwrap();
+    let rectified = g.relu(&negated).unwrap();
+    let doubled = g.add(&rectified, &rectified).unwrap();
+    let end = g.relu(&doubled).unwrap();
+    session.extend(&g.to_graph_def()).unwrap();
+
+    let xs = x.values::<f32>().unwrap().into_owned();
+    let want_negated: Vec<f32> = xs.iter().map(|v| -v).collect();
+    let want_rectified: Vec<f32> = want_negated.iter().map(|v| v.max(0.0)).collect();
+    let want_end: Vec<f32> = want_rectified.iter().map(|v| (v + v).max(0.0)).collect();
+
+    let all = session
+        .run(
+            &[("x:0", x.clone())],
+            &[&negated.name(), &rectified.name(), &end.name()],
+            &[],
+        )
+        .unwrap();
+    assert_eq!(all[0].values::<f32>().unwrap().as_ref(), &want_negated[..]);
+    assert_eq!(
+        all[1].values::<f32>().unwrap().as_ref(),
+        &want_rectified[..]
+    );
+    assert_eq!(all[2].values::<f32>().unwrap().as_ref(), &want_end[..]);
+
+    let only_end = session
+        .run(&[("x:0", x.clone())], &[&end.name()], &[])
+        .unwrap();
+    assert_eq!(only_end[0].values::<f32>().unwrap().as_ref(), &want_end[..]);
+    // The fed tensor itself is never written over.
+    assert_eq!(x.values::<f32>().unwrap().as_ref(), &xs[..]);
+}

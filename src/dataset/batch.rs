@@ -285,13 +285,13 @@ fn pad(t: &Tensor, to: &Shape, value: &Tensor) -> Result<Tensor> {
             let size = dtype
                 .size()
                 .ok_or_else(|| Status::unimplemented(format!("padded_batch of {dtype} tensors")))?;
-            let fill = value.to_host()?.bytes().cloned().unwrap_or_default();
+            let fill = value.to_host()?.shared_bytes().unwrap_or_default();
             let mut out = BytesMut::with_capacity(n * size);
             for _ in 0..n {
                 out.extend_from_slice(&fill);
             }
             let host = t.to_host()?;
-            let src: Bytes = host.bytes().cloned().unwrap_or_default();
+            let src: Bytes = host.shared_bytes().unwrap_or_default();
             runs(&mut |s, d, len| {
                 out[d * size..(d + len) * size].copy_from_slice(&src[s * size..(s + len) * size])
             });

@@ -10,6 +10,7 @@
 //! drive it with made-up GPUs; [`discover`] plugs in the real CUDA probe.
 
 pub mod cuda;
+pub mod host_pool;
 pub mod memory;
 pub mod space;
 

@@ -149,7 +149,7 @@ impl Emulated {
     /// `tensor` (in host memory, just computed by one of the device's kernels) as a tensor in
     /// this memory, without a copy: what the device's kernel wrote into its own memory.
     pub fn adopt(&self, tensor: &Tensor) -> Result<Tensor> {
-        let bytes = tensor.bytes().ok_or_else(|| {
+        let bytes = tensor.shared_bytes().ok_or_else(|| {
             Status::internal(format!(
                 "{}: only fixed-size host tensors can be put in device memory, not {tensor:?}",
                 self.device
@@ -157,7 +157,7 @@ impl Emulated {
         })?;
         let buffer = EmulatedBuffer {
             device: self.device.clone(),
-            bytes: bytes.clone(),
+            bytes,
             counter: Arc::clone(&self.counter),
         };
         Tensor::on_device(tensor.dtype(), tensor.shape().clone(), buffer)

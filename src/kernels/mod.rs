@@ -323,6 +323,19 @@ impl<'a> OpContext<'a> {
         })
     }
 
+    /// Input `i`, taken for this kernel to write its output over, when nothing else holds its
+    /// elements: this node is their last reader, and no other tensor, fetch, variable or wire
+    /// message shares them (TensorFlow's `forward_input`). `None`, with the input left where
+    /// it is, otherwise. A taken input is gone from the inputs: the kernel reads it through
+    /// the returned tensor only.
+    pub fn forward_input(&mut self, i: usize) -> Option<Tensor> {
+        let slot = self.inputs.get_mut(i)?;
+        if !slot.is_unique() {
+            return None;
+        }
+        Some(std::mem::replace(slot, Tensor::forwarded()))
+    }
+
     /// Returns every input.
     pub fn inputs(&self) -> &[Tensor] {
         &self.inputs

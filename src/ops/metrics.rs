@@ -58,6 +58,9 @@ pub const DEVICE_MEMORY_PEAK_BYTES: &str = "tessera_device_memory_peak_bytes";
 /// A device's memory budget (`devices.cpu_memory_limit`, `devices.gpu_memory_fraction`), by
 /// `device` (gauge).
 pub const DEVICE_MEMORY_LIMIT_BYTES: &str = "tessera_device_memory_limit_bytes";
+/// Bytes of freed large host buffers the process's host pool keeps for the next step
+/// (`device::host_pool`) (gauge).
+pub const HOST_POOL_KEPT_BYTES: &str = "tessera_host_pool_kept_bytes";
 /// Sessions the task's master holds open (gauge).
 pub const SESSIONS_OPEN: &str = "tessera_sessions_open";
 /// Steps the task's master is running now, across its sessions (gauge).
@@ -156,6 +159,11 @@ fn describe() {
         DEVICE_MEMORY_LIMIT_BYTES,
         Unit::Bytes,
         "the device's memory budget"
+    );
+    describe_gauge!(
+        HOST_POOL_KEPT_BYTES,
+        Unit::Bytes,
+        "bytes of freed large host buffers kept for reuse by the next step"
     );
     describe_gauge!(SESSIONS_OPEN, "sessions the master holds open");
     describe_gauge!(STEPS_IN_FLIGHT, "steps the master is running");
@@ -325,6 +333,7 @@ mod tests {
             DEVICE_MEMORY_BYTES,
             DEVICE_MEMORY_PEAK_BYTES,
             DEVICE_MEMORY_LIMIT_BYTES,
+            HOST_POOL_KEPT_BYTES,
             SESSIONS_OPEN,
             STEPS_IN_FLIGHT,
         ] {

@@ -345,7 +345,7 @@ fn split_rows(t: &Tensor) -> Result<Vec<Tensor>> {
                 Status::invalid_argument(format!("a queue cannot hold {dtype} tensors"))
             })?;
             let bytes = t
-                .bytes()
+                .shared_bytes()
                 .ok_or_else(|| Status::internal(format!("{dtype} tensor without bytes")))?;
             let row_bytes = per_row * size;
             (0..n)

@@ -2,7 +2,10 @@
 //!
 //! Numeric and bool tensors keep their elements as little-endian bytes in a [`bytes::Bytes`], so
 //! a tensor travels from a `TensorProto`'s `tensor_content` to a kernel and back onto the wire
-//! without a copy where the bytes are aligned. String tensors hold one `Bytes` per element;
+//! without a copy where the bytes are aligned. Elements a kernel computed stay in the vector it
+//! wrote them to, counted ([`Owned`]): a holder knows when nobody else holds them, so the
+//! last reader of a kernel's output may write its own output over it
+//! ([`Tensor::update_in_place`], TensorFlow's `forward_input`). String tensors hold one `Bytes` per element;
 //! resource tensors hold [`ResourceHandle`]s naming a variable (or another resource) on a device.
 //!
 //! A tensor a GPU kernel computed stays in that device's memory ([`DeviceBuffer`]) until host
@@ -52,8 +55,11 @@ pub type VariantValue = Arc<dyn std::any::Any + Send + Sync>;
 /// The elements of a tensor.
 #[derive(Clone)]
 enum Data {
-    /// Fixed-size elements, little-endian, row-major.
+    /// Fixed-size elements, little-endian, row-major, in bytes shared with something else (a
+    /// wire message, a file): never written in place.
     Bytes(Bytes),
+    /// Fixed-size elements, little-endian, row-major, in the vector a kernel wrote them to.
+    Owned(Owned),
     /// One byte string per element.
     Strings(Arc<[Bytes]>),
     /// One handle per element.
@@ -108,10 +114,79 @@ impl OnDevice {
     }
 }
 
+/// Elements a kernel computed, in the vector it wrote them to, shared by the tensors that hold
+/// them and counted: a tensor that is their only holder may write over them. A view of them as
+/// [`Bytes`] ([`Owned::share`]) holds a count too, so a buffer on its way to the wire is
+/// never written over.
+#[derive(Clone)]
+pub struct Owned(Arc<dyn OwnedElements>);
+
+/// A vector of plain elements seen as bytes.
+trait OwnedElements: Send + Sync {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl<T: bytemuck::Pod + Send + Sync> OwnedElements for Vec<T> {
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(self)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(self)
+    }
+}
+
+impl Owned {
+    fn new<T: bytemuck::Pod + Send + Sync>(values: Vec<T>) -> Self {
+        Self(Arc::new(values))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.0.bytes()
+    }
+
+    /// The bytes, writable, when nothing else holds them.
+    fn unique_bytes(&mut self) -> Option<&mut [u8]> {
+        Arc::get_mut(&mut self.0).map(|v| v.bytes_mut())
+    }
+
+    fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && Arc::weak_count(&self.0) == 0
+    }
+
+    /// The elements as `Bytes`, without a copy; while those live the elements are not unique.
+    fn share(&self) -> Bytes {
+        Bytes::from_owner(SharedOwned(self.clone()))
+    }
+}
+
+/// [`Owned`] elements lent to a `Bytes`.
+struct SharedOwned(Owned);
+
+impl AsRef<[u8]> for SharedOwned {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
+impl Data {
+    /// The bytes of fixed-size elements in host memory.
+    fn host_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Data::Bytes(bytes) => Some(bytes),
+            Data::Owned(owned) => Some(owned.bytes()),
+            _ => None,
+        }
+    }
+}
+
 impl PartialEq for Data {
     fn eq(&self, other: &Self) -> bool {
+        if let (Some(a), Some(b)) = (self.host_bytes(), other.host_bytes()) {
+            return a == b;
+        }
         match (self, other) {
-            (Data::Bytes(a), Data::Bytes(b)) => a == b,
             (Data::Strings(a), Data::Strings(b)) => a == b,
             (Data::Resources(a), Data::Resources(b)) => a == b,
             (Data::Variants(a), Data::Variants(b)) => {
@@ -144,6 +219,9 @@ pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// Takes ownership of elements as little-endian bytes, without a copy.
     fn into_bytes(values: Vec<Self>) -> Bytes;
 
+    /// Takes ownership of elements, counted (see [`Owned`]), without a copy.
+    fn into_owned(values: Vec<Self>) -> Owned;
+
     /// Copies elements out of possibly misaligned little-endian bytes.
     fn read_unaligned(bytes: &[u8]) -> Vec<Self>;
 }
@@ -168,6 +246,10 @@ macro_rules! pod_element {
 
             fn into_bytes(values: Vec<Self>) -> Bytes {
                 Bytes::from_owner(PodOwner(values))
+            }
+
+            fn into_owned(values: Vec<Self>) -> Owned {
+                Owned::new(values)
             }
 
             fn read_unaligned(bytes: &[u8]) -> Vec<Self> {
@@ -239,6 +321,10 @@ impl Element for bool {
         Bytes::from(values.into_iter().map(u8::from).collect::<Vec<u8>>())
     }
 
+    fn into_owned(values: Vec<Self>) -> Owned {
+        Owned::new(values.into_iter().map(u8::from).collect::<Vec<u8>>())
+    }
+
     fn read_unaligned(bytes: &[u8]) -> Vec<Self> {
         bytes.iter().map(|&b| b != 0).collect()
     }
@@ -268,7 +354,7 @@ impl Tensor {
         Ok(Self {
             dtype: T::DTYPE,
             shape,
-            data: Data::Bytes(T::into_bytes(values)),
+            data: Data::Owned(T::into_owned(values)),
         })
     }
 
@@ -277,7 +363,7 @@ impl Tensor {
         Self {
             dtype: T::DTYPE,
             shape: Shape::scalar(),
-            data: Data::Bytes(T::into_bytes(vec![value])),
+            data: Data::Owned(T::into_owned(vec![value])),
         }
     }
 
@@ -504,7 +590,11 @@ impl Tensor {
     /// Whether this tensor's elements are in a buffer nobody else holds, so that
     /// [`update_in_place`](Self::update_in_place) writes them where they lie.
     pub fn is_unique(&self) -> bool {
-        matches!(&self.data, Data::Bytes(bytes) if bytes.is_unique())
+        match &self.data {
+            Data::Bytes(bytes) => bytes.is_unique(),
+            Data::Owned(owned) => owned.is_unique(),
+            _ => false,
+        }
     }
 
     /// Runs `f` on the elements as a mutable slice, in this tensor's own buffer when nothing
@@ -516,29 +606,25 @@ impl Tensor {
         f: impl FnOnce(&mut [T]) -> R,
     ) -> Result<R> {
         self.expect_dtype(T::DTYPE)?;
-        if !matches!(self.data, Data::Bytes(_)) {
-            return Err(self.not_elements());
-        }
-        let Data::Bytes(bytes) = &mut self.data else {
-            unreachable!("checked above")
-        };
-        let taken = std::mem::take(bytes);
-        let mut buffer = match taken.try_into_mut() {
-            Ok(unique) => unique,
-            Err(shared) => bytes::BytesMut::from(shared.as_ref()),
-        };
-        let result = match bytemuck::try_cast_slice_mut::<u8, T>(&mut buffer) {
-            Ok(elements) => f(elements),
-            Err(_) => {
-                // A misaligned buffer (a view into a wire message): work on aligned elements.
-                let mut elements = T::read_unaligned(&buffer);
-                let result = f(&mut elements);
-                buffer.clear();
-                buffer.extend_from_slice(bytemuck::cast_slice(&elements));
-                result
+        self.own_unique_bytes();
+        if let Data::Owned(owned) = &mut self.data {
+            if let Some(elements) = owned
+                .unique_bytes()
+                .and_then(|b| bytemuck::try_cast_slice_mut::<u8, T>(b).ok())
+            {
+                return Ok(f(elements));
             }
+        }
+        // Shared, or a view into a wire message: work on a copy, which this tensor then owns.
+        let Some(bytes) = self.data.host_bytes() else {
+            return Err(self.not_elements());
         };
-        *bytes = buffer.freeze();
+        let mut elements = match T::cast_slice(bytes) {
+            Some(aligned) => aligned.to_vec(),
+            None => T::read_unaligned(bytes),
+        };
+        let result = f(&mut elements);
+        self.data = Data::Owned(Owned::new(elements));
         Ok(result)
     }
 
@@ -546,19 +632,43 @@ impl Tensor {
     /// they lie when nothing else shares them and in a fresh copy otherwise, as
     /// [`update_in_place`](Self::update_in_place) does for elements.
     pub fn update_bytes_in_place<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
-        if !matches!(self.data, Data::Bytes(_)) {
-            return Err(self.not_elements());
+        self.own_unique_bytes();
+        if let Data::Owned(owned) = &mut self.data {
+            if let Some(bytes) = owned.unique_bytes() {
+                return Ok(f(bytes));
+            }
         }
-        let Data::Bytes(bytes) = &mut self.data else {
-            unreachable!("checked above")
+        let Some(bytes) = self.data.host_bytes() else {
+            return Err(self.not_elements());
         };
-        let mut buffer = match std::mem::take(bytes).try_into_mut() {
-            Ok(unique) => unique,
-            Err(shared) => bytes::BytesMut::from(shared.as_ref()),
-        };
-        let result = f(&mut buffer);
-        *bytes = buffer.freeze();
+        let mut copy = bytes.to_vec();
+        let result = f(&mut copy);
+        self.data = Data::Owned(Owned::new(copy));
         Ok(result)
+    }
+
+    /// Makes bytes nothing else shares (a vector handed to `Bytes`) owned elements, without a
+    /// copy, so that they can be written in place.
+    fn own_unique_bytes(&mut self) {
+        if let Data::Bytes(bytes) = &mut self.data {
+            if bytes.is_unique() {
+                match std::mem::take(bytes).try_into_mut() {
+                    Ok(unique) => self.data = Data::Owned(Owned::new(Vec::<u8>::from(unique))),
+                    Err(shared) => *bytes = shared,
+                }
+            }
+        }
+    }
+
+    /// What an input a kernel took to write its output over leaves behind
+    /// (`OpContext::forward_input`): an empty variant tensor, which no element-reading kernel
+    /// accepts.
+    pub fn forwarded() -> Self {
+        Self {
+            dtype: DType::Variant,
+            shape: Shape::new(vec![0]),
+            data: Data::Variants(Arc::from(Vec::new())),
+        }
     }
 
     /// Returns the values of a variant tensor.
@@ -580,7 +690,7 @@ impl Tensor {
             Some(size) => Ok(Self {
                 dtype,
                 shape,
-                data: Data::Bytes(Bytes::from(vec![0u8; n * size])),
+                data: Data::Owned(Owned::new(vec![0u8; n * size])),
             }),
             None if dtype == DType::String => Self::from_strings(shape, vec![Bytes::new(); n]),
             None => Err(Status::invalid_argument(format!(
@@ -604,7 +714,7 @@ impl Tensor {
         Self {
             dtype: T::DTYPE,
             shape,
-            data: Data::Bytes(T::into_bytes(values)),
+            data: Data::Owned(T::into_owned(values)),
         }
     }
 
@@ -635,9 +745,16 @@ impl Tensor {
 
     /// Returns the raw little-endian bytes of a fixed-size tensor in host memory (`None` for a
     /// tensor in a device's memory: see [`Tensor::to_host`]).
-    pub fn bytes(&self) -> Option<&Bytes> {
+    pub fn bytes(&self) -> Option<&[u8]> {
+        self.data.host_bytes()
+    }
+
+    /// The raw little-endian bytes of a fixed-size tensor in host memory as a [`Bytes`] that
+    /// shares them, without a copy (`None` as for [`bytes`](Self::bytes)).
+    pub fn shared_bytes(&self) -> Option<Bytes> {
         match &self.data {
-            Data::Bytes(b) => Some(b),
+            Data::Bytes(bytes) => Some(bytes.clone()),
+            Data::Owned(owned) => Some(owned.share()),
             _ => None,
         }
     }
@@ -646,6 +763,7 @@ impl Tensor {
     pub fn byte_size(&self) -> usize {
         match &self.data {
             Data::Bytes(b) => b.len(),
+            Data::Owned(owned) => owned.bytes().len(),
             Data::Strings(s) => s.iter().map(Bytes::len).sum(),
             Data::Resources(r) => r.len() * std::mem::size_of::<ResourceHandle>(),
             Data::Variants(v) => v.len() * std::mem::size_of::<VariantValue>(),
@@ -707,9 +825,8 @@ impl Tensor {
     pub fn values<T: Element>(&self) -> Result<Cow<'_, [T]>> {
         self.expect_dtype(T::DTYPE)?;
         let bytes = match &self.data {
-            Data::Bytes(bytes) => bytes,
             Data::Device(on) => on.host()?,
-            _ => return Err(self.not_elements()),
+            data => data.host_bytes().ok_or_else(|| self.not_elements())?,
         };
         Ok(match T::cast_slice(bytes) {
             Some(slice) => Cow::Borrowed(slice),
@@ -720,11 +837,10 @@ impl Tensor {
     /// The elements of a fixed-size tensor as their little-endian bytes, whatever the dtype:
     /// what kernels that only move elements read (a tensor in a device's memory is copied to
     /// the host first).
-    pub fn raw_bytes(&self) -> Result<&Bytes> {
+    pub fn raw_bytes(&self) -> Result<&[u8]> {
         match &self.data {
-            Data::Bytes(bytes) => Ok(bytes),
-            Data::Device(on) => on.host(),
-            _ => Err(self.not_elements()),
+            Data::Device(on) => Ok(on.host()?),
+            data => data.host_bytes().ok_or_else(|| self.not_elements()),
         }
     }
 

@@ -176,6 +176,7 @@ impl Tensor {
         let mut proto = self.proto_header();
         match &self.data {
             Data::Bytes(bytes) => proto.tensor_content = bytes.clone(),
+            Data::Owned(owned) => proto.tensor_content = owned.share(),
             Data::Strings(strings) => proto.string_val = strings.to_vec(),
             Data::Resources(handles) => {
                 proto.resource_handle_val = handles.iter().map(ResourceHandle::to_proto).collect();
@@ -215,6 +216,7 @@ impl Tensor {
         let mut proto = self.proto_header();
         proto.tensor_content = match &self.data {
             Data::Bytes(bytes) => bytes.clone(),
+            Data::Owned(owned) => owned.share(),
             Data::Strings(strings) => encode_list(strings.iter().map(Bytes::as_ref)),
             Data::Resources(handles) => {
                 let encoded: Vec<Vec<u8>> = handles
@@ -523,7 +525,7 @@ fn from_content(dtype: DType, shape: Shape, n: usize, content: &Bytes) -> Result
 
 /// Fixed-size values from a typed field, broadcast over `n` elements.
 fn fixed<T: Element + Default>(values: &[T], n: usize, what: &Described<'_>) -> Result<Data> {
-    Ok(Data::Bytes(T::into_bytes(broadcast(values, n, what)?)))
+    Ok(Data::Owned(T::into_owned(broadcast(values, n, what)?)))
 }
 
 /// `n` elements from `values`: zero values give `T::default()`, fewer repeat the last value,

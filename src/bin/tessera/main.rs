@@ -104,6 +104,12 @@ pub(crate) enum Command {
     },
 }
 
+/// Large buffers (a step's activations, gradients, patch matrices) come from the host pool and
+/// go back to it, so each step reuses the last one's pages instead of faulting in fresh ones.
+#[global_allocator]
+static ALLOCATOR: tessera::device::host_pool::PooledAllocator =
+    tessera::device::host_pool::PooledAllocator;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();

@@ -640,7 +640,7 @@ impl BundleReader {
             let part = part.read()?;
             match (&mut bytes, dtype.size()) {
                 (Some(out), Some(size)) => {
-                    let src = part.bytes().map(|b| b.as_ref()).unwrap_or_default();
+                    let src = part.bytes().unwrap_or_default();
                     copy_overlap(src, ranges, out, &wanted, size);
                 }
                 _ => copy_overlap(part.strings()?, ranges, &mut strings, &wanted, 1),

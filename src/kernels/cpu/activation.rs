@@ -10,7 +10,7 @@ use num_traits::{NumCast, Zero};
 
 use super::nn::same_shape;
 use super::numeric::{Float, Real};
-use super::{input, same_dtype};
+use super::{forward, same_dtype};
 use crate::error::Result;
 use crate::kernels::OpContext;
 use crate::tensor::Tensor;
@@ -19,23 +19,24 @@ use crate::tensor::Tensor;
 const SELU_SCALE: f64 = 1.050_700_987_355_480_5;
 const SELU_SCALE_ALPHA: f64 = 1.758_099_340_847_376_9;
 
-/// Maps each element of input 0 through `f`.
-fn map<T: Real>(ctx: &OpContext<'_>, f: impl Fn(T) -> T) -> Result<Tensor> {
-    let x = input(ctx, 0)?;
-    let v = x.values::<T>()?;
-    Tensor::from_vec(x.shape().clone(), v.iter().map(|&e| f(e)).collect())
+/// Maps each element of input 0 through `f`, over the input when this node is its last reader.
+fn map<T: Real + bytemuck::Pod + Send + Sync>(
+    ctx: &mut OpContext<'_>,
+    f: impl Fn(T) -> T + Sync,
+) -> Result<Tensor> {
+    forward::map(ctx, 0, f)
 }
 
-/// Maps pairs of (gradient, forward value) of two same-shape inputs through `f`.
-fn map_grad<T: Real>(ctx: &OpContext<'_>, f: impl Fn(T, T) -> T) -> Result<Tensor> {
-    let (g, v) = (input(ctx, 0)?, input(ctx, 1)?);
-    same_dtype(ctx, &g, &v)?;
-    same_shape(ctx, &g, &v)?;
-    let (gv, vv) = (g.values::<T>()?, v.values::<T>()?);
-    Tensor::from_vec(
-        g.shape().clone(),
-        gv.iter().zip(vv.iter()).map(|(&g, &v)| f(g, v)).collect(),
-    )
+/// Maps pairs of (gradient, forward value) of two same-shape inputs through `f`, over either
+/// input when this node is its last reader.
+fn map_grad<T: Real + bytemuck::Pod + Send + Sync>(
+    ctx: &mut OpContext<'_>,
+    f: impl Fn(T, T) -> T + Sync,
+) -> Result<Tensor> {
+    let (g, v) = (ctx.input(0)?, ctx.input(1)?);
+    same_dtype(ctx, g, v)?;
+    same_shape(ctx, g, v)?;
+    forward::zip(ctx, f)
 }
 
 /// A constant of a float element type.

@@ -94,11 +94,33 @@ fn rows<T: Element, U: Element>(
     row: &[T],
     f: &(impl Fn(T, T) -> U + Sync),
 ) -> Option<Vec<U>> {
+    is_row_of(a_dims, row_dims).then(|| split::rows(intra, a, row, f))
+}
+
+/// Whether a tensor of `row_dims` is a row repeated over the leading dimensions of one of
+/// `a_dims` (after dropping its own leading 1s), with at least one element.
+fn is_row_of(a_dims: &[usize], row_dims: &[usize]) -> bool {
     let row_dims = &row_dims[row_dims.iter().take_while(|&&d| d == 1).count()..];
-    if row.is_empty() || row_dims.len() > a_dims.len() || !a_dims.ends_with(row_dims) {
-        return None;
+    row_dims.iter().product::<usize>() > 0
+        && row_dims.len() <= a_dims.len()
+        && a_dims.ends_with(row_dims)
+}
+
+/// Which input's shape [`binary`] gives its output when it splits the work over the pool (0 or
+/// 1), in the order it tries the forms: same shapes, a scalar, a row; `None` for a general
+/// broadcast.
+pub(super) fn output_side(x: &Tensor, y: &Tensor) -> Option<usize> {
+    if x.dims() == y.dims() || (y.num_elements() == 1 && y.rank() <= x.rank()) {
+        Some(0)
+    } else if x.num_elements() == 1 && x.rank() <= y.rank() {
+        Some(1)
+    } else if is_row_of(x.dims(), y.dims()) {
+        Some(0)
+    } else if is_row_of(y.dims(), x.dims()) {
+        Some(1)
+    } else {
+        None
     }
-    Some(split::rows(intra, a, row, f))
 }
 
 /// Like [`binary`], for element types moved by reference ([`Items`], strings included).

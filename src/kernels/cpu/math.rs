@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::numeric::{int_pow, Real};
-use super::{broadcast, split};
+use super::{broadcast, forward, split};
 use super::{input, same_dtype, stateless};
 use crate::error::Result;
 use crate::graph::attr;
@@ -59,10 +59,10 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
 macro_rules! binary_kernel {
     ($name:ident, $dispatch:ident, |$a:ident, $b:ident| $body:expr) => {
         fn $name(ctx: &mut OpContext<'_>) -> Result<()> {
-            let (x, y) = (input(ctx, 0)?, input(ctx, 1)?);
-            same_dtype(ctx, &x, &y)?;
+            let (x, y) = (ctx.input(0)?, ctx.input(1)?);
+            same_dtype(ctx, x, y)?;
             let out = $dispatch!(ctx, x.dtype(), T => {
-                broadcast::binary::<T, T>(ctx, &x, &y, |$a, $b| $body)?
+                forward::binary::<T>(ctx, |$a, $b| $body)?
             });
             ctx.set_output(0, out);
             Ok(())
@@ -74,10 +74,8 @@ macro_rules! binary_kernel {
 macro_rules! unary_kernel {
     ($name:ident, $dispatch:ident, |$x:ident| $body:expr) => {
         pub(super) fn $name(ctx: &mut OpContext<'_>) -> Result<()> {
-            let x = input(ctx, 0)?;
-            let out = $dispatch!(ctx, x.dtype(), T => {
-                let values = x.values::<T>()?;
-                Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &values, |$x: T| $body))?
+            let out = $dispatch!(ctx, ctx.input(0)?.dtype(), T => {
+                forward::map::<T>(ctx, 0, |$x: T| $body)?
             });
             ctx.set_output(0, out);
             Ok(())

@@ -130,6 +130,7 @@ mod einsum;
 mod example_wire;
 mod feature_columns;
 mod fingerprint;
+mod forward;
 mod fused;
 mod gather_nd;
 mod gemm;

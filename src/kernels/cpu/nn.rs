@@ -16,7 +16,7 @@ use super::conv::{self, Conv2D, Pass};
 use super::depthwise::Depthwise;
 use super::lrn::Lrn;
 use super::pool::Pool;
-use super::split;
+use super::{forward, split};
 use num_traits::Zero;
 
 use super::numeric::{Float, Real};
@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
-use crate::tensor::{Shape, Tensor};
+use crate::tensor::{DType, Shape, Tensor};
 
 /// Returns the factory for a neural-network op.
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
@@ -81,31 +81,25 @@ pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
 }
 
 fn relu(ctx: &mut OpContext<'_>) -> Result<()> {
-    let x = input(ctx, 0)?;
-    let out = dispatch_real!(ctx, x.dtype(), T => {
-        let v = x.values::<T>()?;
+    let out = dispatch_real!(ctx, ctx.input(0)?.dtype(), T => {
         let zero = T::zero();
-        Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &v, |e| if e > zero { e } else { zero }))?
+        forward::map::<T>(ctx, 0, |e| if e > zero { e } else { zero })?
     });
     ctx.set_output(0, out);
     Ok(())
 }
 
 fn sigmoid(ctx: &mut OpContext<'_>) -> Result<()> {
-    let x = input(ctx, 0)?;
-    let out = dispatch_float!(ctx, x.dtype(), T => {
-        let v = x.values::<T>()?;
-        Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &v, T::sigmoid_fast))?
+    let out = dispatch_float!(ctx, ctx.input(0)?.dtype(), T => {
+        forward::map::<T>(ctx, 0, T::sigmoid_fast)?
     });
     ctx.set_output(0, out);
     Ok(())
 }
 
 fn tanh(ctx: &mut OpContext<'_>) -> Result<()> {
-    let x = input(ctx, 0)?;
-    let out = dispatch_float!(ctx, x.dtype(), T => {
-        let v = x.values::<T>()?;
-        Tensor::from_vec(x.shape().clone(), split::map(ctx.intra(), &v, T::tanh_fast))?
+    let out = dispatch_float!(ctx, ctx.input(0)?.dtype(), T => {
+        forward::map::<T>(ctx, 0, T::tanh_fast)?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -132,22 +126,15 @@ impl LeakyRelu {
 
 impl OpKernel for LeakyRelu {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let x = input(ctx, 0)?;
         let out = if self.grad {
-            let f = input(ctx, 1)?;
-            same_dtype(ctx, &x, &f)?;
-            dispatch_float!(ctx, x.dtype(), T => {
+            dispatch_float!(ctx, binary_dtype(ctx)?, T => {
                 let alpha = self.alpha as T;
-                same_shape_binary::<T>(ctx, &x, &f, |g, f| if f > 0.0 { g } else { alpha * g })?
+                same_shape_binary::<T>(ctx, |g, f| if f > 0.0 { g } else { alpha * g })?
             })
         } else {
-            dispatch_float!(ctx, x.dtype(), T => {
+            dispatch_float!(ctx, ctx.input(0)?.dtype(), T => {
                 let alpha = self.alpha as T;
-                let v = x.values::<T>()?;
-                Tensor::from_vec(
-                    x.shape().clone(),
-                    v.iter().map(|&e| if e > 0.0 { e } else { alpha * e }).collect(),
-                )?
+                forward::map::<T>(ctx, 0, |e| if e > 0.0 { e } else { alpha * e })?
             })
         };
         ctx.set_output(0, out);
@@ -157,10 +144,8 @@ impl OpKernel for LeakyRelu {
 
 /// `Elu(features)`: `x` where positive, `exp(x) - 1` elsewhere.
 fn elu(ctx: &mut OpContext<'_>) -> Result<()> {
-    let x = input(ctx, 0)?;
-    let out = dispatch_float!(ctx, x.dtype(), T => {
-        let v = x.values::<T>()?;
-        Tensor::from_vec(x.shape().clone(), v.iter().map(|&e| if e > 0.0 { e } else { e.exp_m1() }).collect())?
+    let out = dispatch_float!(ctx, ctx.input(0)?.dtype(), T => {
+        forward::map::<T>(ctx, 0, |e| if e > 0.0 { e } else { e.exp_m1() })?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -169,10 +154,8 @@ fn elu(ctx: &mut OpContext<'_>) -> Result<()> {
 /// `EluGrad(gradients, outputs)`: the gradient where the output is positive, else the
 /// gradient times `output + 1` (the derivative `exp(x)`).
 fn elu_grad(ctx: &mut OpContext<'_>) -> Result<()> {
-    let (g, y) = (input(ctx, 0)?, input(ctx, 1)?);
-    same_dtype(ctx, &g, &y)?;
-    let out = dispatch_float!(ctx, g.dtype(), T => {
-        same_shape_binary::<T>(ctx, &g, &y, |g, y| if y > 0.0 { g } else { g * (y + 1.0) })?
+    let out = dispatch_float!(ctx, binary_dtype(ctx)?, T => {
+        same_shape_binary::<T>(ctx, |g, y| if y > 0.0 { g } else { g * (y + 1.0) })?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -191,24 +174,27 @@ pub(crate) fn same_shape(ctx: &OpContext<'_>, a: &Tensor, b: &Tensor) -> Result<
     Ok(())
 }
 
-/// Applies `f(a, b)` to two same-shape inputs (the gradient ops).
-fn same_shape_binary<T: Real>(
-    ctx: &OpContext<'_>,
-    a: &Tensor,
-    b: &Tensor,
+/// Applies `f(a, b)` to inputs 0 and 1, of one shape (the gradient ops), written over either
+/// when this node is its last reader.
+fn same_shape_binary<T: Real + bytemuck::Pod + Send + Sync>(
+    ctx: &mut OpContext<'_>,
     f: impl Fn(T, T) -> T + Sync,
 ) -> Result<Tensor> {
-    same_shape(ctx, a, b)?;
-    let (av, bv) = (a.values::<T>()?, b.values::<T>()?);
-    Tensor::from_vec(a.shape().clone(), split::zip(ctx.intra(), &av, &bv, f))
+    same_shape(ctx, ctx.input(0)?, ctx.input(1)?)?;
+    forward::zip(ctx, f)
+}
+
+/// The dtype of inputs 0 and 1, which must agree.
+fn binary_dtype(ctx: &OpContext<'_>) -> Result<DType> {
+    let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+    same_dtype(ctx, a, b)?;
+    Ok(a.dtype())
 }
 
 /// ReluGrad(gradients, features): the gradient where the feature is positive, else 0.
 fn relu_grad(ctx: &mut OpContext<'_>) -> Result<()> {
-    let (g, f) = (input(ctx, 0)?, input(ctx, 1)?);
-    same_dtype(ctx, &g, &f)?;
-    let out = dispatch_real!(ctx, g.dtype(), T => {
-        same_shape_binary::<T>(ctx, &g, &f, |g, f| if f > T::zero() { g } else { T::zero() })?
+    let out = dispatch_real!(ctx, binary_dtype(ctx)?, T => {
+        same_shape_binary::<T>(ctx, |g, f| if f > T::zero() { g } else { T::zero() })?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -216,10 +202,8 @@ fn relu_grad(ctx: &mut OpContext<'_>) -> Result<()> {
 
 /// SigmoidGrad(y, dy) = dy * y * (1 - y).
 fn sigmoid_grad(ctx: &mut OpContext<'_>) -> Result<()> {
-    let (y, dy) = (input(ctx, 0)?, input(ctx, 1)?);
-    same_dtype(ctx, &y, &dy)?;
-    let out = dispatch_float!(ctx, y.dtype(), T => {
-        same_shape_binary::<T>(ctx, &y, &dy, |y, dy| dy * y * (1.0 - y))?
+    let out = dispatch_float!(ctx, binary_dtype(ctx)?, T => {
+        same_shape_binary::<T>(ctx, |y, dy| dy * y * (1.0 - y))?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -227,10 +211,8 @@ fn sigmoid_grad(ctx: &mut OpContext<'_>) -> Result<()> {
 
 /// TanhGrad(y, dy) = dy * (1 - y^2).
 fn tanh_grad(ctx: &mut OpContext<'_>) -> Result<()> {
-    let (y, dy) = (input(ctx, 0)?, input(ctx, 1)?);
-    same_dtype(ctx, &y, &dy)?;
-    let out = dispatch_float!(ctx, y.dtype(), T => {
-        same_shape_binary::<T>(ctx, &y, &dy, |y, dy| dy * (1.0 - y * y))?
+    let out = dispatch_float!(ctx, binary_dtype(ctx)?, T => {
+        same_shape_binary::<T>(ctx, |y, dy| dy * (1.0 - y * y))?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -372,14 +354,19 @@ impl BiasAdd {
         Self::parse(node, true)
     }
 
-    fn add<T: Real>(&self, ctx: &OpContext<'_>, value: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    fn add<T: Real + bytemuck::Pod + Send + Sync>(
+        &self,
+        ctx: &mut OpContext<'_>,
+    ) -> Result<Tensor> {
+        let (value, bias) = (ctx.input(0)?, ctx.input(1)?);
         let (outer, channels, inner) = self.layout.check_bias(ctx, value.shape(), bias.shape())?;
-        let (v, b) = (value.values::<T>()?, bias.values::<T>()?);
         if inner == 1 && channels > 0 {
-            // Channels last: the bias is a row added to every row.
-            let out = split::rows(ctx.intra(), &v, &b, |e, bc| Real::add(e, bc));
-            return Tensor::from_vec(value.shape().clone(), out);
+            // Channels last: the bias is a row added to every row, over the value when this
+            // node is its last reader.
+            let row = bias.values::<T>()?.into_owned();
+            return forward::rows(ctx, &row, |e, bc| Real::add(e, bc));
         }
+        let (v, b) = (value.values::<T>()?, bias.values::<T>()?);
         let mut out = Vec::with_capacity(v.len());
         for o in 0..outer {
             for (c, &bc) in b.iter().enumerate() {
@@ -429,13 +416,11 @@ impl BiasAdd {
 
 impl OpKernel for BiasAdd {
     fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        let value = input(ctx, 0)?;
         let out = if self.grad {
-            dispatch_real!(ctx, value.dtype(), T => self.grad::<T>(ctx, &value)?)
+            let value = ctx.input(0)?;
+            dispatch_real!(ctx, value.dtype(), T => self.grad::<T>(ctx, value)?)
         } else {
-            let bias = input(ctx, 1)?;
-            same_dtype(ctx, &value, &bias)?;
-            dispatch_real!(ctx, value.dtype(), T => self.add::<T>(ctx, &value, &bias)?)
+            dispatch_real!(ctx, binary_dtype(ctx)?, T => self.add::<T>(ctx)?)
         };
         ctx.set_output(0, out);
         Ok(())

@@ -36,7 +36,7 @@ pub fn slice_rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor> {
         dtype => {
             let size = dtype.size().expect("fixed-size dtype");
             let bytes = t
-                .bytes()
+                .shared_bytes()
                 .ok_or_else(|| Status::internal(format!("a {dtype} tensor without its bytes")))?;
             Tensor::from_bytes(dtype, out_dims, bytes.slice(lo * size..hi * size))
         }

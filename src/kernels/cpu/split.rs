@@ -72,6 +72,60 @@ pub(super) fn rows<A: Copy + Sync, B: Copy + Sync, U: Copy + Send>(
     })
 }
 
+/// [`map`] written over `x` itself: the output of a kernel that forwarded its input
+/// (`OpContext::forward_input`).
+pub(super) fn map_in_place<T: Copy + Send + Sync>(
+    intra: &IntraPool,
+    x: &mut [T],
+    f: impl Fn(T) -> T + Sync,
+) {
+    let cycles = ELEMENT_CYCLES;
+    intra.for_chunks(x, 1, cycles, |_, chunk| {
+        lanes(|| {
+            for v in chunk.iter_mut() {
+                *v = f(*v);
+            }
+        })
+    });
+}
+
+/// [`zip`] written over `a` itself (`b` as long as `a`).
+pub(super) fn zip_in_place<T: Copy + Send + Sync, B: Copy + Sync>(
+    intra: &IntraPool,
+    a: &mut [T],
+    b: &[B],
+    f: impl Fn(T, B) -> T + Sync,
+) {
+    debug_assert_eq!(a.len(), b.len(), "zip of one length");
+    intra.for_chunks(a, 1, ELEMENT_CYCLES, |start, chunk| {
+        lanes(|| {
+            for (x, &y) in chunk.iter_mut().zip(&b[start..]) {
+                *x = f(*x, y);
+            }
+        })
+    });
+}
+
+/// [`rows`] written over `a` itself.
+pub(super) fn rows_in_place<T: Copy + Send + Sync, B: Copy + Sync>(
+    intra: &IntraPool,
+    a: &mut [T],
+    row: &[B],
+    f: impl Fn(T, B) -> T + Sync,
+) {
+    let width = row.len().max(1);
+    debug_assert_eq!(a.len() % width, 0, "whole rows");
+    intra.for_chunks(a, width, width as f64 * ELEMENT_CYCLES, |_, chunk| {
+        lanes(|| {
+            for x in chunk.chunks_exact_mut(width) {
+                for (x, &r) in x.iter_mut().zip(row) {
+                    *x = f(*x, r);
+                }
+            }
+        })
+    });
+}
+
 /// Runs `body`, a loop over slices, compiled for AVX2 and FMA when the CPU has both (the
 /// closure and what it calls are inlined into that copy, whose loops the compiler then
 /// vectorizes 8 float32 lanes wide), else as compiled for the target's baseline. Both copies
@@ -132,6 +186,17 @@ mod tests {
             let a: Vec<f32> = (0..len / 3 * 3).map(|i| i as f32).collect();
             let want: Vec<f32> = a.iter().enumerate().map(|(i, v)| v + row[i % 3]).collect();
             assert_eq!(rows(&pool, &a, &row, |x, r| x + r), want);
+
+            // In place, the same values.
+            let mut m = x.clone();
+            map_in_place(&pool, &mut m, |v| v.max(0.0));
+            assert_eq!(m, map(&pool, &x, |v| v.max(0.0)));
+            let mut z = x.clone();
+            zip_in_place(&pool, &mut z, &y, |a, b| a * b);
+            assert_eq!(z, zip(&pool, &x, &y, |a, b| a * b));
+            let mut r = a.clone();
+            rows_in_place(&pool, &mut r, &row, |x, r| x + r);
+            assert_eq!(r, want);
         }
     }
 }

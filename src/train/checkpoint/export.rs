@@ -87,7 +87,7 @@ pub fn export_safetensors(checkpoint: &Path, out: &Path) -> Result<ExportSummary
     let mut views = Vec::with_capacity(tensors.len());
     for (name, t) in &tensors {
         let dtype = safetensors_dtype(t.dtype()).unwrap_or(Dtype::U8);
-        let data: &[u8] = t.bytes().map(|b| b.as_ref()).unwrap_or(&[]);
+        let data: &[u8] = t.bytes().unwrap_or(&[]);
         let view = TensorView::new(dtype, t.dims().to_vec(), data)
             .map_err(|e| Status::internal(format!("tensor `{name}` cannot be exported: {e}")))?;
         views.push((name.clone(), view));
