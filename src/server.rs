@@ -52,7 +52,7 @@ use tracing::{info, warn};
 
 use crate::cluster::{Limits, TaskConfig, TaskId};
 use crate::device;
-use crate::device::host_pool::HOST_POOL;
+use crate::device::host_pool::{self, HOST_POOL};
 use crate::device::memory::MemoryBudget;
 use crate::error::mailbox_failure;
 use crate::error::{Result, Status};
@@ -473,6 +473,7 @@ fn start_actors(
     let limits = config.limits.clone();
     let cpu_memory_limit = config.devices.cpu_memory_budget();
     HOST_POOL.set_capacity(host_pool_capacity(cpu_memory_limit));
+    host_pool::start_releasing_idle();
     let intra_op_threads = config.devices.intra_op_threads();
     let timeouts = config.timeouts.clone();
     let security = config.security.clone();

@@ -20,7 +20,8 @@
 //! daemon is still running; every request of the storm got an error with its code and a
 //! message (the slow and dropped connections get none: they only must not hurt); on every
 //! task the memory gauges stayed within the budget (`tessera_device_memory_peak_bytes` ≤
-//! `tessera_device_memory_limit_bytes`); each daemon's peak RSS, sampled every 100 ms, stayed
+//! `tessera_device_memory_limit_bytes`) and the host pool kept at most an eighth of the budget
+//! (`tessera_host_pool_kept_bytes`); each daemon's peak RSS, sampled every 100 ms, stayed
 //! under the budget plus [`RSS_SLACK`].
 //!
 //! `storm_short` runs in CI (about a minute at most). `storm_long` is ignored by default:
@@ -517,6 +518,18 @@ fn storm(steps: usize, deadline: Duration) {
             limit / (1 << 20) as f64
         );
         assert_eq!(limit as u64, CPU_BUDGET);
+        // The host pool keeps at most an eighth of the budget of freed buffers.
+        let kept = text
+            .lines()
+            .find(|l| l.starts_with("tessera_host_pool_kept_bytes"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no tessera_host_pool_kept_bytes in:\n{text}"));
+        assert!(
+            kept <= (CPU_BUDGET / 8) as f64,
+            "/job:{job}/task:{index}: the host pool keeps {kept} bytes, over an eighth of the \
+             budget"
+        );
         assert!(
             peak <= limit,
             "/job:{job}/task:{index}: {peak} bytes charged, over the budget of {limit}"

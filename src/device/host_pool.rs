@@ -250,7 +250,9 @@ impl HostPool {
         }
     }
 
-    /// Resizes a block: in place when the new size falls in the same class.
+    /// Resizes a block: in place when the new size falls in the same class. A block left
+    /// behind by a move goes back to the system, not into the pool: a buffer that grows (an
+    /// encoder's, a vector's) would otherwise leave one kept block in every class it passed.
     ///
     /// # Safety
     /// As [`GlobalAlloc::realloc`].
@@ -259,11 +261,14 @@ impl HostPool {
         match (class_of(layout), class_of(new_layout)) {
             (None, None) => System.realloc(block, layout, new_size),
             (Some(old), Some(new)) if old == new => block,
-            _ => {
+            (old, _) => {
                 let moved = self.alloc(new_layout);
                 if !moved.is_null() {
                     ptr::copy_nonoverlapping(block, moved, layout.size().min(new_size));
-                    self.dealloc(block, layout);
+                    match old {
+                        Some(class) => self.release(class, block),
+                        None => System.dealloc(block, layout),
+                    }
                 }
                 moved
             }
@@ -307,9 +312,7 @@ impl HostPool {
             })
             .is_ok();
         if !kept {
-            self.released.fetch_add(size as u64, Ordering::Relaxed);
-            // SAFETY: pooled blocks are allocated from System with their class layout.
-            unsafe { System.dealloc(block, class_layout(size)) };
+            self.release(class, block);
             return;
         }
         let free = block.cast::<Free>();
@@ -328,6 +331,14 @@ impl HostPool {
         }
     }
 
+    /// Gives a block of `class` back to the system.
+    fn release(&self, class: usize, block: *mut u8) {
+        let size = class_size(class);
+        self.released.fetch_add(size as u64, Ordering::Relaxed);
+        // SAFETY: pooled blocks are allocated from System with their class layout.
+        unsafe { System.dealloc(block, class_layout(size)) };
+    }
+
     /// Releases idle blocks when the last look was more than [`TRIM_EVERY_MS`] ago.
     fn maybe_release_idle(&self) {
         let now = now_ms();
@@ -341,6 +352,25 @@ impl HostPool {
             self.release_idle(IDLE_MS);
         }
     }
+}
+
+/// Starts, once per process, a thread that gives [`HOST_POOL`]'s idle blocks back every
+/// [`IDLE_MS`]: pool operations look for them too, but a task that has stopped allocating
+/// large buffers makes none.
+pub fn start_releasing_idle() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("tessera-host-pool".into())
+            .spawn(|| loop {
+                std::thread::sleep(std::time::Duration::from_millis(IDLE_MS));
+                HOST_POOL.release_idle(IDLE_MS);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread to release the host pool's idle blocks; \
+                 they go back when the pool is next used");
+        }
+    });
 }
 
 /// The class of a layout the pool serves; `None` for small, over-aligned or huge ones.
@@ -505,9 +535,10 @@ mod tests {
             assert!(bytes[..100].iter().all(|&x| x == 3));
             assert!(bytes[100..].iter().all(|&x| x == 5));
             pool.dealloc(d, layout(200));
+            // The large block the buffer moved out of went back to the system, not the pool.
             let class = class_of(layout((1 << 20) + 2000)).unwrap();
-            assert_eq!(pool.stats().kept_bytes, class_size(class));
-            pool.release_idle(0);
+            assert_eq!(pool.stats().kept_bytes, 0);
+            assert_eq!(pool.stats().released_bytes, class_size(class) as u64);
         }
     }
 
