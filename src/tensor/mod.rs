@@ -3,10 +3,10 @@
 //! Numeric and bool tensors keep their elements as little-endian bytes in a [`bytes::Bytes`], so
 //! a tensor travels from a `TensorProto`'s `tensor_content` to a kernel and back onto the wire
 //! without a copy where the bytes are aligned. Elements a kernel computed stay in the vector it
-//! wrote them to, counted ([`Owned`]): a holder knows when nobody else holds them, so the
-//! last reader of a kernel's output may write its own output over it
-//! ([`Tensor::update_in_place`], TensorFlow's `forward_input`). String tensors hold one `Bytes` per element;
-//! resource tensors hold [`ResourceHandle`]s naming a variable (or another resource) on a device.
+//! wrote them to, counted ([`Owned`]): a holder knows when nobody else holds them, so the last
+//! reader of a kernel's output may write its own output over it ([`Tensor::update_in_place`],
+//! TensorFlow's `forward_input`). String tensors hold one `Bytes` per element; resource
+//! tensors hold [`ResourceHandle`]s naming a variable (or another resource) on a device.
 //!
 //! A tensor a GPU kernel computed stays in that device's memory ([`DeviceBuffer`]) until host
 //! code needs its elements: [`Tensor::to_host`] copies it once (the copy is kept, so a second
