@@ -8,7 +8,7 @@
 
 use num_traits::{NumCast, Zero};
 
-use super::nn::same_shape;
+use super::nn::same_shape_binary;
 use super::numeric::{Float, Real};
 use super::{forward, same_dtype};
 use crate::error::Result;
@@ -33,10 +33,8 @@ fn map_grad<T: Real + bytemuck::Pod + Send + Sync>(
     ctx: &mut OpContext<'_>,
     f: impl Fn(T, T) -> T + Sync,
 ) -> Result<Tensor> {
-    let (g, v) = (ctx.input(0)?, ctx.input(1)?);
-    same_dtype(ctx, g, v)?;
-    same_shape(ctx, g, v)?;
-    forward::zip(ctx, f)
+    same_dtype(ctx, ctx.input(0)?, ctx.input(1)?)?;
+    same_shape_binary(ctx, f)
 }
 
 /// A constant of a float element type.

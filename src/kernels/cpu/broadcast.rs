@@ -55,22 +55,13 @@ pub fn binary<T: Element, U: Element>(
     let xs = x.values::<T>()?;
     let ys = y.values::<T>()?;
     let intra = ctx.intra();
-    if x.dims() == y.dims() {
-        return Tensor::from_vec(x.shape().clone(), split::zip(intra, &xs, &ys, f));
-    }
-    if ys.len() == 1 && y.rank() <= x.rank() {
-        let b = ys[0];
-        return Tensor::from_vec(x.shape().clone(), split::map(intra, &xs, |a| f(a, b)));
-    }
-    if xs.len() == 1 && x.rank() <= y.rank() {
-        let a = xs[0];
-        return Tensor::from_vec(y.shape().clone(), split::map(intra, &ys, |b| f(a, b)));
-    }
-    if let Some(out) = rows(intra, x.dims(), &xs, y.dims(), &ys, &f) {
-        return Tensor::from_vec(x.shape().clone(), out);
-    }
-    if let Some(out) = rows(intra, y.dims(), &ys, x.dims(), &xs, &|b, a| f(a, b)) {
-        return Tensor::from_vec(y.shape().clone(), out);
+    match output_side(x, y) {
+        Some(0) => return Tensor::from_vec(x.shape().clone(), over(intra, &xs, &ys, &f)),
+        Some(_) => {
+            let out = over(intra, &ys, &xs, &|b, a| f(a, b));
+            return Tensor::from_vec(y.shape().clone(), out);
+        }
+        None => {}
     }
     let shape = broadcast_shape(x.dims(), y.dims())
         .ok_or_else(|| incompatible(ctx, x.shape(), y.shape()))?;
@@ -83,18 +74,23 @@ pub fn binary<T: Element, U: Element>(
     Ok(Tensor::from_array(out))
 }
 
-/// `f(a, row[j])` over `a` of dimensions `a_dims` when `row`'s dimensions are its trailing
-/// ones (leading 1s allowed): the row repeated over every leading index, as a bias is added;
-/// `None` for any other broadcast.
-fn rows<T: Element, U: Element>(
+/// `f(a, b)` of each element of `a` and its partner in `b`, in a form [`output_side`] found:
+/// `b` one element, as many as `a`, or a row repeated over `a`'s leading dimensions. Split
+/// over the pool.
+fn over<T: Element, U: Element>(
     intra: &crate::runtime::intra::IntraPool,
-    a_dims: &[usize],
     a: &[T],
-    row_dims: &[usize],
-    row: &[T],
+    b: &[T],
     f: &(impl Fn(T, T) -> U + Sync),
-) -> Option<Vec<U>> {
-    is_row_of(a_dims, row_dims).then(|| split::rows(intra, a, row, f))
+) -> Vec<U> {
+    match b {
+        [b] => {
+            let b = *b;
+            split::map(intra, a, |v| f(v, b))
+        }
+        _ if b.len() == a.len() => split::zip(intra, a, b, f),
+        row => split::rows(intra, a, row, f),
+    }
 }
 
 /// Whether a tensor of `row_dims` is a row repeated over the leading dimensions of one of

@@ -84,7 +84,8 @@ pub(super) fn binary<T: Element + Pod + Send + Sync>(
     }
 }
 
-/// `f(a, b)` written over `a`: element by element, `b` a scalar, or `b` a row of `a`.
+/// `f(a, b)` written over `a`, in the forms of `broadcast::over`: element by element, `b` a
+/// scalar, or `b` a row of `a`.
 fn over<T: Copy + Send + Sync>(
     intra: &crate::runtime::intra::IntraPool,
     a: &mut [T],

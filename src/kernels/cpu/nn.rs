@@ -176,7 +176,7 @@ pub(crate) fn same_shape(ctx: &OpContext<'_>, a: &Tensor, b: &Tensor) -> Result<
 
 /// Applies `f(a, b)` to inputs 0 and 1, of one shape (the gradient ops), written over either
 /// when this node is its last reader.
-fn same_shape_binary<T: Real + bytemuck::Pod + Send + Sync>(
+pub(super) fn same_shape_binary<T: Real + bytemuck::Pod + Send + Sync>(
     ctx: &mut OpContext<'_>,
     f: impl Fn(T, T) -> T + Sync,
 ) -> Result<Tensor> {

@@ -79,8 +79,7 @@ pub(super) fn map_in_place<T: Copy + Send + Sync>(
     x: &mut [T],
     f: impl Fn(T) -> T + Sync,
 ) {
-    let cycles = ELEMENT_CYCLES;
-    intra.for_chunks(x, 1, cycles, |_, chunk| {
+    intra.for_chunks(x, 1, ELEMENT_CYCLES, |_, chunk| {
         lanes(|| {
             for v in chunk.iter_mut() {
                 *v = f(*v);
