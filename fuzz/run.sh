@@ -16,19 +16,24 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-30}"
+ALL_TARGETS=(tensor_proto graph_def run_step run_graph config channel_answer recv_tensor_response)
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(tensor_proto graph_def run_step run_graph config channel_answer recv_tensor_response)
+  TARGETS=("${ALL_TARGETS[@]}")
 fi
 export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$PWD/target}"
 WORK="${FUZZ_WORK:-$CARGO_TARGET_DIR/fuzz-work}"
 
-# What `cargo fuzz build -s none` passes, minus the nightly-only flags.
-export RUSTFLAGS="${RUSTFLAGS:-} --cfg fuzzing -Cpasses=sancov-module \
+# What `cargo fuzz build -s none` passes, minus the nightly-only flags: `--cfg fuzzing` for
+# every crate, the coverage instrumentation only for tessera and the targets (rustc-coverage).
+export RUSTFLAGS="${RUSTFLAGS:-} --cfg fuzzing"
+export FUZZ_COVERAGE_FLAGS="-Cpasses=sancov-module \
  -Cllvm-args=-sanitizer-coverage-level=4 \
  -Cllvm-args=-sanitizer-coverage-inline-8bit-counters \
  -Cllvm-args=-sanitizer-coverage-pc-table \
  -Cllvm-args=-sanitizer-coverage-trace-compares"
+export FUZZ_TARGETS="${ALL_TARGETS[*]}"
+export RUSTC_WRAPPER="$PWD/rustc-coverage"
 
 # An explicit --target keeps RUSTFLAGS off build scripts and proc macros (they run on the
 # host and have no libFuzzer to link against).
