@@ -691,3 +691,158 @@ fn element_wise_chains_write_over_their_inputs_but_never_over_a_fetched_tensor()
     // The fed tensor itself is never written over.
     assert_eq!(x.values::<f32>().unwrap().as_ref(), &xs[..]);
 }
+
+/// A tree of element-wise ops only the step's end reads becomes one `_FusedElementwise` on the
+/// worker (an Adam-style update, `var - lr * m / (sqrt(v) + eps)`, and an LSTM cell's
+/// elements), and computes the unfused kernels' bits; fetching an intermediate keeps it.
+#[test]
+fn element_wise_trees_fuse_on_the_worker_with_the_unfused_bits() {
+    use crate::support::cluster::InProcessCluster;
+    use tessera::client::Session;
+    use tessera::graph::Graph;
+    use tessera::proto::RunOptions;
+    use tessera::tensor::PartialShape;
+
+    let cluster = InProcessCluster::start(&[("worker", 1)]);
+    let session = Session::connect(&cluster.target("worker", 0)).unwrap();
+    let dims = [33, 70];
+    let mut g = Graph::new();
+    let input = |g: &mut Graph, name: &str| {
+        g.placeholder(name, DType::Float, PartialShape::new(vec![None, Some(70)]))
+            .unwrap()
+    };
+    let [var, m, v, c, f, i, j, o] =
+        ["var", "m", "v", "c", "f", "i", "j", "o"].map(|name| input(&mut g, name));
+    let lr = g.scalar("lr", DType::Float, 0.01).unwrap();
+    let eps = g.scalar("eps", DType::Float, 1e-7).unwrap();
+    let one = g.scalar("one", DType::Float, 1.0).unwrap();
+    // The update.
+    let root = g.unary("Sqrt", &v).unwrap();
+    let denominator = g.add(&root, &eps).unwrap();
+    let scaled = g.mul(&m, &lr).unwrap();
+    let step = g.div(&scaled, &denominator).unwrap();
+    let updated = g.sub(&var, &step).unwrap();
+    // The cell.
+    let f1 = g.add(&f, &one).unwrap();
+    let forget = g.unary("Sigmoid", &f1).unwrap();
+    let kept = g.mul(&c, &forget).unwrap();
+    let gate = g.unary("Sigmoid", &i).unwrap();
+    let candidate = g.unary("Tanh", &j).unwrap();
+    let added = g.mul(&gate, &candidate).unwrap();
+    let new_c = g.add(&kept, &added).unwrap();
+    let squashed = g.unary("Tanh", &new_c).unwrap();
+    let out = g.unary("Sigmoid", &o).unwrap();
+    let h = g.mul(&squashed, &out).unwrap();
+    session.extend(&g.to_graph_def()).unwrap();
+
+    let values: Vec<Tensor> = (0..8).map(|k| seeded(&dims, k as f32)).collect();
+    let [var_v, m_v, v_v, c_v, f_v, i_v, j_v, o_v] = [0, 1, 2, 3, 4, 5, 6, 7].map(|k| {
+        if k == 2 {
+            positive(&dims, 2.0)
+        } else {
+            values[k].clone()
+        }
+    });
+    let feeds: Vec<(String, Tensor)> = [
+        (&var, &var_v),
+        (&m, &m_v),
+        (&v, &v_v),
+        (&c, &c_v),
+        (&f, &f_v),
+        (&i, &i_v),
+        (&j, &j_v),
+        (&o, &o_v),
+    ]
+    .iter()
+    .map(|(p, t)| (p.name(), (*t).clone()))
+    .collect();
+    let feeds: Vec<(&str, Tensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+
+    let one_op = |op: &str, inputs: Vec<Tensor>| unfused1(op, &[], inputs);
+    let want_updated = one_op(
+        "Sub",
+        vec![
+            var_v.clone(),
+            one_op(
+                "RealDiv",
+                vec![
+                    one_op("Mul", vec![m_v.clone(), scalar(0.01)]),
+                    one_op(
+                        "AddV2",
+                        vec![one_op("Sqrt", vec![v_v.clone()]), scalar(1e-7)],
+                    ),
+                ],
+            ),
+        ],
+    );
+    let want_new_c = one_op(
+        "AddV2",
+        vec![
+            one_op(
+                "Mul",
+                vec![
+                    c_v.clone(),
+                    one_op(
+                        "Sigmoid",
+                        vec![one_op("AddV2", vec![f_v.clone(), scalar(1.0)])],
+                    ),
+                ],
+            ),
+            one_op(
+                "Mul",
+                vec![
+                    one_op("Sigmoid", vec![i_v.clone()]),
+                    one_op("Tanh", vec![j_v.clone()]),
+                ],
+            ),
+        ],
+    );
+    let want_h = one_op(
+        "Mul",
+        vec![
+            one_op("Tanh", vec![want_new_c.clone()]),
+            one_op("Sigmoid", vec![o_v.clone()]),
+        ],
+    );
+
+    let options = RunOptions {
+        output_partition_graphs: true,
+        ..Default::default()
+    };
+    let fused_ops = |metadata: &tessera::proto::RunMetadata| -> Vec<String> {
+        metadata
+            .partition_graphs
+            .iter()
+            .flat_map(|g| &g.node)
+            .filter(|n| n.op == "_FusedElementwise")
+            .map(|n| n.name.clone())
+            .collect()
+    };
+    let (got, metadata) = session
+        .run_with_options(&feeds, &[&updated.name(), &h.name()], &[], &options)
+        .unwrap();
+    assert_same("update", &got[0], &want_updated);
+    assert_same("cell", &got[1], &want_h);
+    let mut fused_names = fused_ops(&metadata);
+    fused_names.sort();
+    let mut want_names = vec![node_name(&updated.name()), node_name(&h.name())];
+    want_names.sort();
+    assert_eq!(fused_names, want_names);
+
+    // new_c fetched too: it ends a tree of its own, which h's tree reads.
+    let (got, metadata) = session
+        .run_with_options(&feeds, &[&new_c.name(), &h.name()], &[], &options)
+        .unwrap();
+    assert_same("new_c", &got[0], &want_new_c);
+    assert_same("cell", &got[1], &want_h);
+    let mut fused_names = fused_ops(&metadata);
+    fused_names.sort();
+    let mut want_names = vec![node_name(&new_c.name()), node_name(&h.name())];
+    want_names.sort();
+    assert_eq!(fused_names, want_names);
+}
+
+/// `name:0` as a node name.
+fn node_name(output: &str) -> String {
+    output.split(':').next().unwrap().to_string()
+}

@@ -16,9 +16,10 @@
 use std::collections::HashMap;
 
 use crate::error::{Result, Status};
-use crate::exec::edges::GraphEdges;
+use crate::exec::edges::{Edge, GraphEdges};
 use crate::graph::attr::{self, value};
 use crate::graph::registry;
+use crate::kernels::cpu::fused_element_wise::{self, Element};
 use crate::proto::{GraphDef, NodeDef};
 use crate::tensor::DType;
 
@@ -201,6 +202,205 @@ pub fn fuse_contractions(graph: &mut GraphDef) -> Result<usize> {
     Ok(fusions.len())
 }
 
+/// The element-wise op a node runs, when the element-wise fusion may take it: float32, one of
+/// [`Element::of`]'s ops, with as many data inputs as the op takes.
+fn element(node: &NodeDef, edges: &GraphEdges, i: usize) -> Option<Element> {
+    let op = Element::of(&node.op).filter(|_| is_float32(node))?;
+    let data_inputs = edges.in_edges[i]
+        .iter()
+        .filter(|&&e| edges.edges[e].src_slot.is_some())
+        .count();
+    (data_inputs == op.arity()).then_some(op)
+}
+
+/// The most steps a fused element-wise node runs: each keeps a chunk of scratch per thread,
+/// and trees this large are hostile more often than real (they stay unfused).
+const MAX_STEPS: usize = 64;
+
+/// One fused element-wise tree's program, built from its root down.
+struct Program<'g> {
+    graph: &'g GraphDef,
+    edges: &'g GraphEdges,
+    parent: &'g [Option<usize>],
+    /// The fused node's inputs: (producer, output slot), each once.
+    inputs: Vec<(usize, usize)>,
+    /// Each step's op name and operands (an input, or an earlier step).
+    steps: Vec<(String, [Option<Operand>; 2])>,
+    /// The step each tree node became.
+    step_of: HashMap<usize, usize>,
+    controls: Vec<String>,
+}
+
+/// A step's operand while the program is built (the inputs' count is known at the end).
+#[derive(Clone, Copy)]
+enum Operand {
+    Input(usize),
+    Step(usize),
+}
+
+impl Program<'_> {
+    /// Emits the steps of the tree under `root`, each node after the tree nodes it reads
+    /// (first operand's first), without recursion: a hostile graph's chain may be long.
+    fn emit(&mut self, root: usize) {
+        let mut stack = vec![(root, false)];
+        while let Some((i, ready)) = stack.pop() {
+            if self.step_of.contains_key(&i) {
+                continue;
+            }
+            let data: Vec<Edge> = self.edges.in_edges[i]
+                .iter()
+                .map(|&e| self.edges.edges[e])
+                .filter(|e| e.src_slot.is_some())
+                .collect();
+            if !ready {
+                stack.push((i, true));
+                for edge in data.iter().rev() {
+                    if self.parent[edge.src] == Some(i) {
+                        stack.push((edge.src, false));
+                    }
+                }
+                continue;
+            }
+            let mut operands = [None, None];
+            for (slot, edge) in operands.iter_mut().zip(&data) {
+                *slot = Some(match self.step_of.get(&edge.src) {
+                    Some(&k) if self.parent[edge.src] == Some(i) => Operand::Step(k),
+                    _ => Operand::Input(self.input(edge.src, edge.src_slot.unwrap_or(0))),
+                });
+            }
+            for input in &self.graph.node[i].input {
+                if input.starts_with('^') && !self.controls.contains(input) {
+                    self.controls.push(input.clone());
+                }
+            }
+            self.steps.push((self.graph.node[i].op.clone(), operands));
+            self.step_of.insert(i, self.steps.len() - 1);
+        }
+    }
+
+    /// The index of the fused node's input reading `src`'s output `slot`, added if new.
+    fn input(&mut self, src: usize, slot: usize) -> usize {
+        match self.inputs.iter().position(|&s| s == (src, slot)) {
+            Some(index) => index,
+            None => {
+                self.inputs.push((src, slot));
+                self.inputs.len() - 1
+            }
+        }
+    }
+
+    /// The fused node, named as the tree's root (whose readers then find it).
+    fn node(self, root: usize) -> NodeDef {
+        let graph = self.graph;
+        let n = self.inputs.len();
+        let mut input: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|&(src, slot)| match slot {
+                0 => graph.node[src].name.clone(),
+                _ => format!("{}:{slot}", graph.node[src].name),
+            })
+            .collect();
+        input.extend(self.controls);
+        let encode = |o: Option<Operand>| match o {
+            Some(Operand::Input(i)) => i as i64,
+            Some(Operand::Step(k)) => (n + k) as i64,
+            None => -1,
+        };
+        let operands = self
+            .steps
+            .iter()
+            .flat_map(|(_, [a, b])| [encode(*a), encode(*b)])
+            .collect();
+        let ops: Vec<String> = self.steps.into_iter().map(|(op, _)| op).collect();
+        let root = &graph.node[root];
+        let mut node = NodeDef {
+            name: root.name.clone(),
+            op: fused_element_wise::OP.to_string(),
+            device: root.device.clone(),
+            input,
+            ..Default::default()
+        };
+        node.attr
+            .insert("T".to_string(), value::dtype(DType::Float));
+        node.attr.insert("N".to_string(), value::int(n as i64));
+        node.attr.insert("ops".to_string(), value::string_list(ops));
+        node.attr
+            .insert("operands".to_string(), value::int_list(operands));
+        node
+    }
+}
+
+/// Fuses every tree of two or more float32 element-wise ops of `graph` (a partition for a CPU
+/// device) into one `_FusedElementwise` node; returns how many it made.
+///
+/// A node joins the tree of the one node that reads it when that reader is an element-wise op
+/// on its device and reads all it gives (output 0, once or twice, and no control edge), so
+/// every value a tree swallows was read by the tree alone. The root keeps its name, so its
+/// readers, fetches and `_Send`s find the fused node; the control inputs of every node
+/// replaced move onto it.
+pub fn fuse_element_wise(graph: &mut GraphDef) -> Result<usize> {
+    let edges = GraphEdges::new(graph)?;
+    let count = graph.node.len();
+    let ops: Vec<Option<Element>> = (0..count)
+        .map(|i| element(&graph.node[i], &edges, i))
+        .collect();
+    let parent: Vec<Option<usize>> = (0..count)
+        .map(|i| {
+            ops[i]?;
+            let outs = &edges.out_edges[i];
+            let reader = edges.edges[*outs.first()?].dst;
+            let only_reader = outs.iter().all(|&e| {
+                let edge = &edges.edges[e];
+                edge.dst == reader && edge.src_slot == Some(0)
+            });
+            (only_reader
+                && ops[reader].is_some()
+                && graph.node[reader].device == graph.node[i].device)
+                .then_some(reader)
+        })
+        .collect();
+    let mut has_children = vec![false; count];
+    for &p in parent.iter().flatten() {
+        has_children[p] = true;
+    }
+    let mut replaced = vec![false; count];
+    let mut fused = HashMap::new();
+    for root in 0..count {
+        if ops[root].is_none() || parent[root].is_some() || !has_children[root] {
+            continue;
+        }
+        let mut program = Program {
+            graph,
+            edges: &edges,
+            parent: &parent,
+            inputs: Vec::new(),
+            steps: Vec::new(),
+            step_of: HashMap::new(),
+            controls: Vec::new(),
+        };
+        program.emit(root);
+        if program.steps.len() > MAX_STEPS {
+            continue;
+        }
+        for &i in program.step_of.keys() {
+            replaced[i] = i != root;
+        }
+        fused.insert(root, program.node(root));
+    }
+    let made = fused.len();
+    if made > 0 {
+        let nodes = std::mem::take(&mut graph.node);
+        graph.node = nodes
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !replaced[*i])
+            .map(|(i, node)| fused.remove(&i).unwrap_or(node))
+            .collect();
+    }
+    Ok(made)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,5 +578,180 @@ mod tests {
         let def = global().get("_FusedConv2D").unwrap();
         def.fill_and_check_attrs(&mut checked).unwrap();
         assert_eq!(def.input_types(&checked).unwrap(), vec![DType::Float; 3]);
+    }
+
+    /// The elements of an LSTM cell as a partition writes them: `new_c = c * sigmoid(f + 1)
+    /// + sigmoid(i) * tanh(j)`, `h = tanh(new_c) * sigmoid(o)`, with `i, j, f, o` one split's
+    /// outputs, read by `h`'s fetch (a `_Send`) only.
+    fn lstm_cell() -> GraphDef {
+        let mut nodes = vec![
+            node("c", "Placeholder", &[], DType::Float),
+            node("gates", "Split", &["axis", "x"], DType::Float),
+            node("one", "Const", &[], DType::Float),
+            node("axis", "Const", &[], DType::Int32),
+            node("x", "Placeholder", &[], DType::Float),
+            node("init", "NoOp", &[], DType::Float),
+        ];
+        for (name, op, inputs) in [
+            ("f1", "AddV2", &["gates:2", "one"][..]),
+            ("forget", "Sigmoid", &["f1"]),
+            ("kept", "Mul", &["c", "forget"]),
+            ("in", "Sigmoid", &["gates"]),
+            ("cand", "Tanh", &["gates:1", "^init"]),
+            ("added", "Mul", &["in", "cand"]),
+            ("new_c", "AddV2", &["kept", "added"]),
+            ("squashed", "Tanh", &["new_c"]),
+            ("out", "Sigmoid", &["gates:3"]),
+            ("h", "Mul", &["squashed", "out"]),
+        ] {
+            nodes.push(node(name, op, inputs, DType::Float));
+        }
+        nodes.push(node("send", "_Send", &["h"], DType::Float));
+        GraphDef {
+            node: nodes,
+            ..Default::default()
+        }
+    }
+
+    /// The program a fused node holds, as (op, operands) per step.
+    fn program(fused: &NodeDef) -> Vec<(String, [i64; 2])> {
+        let ops = attr::string_list(fused, "ops").unwrap();
+        let operands = attr::int_list(fused, "operands").unwrap();
+        ops.into_iter()
+            .zip(operands.chunks(2).map(|p| [p[0], p[1]]))
+            .collect()
+    }
+
+    #[test]
+    fn an_lstm_cells_elements_become_one_fused_node_under_the_last_ones_name() {
+        let mut graph = lstm_cell();
+        assert_eq!(fuse_element_wise(&mut graph).unwrap(), 1);
+        assert_eq!(
+            names(&graph),
+            ["c", "gates", "one", "axis", "x", "init", "h", "send"]
+        );
+        let fused = by_name(&graph, "h");
+        assert_eq!(fused.op, "_FusedElementwise");
+        assert_eq!(fused.device, CPU);
+        // Each input once, in the order the steps read them, then the control input.
+        assert_eq!(
+            fused.input,
+            ["gates:2", "one", "c", "gates", "gates:1", "gates:3", "^init"]
+        );
+        assert_eq!(attr::int_or(fused, "N", 0).unwrap(), 6);
+        // Inputs 0..6, steps from 6; each step after those it reads, the first operand's
+        // subtree first.
+        let want: Vec<(String, [i64; 2])> = [
+            ("AddV2", [0, 1]),
+            ("Sigmoid", [6, -1]),
+            ("Mul", [2, 7]),
+            ("Sigmoid", [3, -1]),
+            ("Tanh", [4, -1]),
+            ("Mul", [9, 10]),
+            ("AddV2", [8, 11]),
+            ("Tanh", [12, -1]),
+            ("Sigmoid", [5, -1]),
+            ("Mul", [13, 14]),
+        ]
+        .into_iter()
+        .map(|(op, o)| (op.to_string(), o))
+        .collect();
+        assert_eq!(program(fused), want);
+        // A node TensorFlow's registry checks as any other.
+        let mut checked = fused.clone();
+        let def = global().get("_FusedElementwise").unwrap();
+        def.fill_and_check_attrs(&mut checked).unwrap();
+        assert_eq!(def.input_types(&checked).unwrap(), vec![DType::Float; 6]);
+    }
+
+    #[test]
+    fn element_wise_values_read_elsewhere_stay_and_split_the_tree() {
+        // The cell's new_c also read by the next step: it roots its own tree, and `h`'s tree
+        // reads it as an input.
+        let mut graph = lstm_cell();
+        graph
+            .node
+            .push(node("next", "Identity", &["new_c"], DType::Float));
+        assert_eq!(fuse_element_wise(&mut graph).unwrap(), 2);
+        let new_c = by_name(&graph, "new_c");
+        assert_eq!(new_c.op, "_FusedElementwise");
+        assert_eq!(program(new_c).len(), 7);
+        let h = by_name(&graph, "h");
+        assert_eq!(h.input, ["new_c", "gates:3"]);
+        assert_eq!(
+            program(h),
+            [
+                ("Tanh".to_string(), [0, -1]),
+                ("Sigmoid".to_string(), [1, -1]),
+                ("Mul".to_string(), [2, 3]),
+            ]
+        );
+        // A control edge out of a node keeps it: `squashed` stays, `h` fuses `out` alone.
+        let mut graph = lstm_cell();
+        graph
+            .node
+            .push(node("after", "NoOp", &["^squashed"], DType::Float));
+        fuse_element_wise(&mut graph).unwrap();
+        assert_eq!(by_name(&graph, "squashed").op, "_FusedElementwise");
+        assert_eq!(
+            program(by_name(&graph, "h")),
+            [
+                ("Sigmoid".to_string(), [0, -1]),
+                ("Mul".to_string(), [1, 2]),
+            ]
+        );
+        // float64, or another device: nothing fuses there.
+        let mut graph = lstm_cell();
+        for n in &mut graph.node {
+            n.attr.insert("T".into(), value::dtype(DType::Double));
+        }
+        assert_eq!(fuse_element_wise(&mut graph).unwrap(), 0);
+        let mut graph = lstm_cell();
+        for n in graph.node.iter_mut().filter(|n| n.name != "h") {
+            n.device = CPU.replace("task:0", "task:1");
+        }
+        assert_eq!(fuse_element_wise(&mut graph).unwrap(), 1);
+        assert_eq!(by_name(&graph, "h").op, "Mul");
+    }
+
+    #[test]
+    fn a_value_read_twice_by_one_node_is_one_step_and_long_chains_stay() {
+        // relu(x) + relu(x), then negated.
+        let mut graph = GraphDef {
+            node: vec![
+                node("x", "Placeholder", &[], DType::Float),
+                node("r", "Relu", &["x"], DType::Float),
+                node("twice", "AddV2", &["r", "r"], DType::Float),
+                node("neg", "Neg", &["twice"], DType::Float),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(fuse_element_wise(&mut graph).unwrap(), 1);
+        let fused = by_name(&graph, "neg");
+        assert_eq!(fused.input, ["x"]);
+        assert_eq!(
+            program(fused),
+            [
+                ("Relu".to_string(), [0, -1]),
+                ("AddV2".to_string(), [1, 1]),
+                ("Neg".to_string(), [2, -1]),
+            ]
+        );
+        // A chain longer than a fused node runs stays as it is (and builds without recursion).
+        let mut nodes = vec![node("x", "Placeholder", &[], DType::Float)];
+        for i in 0..10_000 {
+            let input = if i == 0 {
+                "x".to_string()
+            } else {
+                format!("n{}", i - 1)
+            };
+            nodes.push(node(&format!("n{i}"), "Neg", &[&input], DType::Float));
+        }
+        let mut graph = GraphDef {
+            node: nodes,
+            ..Default::default()
+        };
+        assert_eq!(fuse_element_wise(&mut graph).unwrap(), 0);
+        assert_eq!(graph.node.len(), 10_001);
     }
 }

@@ -71,6 +71,7 @@ impl RegisteredGraph {
             })?;
             if device.device_type() == DeviceType::Cpu {
                 remap::fuse_contractions(&mut part)
+                    .and_then(|_| remap::fuse_element_wise(&mut part))
                     .map_err(|e| e.context(format!("graph {handle} on {loc}")))?;
             }
             let targets: Vec<&str> = part.node.iter().map(|n| n.name.as_str()).collect();

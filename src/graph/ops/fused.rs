@@ -7,6 +7,9 @@
 //! attrs at their defaults, which the registry fills back in); tessera's own builder never
 //! creates them, so they have no gradient and no builder method. Their kernels are
 //! `kernels::cpu`'s chains of the unfused kernels.
+//!
+//! Beside them, tessera's own `_FusedElementwise`: a tree of float32 element-wise ops its
+//! worker fuses at registration (`exec::remap`), never sent by a client.
 
 use crate::error::Result;
 use crate::graph::registry::{OpDef, Registry};
@@ -50,6 +53,18 @@ pub(super) fn register(r: &mut Registry) {
         .attr("leakyrelu_alpha: float = 0.2")
         .shape(super::math::matmul_shape)
         .register(r);
+    // tessera's own: a tree of float32 element-wise ops its worker fused
+    // (`exec::remap::fuse_element_wise`); `ops` names each step, `operands` gives two per
+    // step (an input index, `N` + an earlier step's index, or -1 for a unary op's second).
+    OpDef::build("_FusedElementwise")
+        .input("inputs: N * T")
+        .output("y: T")
+        .attr("T: {float}")
+        .attr("N: int >= 1")
+        .attr("ops: list(string)")
+        .attr("operands: list(int)")
+        .shape(broadcast_all)
+        .register(r);
     OpDef::build("_FusedBatchNormEx")
         .input("x: T")
         .input("scale: U")
@@ -73,6 +88,15 @@ pub(super) fn register(r: &mut Registry) {
         .attr("is_training: bool = true")
         .shape(batch_norm_ex_shape)
         .register(r);
+}
+
+/// Every input broadcast together.
+fn broadcast_all(ctx: &ShapeCtx<'_>) -> Result<Vec<PartialShape>> {
+    let mut shape = PartialShape::new(vec![]);
+    for i in 0..ctx.inputs.len() {
+        shape = crate::graph::shape_fn::broadcast(ctx, &shape, &ctx.input(i))?;
+    }
+    Ok(vec![shape])
 }
 
 /// `FusedBatchNormV3`'s shapes: `y` as `x`, the statistics per channel, the last reserve space

@@ -132,6 +132,7 @@ mod feature_columns;
 mod fingerprint;
 mod forward;
 mod fused;
+pub mod fused_element_wise;
 mod gather_nd;
 mod gemm;
 mod io;
@@ -202,10 +203,11 @@ type Family = fn(&str) -> Option<KernelFactory>;
 
 /// The families whose kernels compute on their inputs and nothing else (a TensorList is a
 /// value, so its ops are among them).
-const COMPUTING: [Family; 24] = [
+const COMPUTING: [Family; 25] = [
     math::kernel_for,
     nn::kernel_for,
     fused::kernel_for,
+    fused_element_wise::kernel_for,
     reduce::kernel_for,
     scan::kernel_for,
     top_k::kernel_for,
