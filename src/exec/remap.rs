@@ -192,6 +192,13 @@ pub fn fuse_contractions(graph: &mut GraphDef) -> Result<usize> {
             replaced[i] = i != last;
         }
     }
+    replace(graph, &replaced, fused);
+    Ok(fusions.len())
+}
+
+/// Drops the `replaced` nodes of `graph` and puts each fused node where the node it is
+/// named after was.
+fn replace(graph: &mut GraphDef, replaced: &[bool], mut fused: HashMap<usize, NodeDef>) {
     let nodes = std::mem::take(&mut graph.node);
     graph.node = nodes
         .into_iter()
@@ -199,7 +206,6 @@ pub fn fuse_contractions(graph: &mut GraphDef) -> Result<usize> {
         .filter(|(i, _)| !replaced[*i])
         .map(|(i, node)| fused.remove(&i).unwrap_or(node))
         .collect();
-    Ok(fusions.len())
 }
 
 /// The element-wise op a node runs, when the element-wise fusion may take it: float32, one of
@@ -390,13 +396,7 @@ pub fn fuse_element_wise(graph: &mut GraphDef) -> Result<usize> {
     }
     let made = fused.len();
     if made > 0 {
-        let nodes = std::mem::take(&mut graph.node);
-        graph.node = nodes
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| !replaced[*i])
-            .map(|(i, node)| fused.remove(&i).unwrap_or(node))
-            .collect();
+        replace(graph, &replaced, fused);
     }
     Ok(made)
 }
