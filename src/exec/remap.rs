@@ -12,6 +12,10 @@
 //! anything reads changes. The fused node keeps the name of the last node it replaces, so every
 //! consumer, fetch and `_Send` finds it under the same name, with the control inputs of all
 //! the nodes it replaces.
+//!
+//! Then [`fuse_element_wise`]: each tree of float32 element-wise ops whose inner values only
+//! the tree reads becomes one `_FusedElementwise` node (tessera's own op, see
+//! `kernels::cpu::fused_element_wise`), named as the tree's root.
 
 use std::collections::HashMap;
 
