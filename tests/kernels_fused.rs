@@ -699,7 +699,7 @@ fn element_wise_chains_write_over_their_inputs_but_never_over_a_fetched_tensor()
 fn element_wise_trees_fuse_on_the_worker_with_the_unfused_bits() {
     use crate::support::cluster::InProcessCluster;
     use tessera::client::Session;
-    use tessera::graph::Graph;
+    use tessera::graph::{Graph, Output};
     use tessera::proto::RunOptions;
     use tessera::tensor::PartialShape;
 
@@ -809,37 +809,32 @@ fn element_wise_trees_fuse_on_the_worker_with_the_unfused_bits() {
         output_partition_graphs: true,
         ..Default::default()
     };
-    let fused_ops = |metadata: &tessera::proto::RunMetadata| -> Vec<String> {
-        metadata
+    // Fetches `fetches` (checked against `want`) and checks that exactly the fetched nodes
+    // are `_FusedElementwise` in the graphs the worker ran.
+    let run_fused = |fetches: [&Output; 2], want: [&Tensor; 2]| {
+        let names: Vec<String> = fetches.iter().map(|f| f.name()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (got, metadata) = session
+            .run_with_options(&feeds, &names, &[], &options)
+            .unwrap();
+        for ((got, want), name) in got.iter().zip(want).zip(&names) {
+            assert_same(name, got, want);
+        }
+        let mut fused: Vec<String> = metadata
             .partition_graphs
             .iter()
             .flat_map(|g| &g.node)
             .filter(|n| n.op == "_FusedElementwise")
             .map(|n| n.name.clone())
-            .collect()
+            .collect();
+        fused.sort();
+        let mut want_names: Vec<String> = names.iter().map(|n| node_name(n)).collect();
+        want_names.sort();
+        assert_eq!(fused, want_names);
     };
-    let (got, metadata) = session
-        .run_with_options(&feeds, &[&updated.name(), &h.name()], &[], &options)
-        .unwrap();
-    assert_same("update", &got[0], &want_updated);
-    assert_same("cell", &got[1], &want_h);
-    let mut fused_names = fused_ops(&metadata);
-    fused_names.sort();
-    let mut want_names = vec![node_name(&updated.name()), node_name(&h.name())];
-    want_names.sort();
-    assert_eq!(fused_names, want_names);
-
+    run_fused([&updated, &h], [&want_updated, &want_h]);
     // new_c fetched too: it ends a tree of its own, which h's tree reads.
-    let (got, metadata) = session
-        .run_with_options(&feeds, &[&new_c.name(), &h.name()], &[], &options)
-        .unwrap();
-    assert_same("new_c", &got[0], &want_new_c);
-    assert_same("cell", &got[1], &want_h);
-    let mut fused_names = fused_ops(&metadata);
-    fused_names.sort();
-    let mut want_names = vec![node_name(&new_c.name()), node_name(&h.name())];
-    want_names.sort();
-    assert_eq!(fused_names, want_names);
+    run_fused([&new_c, &h], [&want_new_c, &want_h]);
 }
 
 /// `name:0` as a node name.

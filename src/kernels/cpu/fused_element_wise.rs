@@ -408,13 +408,14 @@ impl FusedElementwise {
             })
             .collect();
         // The forwarded input's chunk, read from here while its place is written.
+        let forwarded = sources.iter().any(|s| matches!(s, Source::Output));
         let mut own = [0.0f32; CHUNK];
         let mut offset = 0;
         while offset < piece.len() {
             let n = CHUNK.min(piece.len() - offset);
             let at = start + offset;
             let chunk = &mut piece[offset..offset + n];
-            if sources.iter().any(|s| matches!(s, Source::Output)) {
+            if forwarded {
                 own[..n].copy_from_slice(chunk);
             }
             for (k, step) in self.steps.iter().enumerate() {
