@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use prost::Message;
 use tessera::cluster::TaskId;
 use tessera::cluster::{Limits, TaskConfig};
+use tessera::graph::attr::value;
 use tessera::graph::builder::Graph;
 use tessera::proto::master_service_client::MasterServiceClient;
 use tessera::proto::*;
@@ -502,11 +503,72 @@ async fn kernels_and_variables_past_the_cpu_memory_budget_are_refused_and_the_ta
 }
 
 #[tokio::test]
+async fn a_kernels_scratch_is_charged_as_it_is_allocated_and_past_the_budget_is_refused() {
+    // A 4 MiB budget. The filter gradient of a 3x3 convolution over a fed [1, 64, 64, 64]
+    // image (1 MiB) has a small output ([3, 3, 64, 1], 2304 bytes), but its patch matrix is
+    // 9.4 MB of scratch: the allocator charges it as the kernel makes it, and the step is
+    // refused naming the node and its inputs' shapes. A 16x16 image's patches (590 KB) fit.
+    let (server, mut master) = start_with_cpu_budget(4 << 20).await;
+    let mut g = Graph::new();
+    let x = g
+        .placeholder("x", DType::Float, PartialShape::unknown())
+        .unwrap();
+    let dy = g
+        .placeholder("dy", DType::Float, PartialShape::unknown())
+        .unwrap();
+    let sizes = g
+        .constant(&Tensor::from_vec(vec![4], vec![3i32, 3, 64, 1]).unwrap())
+        .unwrap();
+    g.add_op(
+        tessera::graph::builder::NodeSpec::new("Conv2DBackpropFilter")
+            .name("dw")
+            .input(&x)
+            .input(&sizes)
+            .input(&dy)
+            .attr("strides", value::int_list(vec![1, 1, 1, 1]))
+            .attr("padding", value::string("SAME")),
+    )
+    .unwrap();
+    let handle = create(&mut master, g.to_graph_def()).await.unwrap();
+    let step = |side: usize| RunStepRequest {
+        session_handle: handle.clone(),
+        feed: vec![
+            Tensor::from_vec(vec![1, side, side, 64], vec![0.5f32; side * side * 64])
+                .unwrap()
+                .to_named_proto("x:0"),
+            Tensor::from_vec(vec![1, side, side, 1], vec![0.25f32; side * side])
+                .unwrap()
+                .to_named_proto("dy:0"),
+        ],
+        fetch: vec!["dw:0".into()],
+        ..Default::default()
+    };
+    let err = master.run_step(step(64)).await.unwrap_err();
+    assert_exhausted(
+        &err,
+        &[
+            "for node `dw` (op Conv2DBackpropFilter, inputs of shapes [[1,64,64,64], [4], \
+             [1,64,64,1]]) while it ran",
+            "devices.cpu_memory_limit is 4194304 bytes",
+        ],
+    );
+    let reply = master.run_step(step(16)).await.unwrap().into_inner();
+    let dw = Tensor::from_proto(reply.tensor[0].tensor.as_ref().unwrap()).unwrap();
+    assert_eq!(dw.dims(), &[3, 3, 64, 1]);
+    // The middle tap sees every pixel: 256 x 0.5 x 0.25.
+    assert_eq!(dw.values::<f32>().unwrap()[4 * 64], 32.0);
+    let small = create(&mut master, small_graph()).await.unwrap();
+    still_serves(&mut master, &small).await;
+    stop(server).await;
+}
+
+#[tokio::test]
 async fn outputs_that_would_dwarf_their_inputs_are_refused_before_they_are_allocated() {
-    // A 1 MiB budget; each input fits (a fed [100, 1000] float tensor, 400 KB), but a Concat
-    // of 100 of them (40 MB), a Tile by a fed multiple and a product of two fed matrices do
-    // not. Each step is refused naming the node and its shape, and the task serves on.
-    let (server, mut master) = start_with_cpu_budget(1 << 20).await;
+    // A 2 MiB budget; each input fits (a fed [100, 1000] float tensor, 400 KB, its transpose
+    // and the transpose's scratch), but a Concat of 100 of them (40 MB), a Tile by a fed
+    // multiple and a product of two fed matrices (4 MB) do not. Each step is refused naming
+    // the node and its shape, and the task serves on.
+    let (server, mut master) = start_with_cpu_budget(2 << 20).await;
     let mut g = Graph::new();
     let x = g
         .placeholder("x", DType::Float, PartialShape::unknown())

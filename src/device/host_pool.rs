@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use super::memory;
+
 /// Blocks smaller than this go straight to the system allocator.
 pub const MIN_BYTES: usize = 256 << 10;
 /// A kept block that nobody took back for this long goes back to the system.
@@ -104,6 +106,14 @@ pub struct HostPool {
     fresh: AtomicU64,
     released: AtomicU64,
     last_trim_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for HostPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostPool")
+            .field("stats", &self.stats())
+            .finish()
+    }
 }
 
 impl Default for HostPool {
@@ -203,11 +213,19 @@ impl HostPool {
         }
     }
 
-    /// Allocates `layout`: a kept block of its class when there is one.
+    /// Allocates `layout`: a kept block of its class when there is one. A large block is
+    /// charged to the thread's allocation scope first, when a kernel runs on it
+    /// ([`memory::AllocationScope`]).
     ///
     /// # Safety
     /// As [`GlobalAlloc::alloc`].
     pub unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        memory::charge_allocation(layout.size());
+        self.alloc_block(layout)
+    }
+
+    /// [`alloc`](Self::alloc), uncharged.
+    unsafe fn alloc_block(&self, layout: Layout) -> *mut u8 {
         match class_of(layout) {
             Some(class) => self.take(class).unwrap_or_else(|| {
                 self.fresh.fetch_add(1, Ordering::Relaxed);
@@ -223,6 +241,7 @@ impl HostPool {
     /// # Safety
     /// As [`GlobalAlloc::alloc_zeroed`].
     pub unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        memory::charge_allocation(layout.size());
         match class_of(layout) {
             Some(class) => match self.take(class) {
                 Some(block) => {
@@ -244,6 +263,7 @@ impl HostPool {
     /// # Safety
     /// As [`GlobalAlloc::dealloc`].
     pub unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        memory::give_back_allocation(layout.size());
         match class_of(layout) {
             Some(class) => self.keep(class, block),
             None => System.dealloc(block, layout),
@@ -258,11 +278,13 @@ impl HostPool {
     /// As [`GlobalAlloc::realloc`].
     pub unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        memory::give_back_allocation(layout.size());
+        memory::charge_allocation(new_size);
         match (class_of(layout), class_of(new_layout)) {
             (None, None) => System.realloc(block, layout, new_size),
             (Some(old), Some(new)) if old == new => block,
             (old, _) => {
-                let moved = self.alloc(new_layout);
+                let moved = self.alloc_block(new_layout);
                 if !moved.is_null() {
                     ptr::copy_nonoverlapping(block, moved, layout.size().min(new_size));
                     match old {

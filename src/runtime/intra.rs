@@ -17,6 +17,8 @@
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
+use crate::device::memory::ScopeHandle;
+
 /// Cycles of work below which a kernel runs inline, and the least work a piece is given: a
 /// hand-off to a pool thread and back costs a few microseconds, about this much work.
 pub const MIN_PIECE_CYCLES: f64 = 40_000.0;
@@ -88,9 +90,11 @@ impl IntraPool {
             return;
         }
         let f = &f;
+        let charged = ScopeHandle::current();
         self.pool.scope(|scope| {
             for range in split(units, pieces) {
-                scope.spawn(move |_| f(range));
+                // SAFETY: the pieces end before `scope` returns, inside the kernel's run.
+                scope.spawn(move |_| unsafe { charged.run(|| f(range)) });
             }
         });
     }
@@ -114,12 +118,14 @@ impl IntraPool {
             return;
         }
         let f = &f;
+        let charged = ScopeHandle::current();
         self.pool.scope(|scope| {
             let mut rest = data;
             for range in split(units, pieces) {
                 let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(range.len() * unit);
                 rest = tail;
-                scope.spawn(move |_| f(range.start, chunk));
+                // SAFETY: the pieces end before `scope` returns, inside the kernel's run.
+                scope.spawn(move |_| unsafe { charged.run(|| f(range.start, chunk)) });
             }
         });
     }
@@ -131,9 +137,11 @@ impl IntraPool {
         }
         let f = &f;
         let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+        let charged = ScopeHandle::current();
         self.pool.scope(|scope| {
             for (item, slot) in items.into_iter().zip(results.iter_mut()) {
-                scope.spawn(move |_| *slot = Some(f(item)));
+                // SAFETY: the pieces end before `scope` returns, inside the kernel's run.
+                scope.spawn(move |_| unsafe { charged.run(|| *slot = Some(f(item))) });
             }
         });
         results
@@ -145,7 +153,9 @@ impl IntraPool {
     /// Runs `f` on the pool, so that rayon-parallel code inside it (the GEMM's) uses these
     /// threads.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
+        let charged = ScopeHandle::current();
+        // SAFETY: `install` returns when `f` has run, inside the kernel's run.
+        self.pool.install(move || unsafe { charged.run(f) })
     }
 }
 
@@ -171,6 +181,43 @@ pub fn split(units: usize, pieces: usize) -> impl Iterator<Item = Range<usize>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_charge_the_allocation_scope_of_the_kernel_that_split_them() {
+        use crate::device::host_pool::HostPool;
+        use crate::device::memory::{AllocationScope, MemoryBudget};
+        use std::alloc::Layout;
+        static POOL: HostPool = HostPool::new();
+        let pool = IntraPool::new("test-scope", 2);
+        let budget = MemoryBudget::new("/device:CPU:0", 64 << 20);
+        let scope = AllocationScope::new(&budget);
+        let layout = Layout::from_size_align(1 << 20, 8).unwrap();
+        let blocks = std::sync::Mutex::new(Vec::new());
+        // SAFETY: every block is freed once below, with this layout.
+        let alloc = || {
+            blocks
+                .lock()
+                .unwrap()
+                .push(unsafe { POOL.alloc(layout) } as usize)
+        };
+        scope.run(|| {
+            pool.parallel_for(4, MIN_PIECE_CYCLES, |range| range.for_each(|_| alloc()));
+            pool.for_chunks(&mut [0u8; 2], 1, MIN_PIECE_CYCLES, |_, _| alloc());
+            let _ = pool.map(vec![(), ()], |()| alloc());
+            pool.install(alloc);
+        });
+        assert_eq!(
+            budget.in_use(),
+            9 << 20,
+            "every piece charged the kernel's scope"
+        );
+        assert_eq!(scope.finish(), None);
+        assert_eq!(budget.in_use(), 0);
+        for b in blocks.into_inner().unwrap() {
+            // SAFETY: allocated above with this layout.
+            unsafe { POOL.dealloc(b as *mut u8, layout) };
+        }
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cluster::{TaskId, Timeouts};
+use crate::device::host_pool::HOST_POOL;
 use crate::device::memory::MemoryBudget;
 use crate::device::DeviceType;
 use crate::error::{Result, Status};
@@ -200,7 +201,12 @@ impl WorkerState {
                         "devices.gpu_memory_fraction",
                     )),
                     DeviceType::Cpu => options.cpu_memory_limit.map(|limit| {
-                        MemoryBudget::with_key(&d.name, limit, "devices.cpu_memory_limit")
+                        MemoryBudget::for_host(
+                            &d.name,
+                            limit,
+                            "devices.cpu_memory_limit",
+                            &HOST_POOL,
+                        )
                     }),
                 };
                 Arc::new(match budget {

@@ -12,7 +12,8 @@ use tokio::sync::oneshot;
 
 use super::frames::ControlStep;
 use super::{name_node, Plan, StepOptions};
-use crate::device::memory::Charge;
+use crate::device::memory::{AllocationScope, Charge};
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::kernels::OpContext;
 use crate::runtime::pool;
@@ -299,10 +300,28 @@ impl StepCommon {
         .with_dead_input(dead)
         .with_functions(Some(&self.plan.functions))
         .with_session(&self.plan.session);
+        // A CPU kernel's large host blocks are charged to the device's budget as they are
+        // allocated, its scratch included.
+        let scope = match (device.device_type(), device.memory()) {
+            (DeviceType::Cpu, Some(budget)) => Some(AllocationScope::new(budget)),
+            _ => None,
+        };
         let started = Instant::now();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            node.kernel.compute(&mut ctx)
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &scope {
+            Some(scope) => scope.run(|| node.kernel.compute(&mut ctx)),
+            None => node.kernel.compute(&mut ctx),
         }));
+        let refused = scope.and_then(AllocationScope::finish);
+        if let (Ok(Ok(())), Some(bytes), Some(budget)) = (&result, refused, device.memory()) {
+            let shapes: Vec<String> = ctx.inputs().iter().map(|t| t.shape().to_string()).collect();
+            self.fail(budget.refused_while_running(
+                &node.def.name,
+                &node.def.op,
+                &format!("[{}]", shapes.join(", ")),
+                bytes,
+            ));
+            return None;
+        }
         match result {
             Ok(Ok(())) => {
                 let ended = Instant::now();
