@@ -221,6 +221,24 @@ fn variables_are_created_assigned_updated_and_destroyed() {
 }
 
 #[test]
+fn an_update_no_reader_holds_is_made_in_the_variables_own_buffer() {
+    let rm = ResourceMgr::new();
+    let h = handle(&rm, "w");
+    assign(&rm, "AssignVariableOp", &h, f32s(&[3], &[1., 2., 3.])).unwrap();
+    let at = |t: &Tensor| t.raw_bytes().unwrap().as_ptr() as usize;
+    let before = at(&read(&rm, &h).unwrap());
+    assign(&rm, "AssignAddVariableOp", &h, f32s(&[3], &[1., 1., 1.])).unwrap();
+    assign(&rm, "AssignSubVariableOp", &h, f32s(&[3], &[0.5, 0.5, 0.5])).unwrap();
+    let after = read(&rm, &h).unwrap();
+    assert_eq!(at(&after), before, "the update is written where the value lies");
+    assert_f32(&after, &[3], &[1.5, 2.5, 3.5], 0.0);
+    // Held by a reader, the value is copied first: the reader keeps its elements.
+    assign(&rm, "AssignAddVariableOp", &h, f32s(&[3], &[1., 1., 1.])).unwrap();
+    assert_f32(&after, &[3], &[1.5, 2.5, 3.5], 0.0);
+    assert_f32(&read(&rm, &h).unwrap(), &[3], &[2.5, 3.5, 4.5], 0.0);
+}
+
+#[test]
 fn integer_variables_accumulate() {
     let rm = ResourceMgr::new();
     let h = handle(&rm, "global_step");

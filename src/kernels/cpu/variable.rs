@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
-use super::broadcast;
+use super::split;
 use super::numeric::Real;
 use super::{input, stateless};
 use crate::error::{Code, Result, Status};
@@ -294,11 +294,16 @@ fn assign_update(ctx: &mut OpContext<'_>, subtract: bool) -> Result<()> {
             delta.shape()
         )));
     }
-    let new = dispatch_real!(ctx, old.dtype(), T => {
+    let dtype = old.dtype();
+    let intra = ctx.intra();
+    let value = slot.as_mut().expect("checked above");
+    // In the variable's own buffer when no reader holds it (one pass, nothing allocated), in a
+    // copy otherwise: a value read before keeps its elements.
+    dispatch_real!(ctx, dtype, T => {
         let f: fn(T, T) -> T = if subtract { Real::sub } else { Real::add };
-        broadcast::binary::<T, T>(ctx, old, &delta, f)?
+        let delta = delta.values::<T>()?;
+        value.update_in_place::<T, _>(|v| split::zip_in_place(intra, v, &delta, f))?
     });
-    *slot = Some(new);
     Ok(())
 }
 
