@@ -841,3 +841,150 @@ fn element_wise_trees_fuse_on_the_worker_with_the_unfused_bits() {
 fn node_name(output: &str) -> String {
     output.split(':').next().unwrap().to_string()
 }
+
+/// An optimizer's update written as ops (Keras' `m.assign_add((g - m) * 0.1)`,
+/// `w.assign_sub(g * lr)`) fuses with the assign that reads it: the worker runs each as one
+/// `_FusedElementwiseAssign`, and the variables get the unfused ops' bits, the one whose
+/// update reads its own value included (written in a copy: the read keeps its elements), and
+/// one that broadcasts a row (run step by step).
+#[test]
+fn an_update_tree_fuses_with_its_variables_assign_and_keeps_the_unfused_bits() {
+    use crate::support::cluster::InProcessCluster;
+    use tessera::client::Session;
+    use tessera::graph::attr::value;
+    use tessera::graph::builder::NodeSpec;
+    use tessera::graph::Graph;
+    use tessera::proto::RunOptions;
+    use tessera::tensor::PartialShape;
+
+    let cluster = InProcessCluster::start(&[("worker", 1)]);
+    let session = Session::connect(&cluster.target("worker", 0)).unwrap();
+    let dims = [33, 70];
+    let mut g = Graph::new();
+    let placeholder = |g: &mut Graph, name: &str| {
+        g.placeholder(
+            name,
+            DType::Float,
+            PartialShape::new(vec![Some(33), Some(70)]),
+        )
+        .unwrap()
+    };
+    let [w_init, m_init, grad] = ["w_init", "m_init", "grad"].map(|n| placeholder(&mut g, n));
+    let w = g.variable("w", &w_init).unwrap();
+    let m = g.variable("m", &m_init).unwrap();
+    let u = g.variable("u", &w_init).unwrap();
+    let row = g
+        .placeholder("row", DType::Float, PartialShape::new(vec![Some(70)]))
+        .unwrap();
+    let biased = g.add(&grad, &row).unwrap();
+    let lr = g.scalar("lr", DType::Float, 0.01).unwrap();
+    let decay = g.scalar("decay", DType::Float, 0.1).unwrap();
+    let scaled = g.mul(&grad, &lr).unwrap();
+    let m_now = g.read(&m).unwrap();
+    let gap = g.sub(&grad, &m_now).unwrap();
+    let step = g.mul(&gap, &decay).unwrap();
+    let assign = |g: &mut Graph, op: &str, name: &str, handle, value| {
+        g.add_op(
+            NodeSpec::new(op)
+                .name(name)
+                .input(handle)
+                .input(value)
+                .attr("dtype", value::dtype(DType::Float)),
+        )
+        .unwrap()
+    };
+    let update_w = assign(
+        &mut g,
+        "AssignSubVariableOp",
+        "update_w",
+        &w.handle,
+        &scaled,
+    );
+    let update_m = assign(&mut g, "AssignAddVariableOp", "update_m", &m.handle, &step);
+    let update_u = assign(
+        &mut g,
+        "AssignAddVariableOp",
+        "update_u",
+        &u.handle,
+        &biased,
+    );
+    let train = g
+        .group("train", &[&update_w, &update_m, &update_u])
+        .unwrap();
+    session.extend(&g.to_graph_def()).unwrap();
+
+    let (w0, m0) = (seeded(&dims, 1.0), seeded(&dims, 2.0));
+    session
+        .run(
+            &[("w_init:0", w0.clone()), ("m_init:0", m0.clone())],
+            &[],
+            &[&w.initializer, &m.initializer, &u.initializer],
+        )
+        .unwrap();
+    let (mut w_want, mut m_want) = (
+        w0.values::<f32>().unwrap().to_vec(),
+        m0.values::<f32>().unwrap().to_vec(),
+    );
+    let mut u_want = w_want.clone();
+    let row_v = seeded(&[70], 9.0);
+    let row_values = row_v.values::<f32>().unwrap().to_vec();
+    let options = RunOptions {
+        output_partition_graphs: true,
+        ..Default::default()
+    };
+    for k in 0..3 {
+        let grad_v = seeded(&dims, 3.0 + k as f32);
+        let (_, metadata) = session
+            .run_with_options(
+                &[("grad:0", grad_v.clone()), ("row:0", row_v.clone())],
+                &[],
+                &[&train],
+                &options,
+            )
+            .unwrap();
+        for ((w, m), g) in w_want
+            .iter_mut()
+            .zip(&mut m_want)
+            .zip(grad_v.values::<f32>().unwrap().iter())
+        {
+            *w -= g * 0.01f32;
+            *m += (g - *m) * 0.1f32;
+        }
+        for (i, (u, g)) in u_want
+            .iter_mut()
+            .zip(grad_v.values::<f32>().unwrap().iter())
+            .enumerate()
+        {
+            *u += g + row_values[i % 70];
+        }
+        if k == 0 {
+            let mut fused: Vec<(String, String)> = metadata
+                .partition_graphs
+                .iter()
+                .flat_map(|g| &g.node)
+                .filter(|n| n.op.starts_with("_FusedElementwise"))
+                .map(|n| (n.name.clone(), n.op.clone()))
+                .collect();
+            fused.sort();
+            let assign = "_FusedElementwiseAssign".to_string();
+            assert_eq!(
+                fused,
+                [
+                    ("update_m".to_string(), assign.clone()),
+                    ("update_u".to_string(), assign.clone()),
+                    ("update_w".to_string(), assign)
+                ]
+            );
+        }
+    }
+    let got = session
+        .run(
+            &[],
+            &[&w.value.name(), &m.value.name(), &u.value.name()],
+            &[],
+        )
+        .unwrap();
+    assert_same("w", &got[0], &f32s(&dims, &w_want));
+    assert_same("m", &got[1], &f32s(&dims, &m_want));
+    assert_same("u", &got[2], &f32s(&dims, &u_want));
+}

@@ -230,7 +230,11 @@ fn an_update_no_reader_holds_is_made_in_the_variables_own_buffer() {
     assign(&rm, "AssignAddVariableOp", &h, f32s(&[3], &[1., 1., 1.])).unwrap();
     assign(&rm, "AssignSubVariableOp", &h, f32s(&[3], &[0.5, 0.5, 0.5])).unwrap();
     let after = read(&rm, &h).unwrap();
-    assert_eq!(at(&after), before, "the update is written where the value lies");
+    assert_eq!(
+        at(&after),
+        before,
+        "the update is written where the value lies"
+    );
     assert_f32(&after, &[3], &[1.5, 2.5, 3.5], 0.0);
     // Held by a reader, the value is copied first: the reader keeps its elements.
     assign(&rm, "AssignAddVariableOp", &h, f32s(&[3], &[1., 1., 1.])).unwrap();

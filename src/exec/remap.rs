@@ -15,7 +15,9 @@
 //!
 //! Then [`fuse_element_wise`]: each tree of float32 element-wise ops whose inner values only
 //! the tree reads becomes one `_FusedElementwise` node (tessera's own op, see
-//! `kernels::cpu::fused_element_wise`), named as the tree's root.
+//! `kernels::cpu::fused_element_wise`), named as the tree's root; or, when the root's only
+//! reader is a variable's `AssignAddVariableOp` or `AssignSubVariableOp`, one
+//! `_FusedElementwiseAssign` with that assign, named as the assign.
 
 use std::collections::HashMap;
 
@@ -223,6 +225,33 @@ fn element(node: &NodeDef, edges: &GraphEdges, i: usize) -> Option<Element> {
     (data_inputs == op.arity()).then_some(op)
 }
 
+/// The variable update a tree under `root` may fuse with: the `AssignAddVariableOp` or
+/// `AssignSubVariableOp` (float32, on the root's device) that is the root's only reader, as
+/// its value, with nothing else (a fetch's `_Send`, a control edge) reading the root. Returns
+/// the assign's index and the fused node's `update`.
+fn variable_update(
+    graph: &GraphDef,
+    edges: &GraphEdges,
+    root: usize,
+) -> Option<(usize, &'static str)> {
+    let [only] = edges.out_edges[root].as_slice() else {
+        return None;
+    };
+    let edge = edges.edges[*only];
+    let assign = &graph.node[edge.dst];
+    let update = match assign.op.as_str() {
+        "AssignAddVariableOp" => "add",
+        "AssignSubVariableOp" => "sub",
+        _ => return None,
+    };
+    let float = matches!(attr::dtype(assign, "dtype"), Ok(DType::Float));
+    (edge.src_slot == Some(0)
+        && edge.dst_input == 1
+        && float
+        && assign.device == graph.node[root].device)
+        .then_some((edge.dst, update))
+}
+
 /// The most steps a fused element-wise node runs: each keeps a chunk of scratch per thread,
 /// and trees this large are hostile more often than real (they stay unfused).
 const MAX_STEPS: usize = 64;
@@ -299,6 +328,25 @@ impl Program<'_> {
         }
     }
 
+    /// The fused node that also applies the tree's result to the variable of `assign` (the
+    /// root's only reader), named as the assign (whose control readers then find it): its
+    /// handle first, then the tree's inputs, every control input of both.
+    fn assign_node(self, root: usize, assign: usize, update: &str) -> NodeDef {
+        let assign = &self.graph.node[assign];
+        let mut node = self.node(root);
+        node.name = assign.name.clone();
+        node.op = fused_element_wise::ASSIGN_OP.to_string();
+        node.input.insert(0, assign.input[0].clone());
+        for control in assign.input.iter().filter(|i| i.starts_with('^')) {
+            if !node.input.contains(control) {
+                node.input.push(control.clone());
+            }
+        }
+        node.attr
+            .insert("update".to_string(), value::string(update));
+        node
+    }
+
     /// The fused node, named as the tree's root (whose readers then find it).
     fn node(self, root: usize) -> NodeDef {
         let graph = self.graph;
@@ -349,6 +397,11 @@ impl Program<'_> {
 /// every value a tree swallows was read by the tree alone. The root keeps its name, so its
 /// readers, fetches and `_Send`s find the fused node; the control inputs of every node
 /// replaced move onto it.
+///
+/// A tree (one op or more) whose root's only reader is a float32 `AssignAddVariableOp` or
+/// `AssignSubVariableOp` on its device (an optimizer's update written as ops) fuses with that
+/// assign instead: one `_FusedElementwiseAssign` under the assign's name, which writes the
+/// tree's result into the variable as it computes it.
 pub fn fuse_element_wise(graph: &mut GraphDef) -> Result<usize> {
     let edges = GraphEdges::new(graph)?;
     let count = graph.node.len();
@@ -377,7 +430,11 @@ pub fn fuse_element_wise(graph: &mut GraphDef) -> Result<usize> {
     let mut replaced = vec![false; count];
     let mut fused = HashMap::new();
     for root in 0..count {
-        if ops[root].is_none() || parent[root].is_some() || !has_children[root] {
+        if ops[root].is_none() || parent[root].is_some() {
+            continue;
+        }
+        let update = variable_update(graph, &edges, root);
+        if !has_children[root] && update.is_none() {
             continue;
         }
         let mut program = Program {
@@ -396,7 +453,15 @@ pub fn fuse_element_wise(graph: &mut GraphDef) -> Result<usize> {
         for &i in program.step_of.keys() {
             replaced[i] = i != root;
         }
-        fused.insert(root, program.node(root));
+        match update {
+            Some((assign, update)) => {
+                replaced[root] = true;
+                fused.insert(assign, program.assign_node(root, assign, update));
+            }
+            None => {
+                fused.insert(root, program.node(root));
+            }
+        }
     }
     let made = fused.len();
     if made > 0 {
@@ -666,6 +731,68 @@ mod tests {
         let def = global().get("_FusedElementwise").unwrap();
         def.fill_and_check_attrs(&mut checked).unwrap();
         assert_eq!(def.input_types(&checked).unwrap(), vec![DType::Float; 6]);
+    }
+
+    #[test]
+    fn an_update_fuses_with_the_assign_that_is_its_only_reader() {
+        let assign = |name: &str, op: &str, inputs: &[&str]| {
+            let mut n = node(name, op, inputs, DType::Float);
+            n.attr.remove("T");
+            n.attr.insert("dtype".into(), value::dtype(DType::Float));
+            n
+        };
+        let nodes = vec![
+            node("w", "VarHandleOp", &[], DType::Float),
+            node("v", "VarHandleOp", &[], DType::Float),
+            node("g", "Placeholder", &[], DType::Float),
+            node("lr", "Const", &[], DType::Float),
+            node("dep", "NoOp", &[], DType::Float),
+            // w.assign_sub(sqrt(g) * lr): a tree of two.
+            node("root", "Sqrt", &["g"], DType::Float),
+            node("scaled", "Mul", &["root", "lr"], DType::Float),
+            assign("update_w", "AssignSubVariableOp", &["w", "scaled", "^dep"]),
+            node("train", "NoOp", &["^update_w", "^update_v"], DType::Float),
+            // v.assign_add(g * lr), the product also sent: the assign stays.
+            node("shared", "Mul", &["g", "lr"], DType::Float),
+            assign("update_v", "AssignAddVariableOp", &["v", "shared"]),
+            node("send", "_Send", &["shared"], DType::Float),
+        ];
+        let mut graph = GraphDef {
+            node: nodes,
+            ..Default::default()
+        };
+        assert_eq!(fuse_element_wise(&mut graph).unwrap(), 1);
+        let fused = by_name(&graph, "update_w");
+        assert_eq!(fused.op, "_FusedElementwiseAssign");
+        assert_eq!(fused.input, ["w", "g", "lr", "^dep"]);
+        assert_eq!(attr::string_or(fused, "update", "").unwrap(), "sub");
+        assert_eq!(
+            program(fused),
+            [("Sqrt".to_string(), [0, -1]), ("Mul".to_string(), [2, 1]),]
+        );
+        assert!(graph
+            .node
+            .iter()
+            .all(|n| n.name != "root" && n.name != "scaled"));
+        assert_eq!(by_name(&graph, "update_v").op, "AssignAddVariableOp");
+        assert_eq!(by_name(&graph, "shared").op, "Mul");
+        // A float64 update, or one on another device, stays as it is.
+        for (dtype, device) in [(DType::Double, CPU), (DType::Float, "/device:CPU:1")] {
+            let mut other = assign("update_x", "AssignSubVariableOp", &["w", "scaled"]);
+            other.attr.insert("dtype".into(), value::dtype(dtype));
+            other.device = device.into();
+            let mut graph = GraphDef {
+                node: vec![
+                    node("w", "VarHandleOp", &[], DType::Float),
+                    node("g", "Placeholder", &[], DType::Float),
+                    node("scaled", "Neg", &["g"], DType::Float),
+                    other,
+                ],
+                ..Default::default()
+            };
+            assert_eq!(fuse_element_wise(&mut graph).unwrap(), 0);
+            assert_eq!(by_name(&graph, "scaled").op, "Neg");
+        }
     }
 
     #[test]

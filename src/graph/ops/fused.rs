@@ -9,7 +9,8 @@
 //! `kernels::cpu`'s chains of the unfused kernels.
 //!
 //! Beside them, tessera's own `_FusedElementwise`: a tree of float32 element-wise ops its
-//! worker fuses at registration (`exec::remap`), never sent by a client.
+//! worker fuses at registration (`exec::remap`), never sent by a client; and
+//! `_FusedElementwiseAssign`, such a tree fused with the variable update that read it.
 
 use crate::error::Result;
 use crate::graph::registry::{OpDef, Registry};
@@ -64,6 +65,19 @@ pub(super) fn register(r: &mut Registry) {
         .attr("ops: list(string)")
         .attr("operands: list(int)")
         .shape(broadcast_all)
+        .register(r);
+    // The same tree fused with the `AssignAddVariableOp` or `AssignSubVariableOp` that was its
+    // only reader (`update`: `add` or `sub`): the tree's result goes into the variable.
+    OpDef::build("_FusedElementwiseAssign")
+        .input("resource: resource")
+        .input("inputs: N * T")
+        .attr("T: {float}")
+        .attr("N: int >= 1")
+        .attr("ops: list(string)")
+        .attr("operands: list(int)")
+        .attr("update: {'add', 'sub'}")
+        .stateful()
+        .shape(|_| Ok(vec![]))
         .register(r);
     OpDef::build("_FusedBatchNormEx")
         .input("x: T")

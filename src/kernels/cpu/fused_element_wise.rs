@@ -20,19 +20,45 @@ use std::sync::Arc;
 
 use super::broadcast;
 use super::numeric::{Float, Real};
-use super::split::{lanes, ELEMENT_CYCLES};
+use super::split::{self, lanes, ELEMENT_CYCLES};
+use super::variable::update_variable;
 use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Shape, Tensor};
 
 /// The fused op's name.
 pub const OP: &str = "_FusedElementwise";
 
-/// Returns the factory of the fused op's kernel.
+/// The name of the fused op that also applies the tree's result to a variable: a tree whose
+/// only reader was an `AssignAddVariableOp` or `AssignSubVariableOp` (an optimizer's update
+/// written as ops), fused with it. Its input 0 is the variable's handle, the tree's inputs
+/// follow, and attr `update` is `add` or `sub`; it has no output. Each chunk of the tree's
+/// result goes into the variable's elements while it is in L1, in the variable's own buffer
+/// when no reader holds it: one pass over the variable, and no tensor for the update.
+pub const ASSIGN_OP: &str = "_FusedElementwiseAssign";
+
+/// Returns the factory of a fused op's kernel.
 pub(super) fn kernel_for(op: &str) -> Option<KernelFactory> {
-    (op == OP).then_some(|node| Ok(Arc::new(FusedElementwise::new(node)?) as Arc<dyn OpKernel>))
+    match op {
+        OP => Some(|node| Ok(Arc::new(FusedElementwise::new(node)?) as Arc<dyn OpKernel>)),
+        ASSIGN_OP => Some(|node| {
+            let subtract = match attr::string_or(node, "update", "")?.as_str() {
+                "add" => false,
+                "sub" => true,
+                other => {
+                    return Err(Status::invalid_argument(format!(
+                        "{ASSIGN_OP} node `{}`: update must be `add` or `sub`, not `{other}`",
+                        node.name
+                    )))
+                }
+            };
+            let program = FusedElementwise::new(node)?;
+            Ok(Arc::new(FusedElementwiseAssign { program, subtract }) as Arc<dyn OpKernel>)
+        }),
+        _ => None,
+    }
 }
 
 /// An element-wise op a fused node may run, with the function its unfused kernel applies to
@@ -376,10 +402,9 @@ impl FusedElementwise {
             })
             .collect();
         let intra = ctx.intra();
-        let cycles = self.steps.len() as f64 * ELEMENT_CYCLES;
         let pass = |out: &mut [f32]| {
-            intra.for_chunks(out, 1, cycles, |start, piece| {
-                lanes(|| self.run_piece(&sources, start, piece))
+            intra.for_chunks(out, 1, self.cycles(), |start, piece| {
+                lanes(|| self.run_piece(&sources, start, piece, None))
             })
         };
         match forwarded {
@@ -395,9 +420,22 @@ impl FusedElementwise {
         }
     }
 
-    /// The steps over `piece`, the output's elements from `start` on, a chunk at a time.
+    /// Cycles of work per element, for the pool's split.
+    fn cycles(&self) -> f64 {
+        self.steps.len() as f64 * ELEMENT_CYCLES
+    }
+
+    /// The steps over `piece`, the output's elements from `start` on, a chunk at a time; with
+    /// `update`, each chunk of the result goes into the piece's elements through it
+    /// (`x = update(x, result)`) instead of over them.
     #[inline(always)]
-    fn run_piece(&self, sources: &[Source<'_>], start: usize, piece: &mut [f32]) {
+    fn run_piece(
+        &self,
+        sources: &[Source<'_>],
+        start: usize,
+        piece: &mut [f32],
+        update: Option<fn(f32, f32) -> f32>,
+    ) {
         let last = self.steps.len() - 1;
         let mut scratch = vec![0.0f32; CHUNK * last];
         let scalars: Vec<Vec<f32>> = sources
@@ -410,6 +448,7 @@ impl FusedElementwise {
         // The forwarded input's chunk, read from here while its place is written.
         let forwarded = sources.iter().any(|s| matches!(s, Source::Output));
         let mut own = [0.0f32; CHUNK];
+        let mut result = [0.0f32; CHUNK];
         let mut offset = 0;
         while offset < piece.len() {
             let n = CHUNK.min(piece.len() - offset);
@@ -432,10 +471,15 @@ impl FusedElementwise {
                 };
                 let a = operand(step.a);
                 let b = step.b.map_or(&[][..], operand);
-                if k == last {
-                    step.op.run(a, b, chunk);
-                } else {
-                    step.op.run(a, b, &mut rest[..n]);
+                match (k == last, update) {
+                    (true, None) => step.op.run(a, b, chunk),
+                    (true, Some(_)) => step.op.run(a, b, &mut result[..n]),
+                    (false, _) => step.op.run(a, b, &mut rest[..n]),
+                }
+            }
+            if let Some(update) = update {
+                for (x, &r) in chunk.iter_mut().zip(&result[..n]) {
+                    *x = update(*x, r);
                 }
             }
             offset += n;
@@ -443,12 +487,12 @@ impl FusedElementwise {
     }
 
     /// The steps one at a time over whole tensors, broadcasting as the unfused kernels do (and
-    /// failing where they fail).
-    fn compute_stepwise(&self, ctx: &OpContext<'_>) -> Result<Tensor> {
+    /// failing where they fail); the program's inputs are the node's from `first` on.
+    fn compute_stepwise(&self, ctx: &OpContext<'_>, first: usize) -> Result<Tensor> {
         let mut results: Vec<Tensor> = Vec::with_capacity(self.steps.len());
         for step in &self.steps {
             let operand = |o: Operand| match o {
-                Operand::Input(i) => ctx.input(i),
+                Operand::Input(i) => ctx.input(first + i),
                 Operand::Step(k) => Ok(&results[k]),
             };
             let a = operand(step.a)?;
@@ -482,28 +526,82 @@ enum Source<'a> {
     Output,
 }
 
-impl OpKernel for FusedElementwise {
-    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
-        if ctx.num_inputs() != self.inputs {
+impl FusedElementwise {
+    /// Checks the node has the program's N float32 inputs after its first `first`; returns the
+    /// result's dimensions, when the inputs broadcast together (the unfused graph's shape).
+    fn result_dims(&self, ctx: &OpContext<'_>, first: usize) -> Result<Option<Vec<usize>>> {
+        if ctx.num_inputs() != first + self.inputs {
             return Err(ctx.invalid(format!(
-                "has {} inputs; its program reads N = {}",
+                "has {} inputs; its program reads N = {} after {first}",
                 ctx.num_inputs(),
                 self.inputs
             )));
         }
-        if let Some(t) = ctx.inputs().iter().find(|t| t.dtype() != DType::Float) {
+        let inputs = &ctx.inputs()[first..];
+        if let Some(t) = inputs.iter().find(|t| t.dtype() != DType::Float) {
             return Err(ctx.invalid(format!("runs float32 only; an input is {}", t.dtype())));
         }
-        // The output's shape: every input broadcast together (the unfused graph's too).
-        let dims = ctx.inputs().iter().try_fold(Vec::new(), |dims, t| {
+        Ok(inputs.iter().try_fold(Vec::new(), |dims, t| {
             broadcast::broadcast_shape(&dims, t.dims())
-        });
-        let out = match dims {
+        }))
+    }
+}
+
+impl OpKernel for FusedElementwise {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let out = match self.result_dims(ctx, 0)? {
             Some(dims) if self.chunked(ctx.inputs(), &dims) => self.compute_chunked(ctx, dims)?,
-            _ => self.compute_stepwise(ctx)?,
+            _ => self.compute_stepwise(ctx, 0)?,
         };
         ctx.set_output(0, out);
         Ok(())
+    }
+}
+
+/// The kernel of [`ASSIGN_OP`]: the program, and whether the variable takes its result away.
+struct FusedElementwiseAssign {
+    program: FusedElementwise,
+    subtract: bool,
+}
+
+impl OpKernel for FusedElementwiseAssign {
+    fn compute(&self, ctx: &mut OpContext<'_>) -> Result<()> {
+        let program = &self.program;
+        let update: fn(f32, f32) -> f32 = if self.subtract { Real::sub } else { Real::add };
+        let intra = ctx.intra();
+        match program.result_dims(ctx, 1)? {
+            Some(dims) if program.chunked(&ctx.inputs()[1..], &dims) => {
+                let len: usize = dims.iter().product();
+                let values = ctx.inputs()[1..]
+                    .iter()
+                    .map(|t| t.values::<f32>())
+                    .collect::<Result<Vec<_>>>()?;
+                let sources: Vec<Source<'_>> = values
+                    .iter()
+                    .map(|v| match v.len() {
+                        n if n == len => Source::Whole(v),
+                        _ => Source::Scalar(v[0]),
+                    })
+                    .collect();
+                let shape = Shape::new(dims);
+                update_variable(ctx, DType::Float, &shape, |value| {
+                    value.update_in_place::<f32, _>(|v| {
+                        intra.for_chunks(v, 1, program.cycles(), |start, piece| {
+                            lanes(|| program.run_piece(&sources, start, piece, Some(update)))
+                        })
+                    })
+                })
+            }
+            _ => {
+                let delta = program.compute_stepwise(ctx, 1)?;
+                update_variable(ctx, DType::Float, delta.shape(), |value| {
+                    let delta = delta.values::<f32>()?;
+                    value.update_in_place::<f32, _>(|v| {
+                        split::zip_in_place(intra, v, &delta, update)
+                    })
+                })
+            }
+        }
     }
 }
 

@@ -11,15 +11,15 @@
 
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
-use super::split;
 use super::numeric::Real;
+use super::split;
 use super::{input, stateless};
 use crate::error::{Code, Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
 use crate::runtime::resource::Var;
-use crate::tensor::{DType, PartialShape, ResourceHandle, Tensor};
+use crate::tensor::{DType, PartialShape, ResourceHandle, Shape, Tensor};
 
 /// The `type_name` of a variable's resource handle.
 pub const VAR_TYPE_NAME: &str = "Var";
@@ -273,38 +273,50 @@ impl OpKernel for Assign {
 
 /// Adds (or subtracts) the value to an initialized variable of the same shape.
 fn assign_update(ctx: &mut OpContext<'_>, subtract: bool) -> Result<()> {
-    let h = handle_input(ctx, 0)?;
     let delta = input(ctx, 1)?;
+    let intra = ctx.intra();
+    update_variable(ctx, delta.dtype(), delta.shape(), |value| {
+        // In the variable's own buffer when no reader holds it (one pass, nothing allocated),
+        // in a copy otherwise: a value read before keeps its elements.
+        dispatch_real!(ctx, delta.dtype(), T => {
+            let f: fn(T, T) -> T = if subtract { Real::sub } else { Real::add };
+            let delta = delta.values::<T>()?;
+            value.update_in_place::<T, _>(|v| split::zip_in_place(intra, v, &delta, f))?
+        });
+        Ok(())
+    })
+}
+
+/// Runs `f` on the value of the variable input 0 names, write-locked, after the checks of
+/// `AssignAddVariableOp` and `AssignSubVariableOp` for an update of `dtype` and `shape`
+/// (initialized, the same dtype, the same shape), with their errors.
+pub(super) fn update_variable<R>(
+    ctx: &OpContext<'_>,
+    dtype: DType,
+    shape: &Shape,
+    f: impl FnOnce(&mut Tensor) -> Result<R>,
+) -> Result<R> {
+    let h = handle_input(ctx, 0)?;
     let var = lookup_var(ctx, &h)?;
     let mut slot = write_lock(ctx, &var)?;
-    let old = slot.as_ref().ok_or_else(|| uninitialized(ctx, &h))?;
-    if old.dtype() != delta.dtype() {
+    let value = slot.as_mut().ok_or_else(|| uninitialized(ctx, &h))?;
+    if value.dtype() != dtype {
         return Err(ctx.invalid(format!(
             "Trying to update variable `{}` of dtype {} with a {} value",
             h.name,
-            old.dtype(),
-            delta.dtype()
+            value.dtype(),
+            dtype
         )));
     }
-    if old.shape() != delta.shape() {
+    if value.shape() != shape {
         return Err(ctx.invalid(format!(
             "Cannot update variable `{}` with shape {} using a Tensor with shape {}, shapes must be equal.",
             h.name,
-            old.shape(),
-            delta.shape()
+            value.shape(),
+            shape
         )));
     }
-    let dtype = old.dtype();
-    let intra = ctx.intra();
-    let value = slot.as_mut().expect("checked above");
-    // In the variable's own buffer when no reader holds it (one pass, nothing allocated), in a
-    // copy otherwise: a value read before keeps its elements.
-    dispatch_real!(ctx, dtype, T => {
-        let f: fn(T, T) -> T = if subtract { Real::sub } else { Real::add };
-        let delta = delta.values::<T>()?;
-        value.update_in_place::<T, _>(|v| split::zip_in_place(intra, v, &delta, f))?
-    });
-    Ok(())
+    f(value)
 }
 
 fn assign_add(ctx: &mut OpContext<'_>) -> Result<()> {
