@@ -185,9 +185,10 @@ fn two_towers_on_a_daemon_with_two_cpus_train_like_one_device() {
 
 #[test]
 fn a_step_over_the_devices_memory_limit_is_resource_exhausted_naming_node_and_sizes() {
-    // x is fed [16, 16] f32 (1024 bytes, fed tensors are the caller's). y = x·x is 1024
+    // x is fed [16, 16] f32 (1024 bytes, fed tensors are the caller's). y = x + x is 1024
     // bytes; z = concat(y, y) on axis 0 is [32, 16] = 32·16·4 = 2048 bytes. With a 1500-byte
     // limit y fits and z does not (y is released when z takes it, so z asks for 2048 alone).
+    // (Not a product: a matrix product's packing buffers alone are 512 KiB of scratch.)
     let mut g = Graph::new();
     let x = g
         .placeholder(
@@ -196,7 +197,7 @@ fn a_step_over_the_devices_memory_limit_is_resource_exhausted_naming_node_and_si
             PartialShape::new(vec![Some(16), Some(16)]),
         )
         .unwrap();
-    let y = g.matmul(&x, &x).unwrap();
+    let y = g.add(&x, &x).unwrap();
     let z = g
         .with_name_scope("z", |g| g.concat(&[y.clone(), y.clone()], 0))
         .unwrap();
@@ -224,7 +225,7 @@ fn a_step_over_the_devices_memory_limit_is_resource_exhausted_naming_node_and_si
     let budget = session.device().memory().unwrap().clone();
     assert_eq!(budget.in_use(), 0);
 
-    // With room for it the same step runs: every entry of ones·ones is 16.
+    // With room for it the same step runs: every entry of ones + ones is 2.
     let session = LocalSession::local_with(SessionOptions {
         cpu_memory_limit: Some(4096),
         ..Default::default()
@@ -232,7 +233,7 @@ fn a_step_over_the_devices_memory_limit_is_resource_exhausted_naming_node_and_si
     session.extend(&graph).unwrap();
     let out = session.run(&[("x:0", ones())], &[&z.name()], &[]).unwrap();
     assert_eq!(out[0].dims(), &[32, 16]);
-    assert!(out[0].values::<f32>().unwrap().iter().all(|&v| v == 16.0));
+    assert!(out[0].values::<f32>().unwrap().iter().all(|&v| v == 2.0));
     let budget = session.device().memory().unwrap();
     assert_eq!(budget.in_use(), 0, "charges are given back after the step");
     assert!(
