@@ -218,9 +218,12 @@ fn tanh_grad(ctx: &mut OpContext<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Writes the softmax (or log-softmax) of each row of `x` into `out`.
-fn softmax_rows<T: Float>(x: &[T], classes: usize, log: bool, out: &mut Vec<T>) {
-    for row in x.chunks(classes) {
+/// Cycles per element of a softmax row (a max, an `exp` and a divide or a subtract).
+const SOFTMAX_CYCLES: f64 = 16.0;
+
+/// Writes the softmax (or log-softmax) of each row of `x` into the same place of `out`.
+fn softmax_rows<T: Float>(x: &[T], classes: usize, log: bool, out: &mut [T]) {
+    for (row, out) in x.chunks(classes).zip(out.chunks_mut(classes)) {
         let max = row
             .iter()
             .copied()
@@ -228,11 +231,33 @@ fn softmax_rows<T: Float>(x: &[T], classes: usize, log: bool, out: &mut Vec<T>) 
         let sum = row.iter().fold(T::zero(), |s, &v| s + (v - max).exp());
         if log {
             let lse = sum.ln();
-            out.extend(row.iter().map(|&v| v - max - lse));
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = v - max - lse;
+            }
         } else {
-            out.extend(row.iter().map(|&v| (v - max).exp() / sum));
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = (v - max).exp() / sum;
+            }
         }
     }
+}
+
+/// [`softmax_rows`] of `x` split by rows over the intra-op pool (each row computed as on one
+/// thread, so the bits do not depend on the split).
+fn softmax_rows_split<T: Float>(ctx: &OpContext<'_>, x: &[T], classes: usize, log: bool) -> Vec<T> {
+    let mut out = vec![T::zero(); x.len()];
+    if classes > 0 {
+        ctx.intra().for_chunks(
+            &mut out,
+            classes,
+            classes as f64 * SOFTMAX_CYCLES,
+            |first, rows| {
+                let at = first * classes;
+                softmax_rows(&x[at..at + rows.len()], classes, log, rows)
+            },
+        );
+    }
+    out
 }
 
 fn softmax_kernel(ctx: &mut OpContext<'_>, log: bool) -> Result<()> {
@@ -246,11 +271,7 @@ fn softmax_kernel(ctx: &mut OpContext<'_>, log: bool) -> Result<()> {
     let classes = x.dims()[x.rank() - 1];
     let out = dispatch_float!(ctx, x.dtype(), T => {
         let v = x.values::<T>()?;
-        let mut out = Vec::with_capacity(v.len());
-        if classes > 0 {
-            softmax_rows::<T>(&v, classes, log, &mut out);
-        }
-        Tensor::from_vec(x.shape().clone(), out)?
+        Tensor::from_vec(x.shape().clone(), softmax_rows_split::<T>(ctx, &v, classes, log))?
     });
     ctx.set_output(0, out);
     Ok(())
@@ -457,17 +478,28 @@ fn softmax_xent(ctx: &mut OpContext<'_>) -> Result<()> {
             Cow::Owned(broadcast_to(&yv, labels.dims(), &shape).expect("broadcast checked"))
         };
         // The log-probabilities are computed into the backprop buffer, then turned into
-        // `softmax - labels` in place.
-        let mut backprop = Vec::with_capacity(batch * classes);
-        if classes > 0 {
-            softmax_rows::<T>(&x, classes, true, &mut backprop);
-        }
+        // `softmax - labels` in place; rows split over the intra-op pool.
+        let mut backprop = vec![T::zero(); batch * classes];
         let mut loss = vec![T::zero(); batch];
-        for (b, l) in loss.iter_mut().enumerate() {
-            for j in b * classes..(b + 1) * classes {
-                *l -= y[j] * backprop[j];
-                backprop[j] = backprop[j].exp() - y[j];
-            }
+        if classes > 0 && batch > 0 {
+            let pieces = ctx.intra().pieces(batch, classes as f64 * (SOFTMAX_CYCLES + 4.0));
+            let per_piece = batch.div_ceil(pieces);
+            let items: Vec<(usize, &mut [T], &mut [T])> = backprop
+                .chunks_mut(per_piece * classes)
+                .zip(loss.chunks_mut(per_piece))
+                .enumerate()
+                .map(|(k, (rows, losses))| (k * per_piece, rows, losses))
+                .collect();
+            ctx.intra().map(items, |(first, rows, losses)| {
+                let at = first * classes;
+                softmax_rows::<T>(&x[at..at + rows.len()], classes, true, rows);
+                for (b, l) in losses.iter_mut().enumerate() {
+                    for j in b * classes..(b + 1) * classes {
+                        *l -= y[at + j] * rows[j];
+                        rows[j] = rows[j].exp() - y[at + j];
+                    }
+                }
+            });
         }
         (Tensor::from_vec([batch], loss)?, Tensor::from_vec(Shape::new(shape.clone()), backprop)?)
     });
@@ -529,10 +561,7 @@ fn sparse_softmax_xent(ctx: &mut OpContext<'_>) -> Result<()> {
     let (loss, backprop) = dispatch_float!(ctx, logits.dtype(), T => {
         let x = logits.values::<T>()?;
         // Log-probabilities go into the backprop buffer and become `softmax - onehot` in place.
-        let mut backprop = Vec::with_capacity(batch * classes);
-        if classes > 0 {
-            softmax_rows::<T>(&x, classes, true, &mut backprop);
-        }
+        let mut backprop = softmax_rows_split::<T>(ctx, &x, classes, true);
         let mut loss = Vec::with_capacity(batch);
         for (row, &label) in backprop.chunks_mut(classes.max(1)).zip(&label_values) {
             loss.push(-row[label as usize]);
@@ -556,4 +585,92 @@ fn l2_loss(ctx: &mut OpContext<'_>) -> Result<()> {
     });
     ctx.set_output(0, out);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceType;
+    use crate::graph::attr::value;
+    use crate::kernels::create_kernel;
+    use crate::runtime::intra::IntraPool;
+    use crate::runtime::resource::ResourceMgr;
+
+    /// Runs float32 `op` on `inputs` over `pool`; returns its outputs.
+    fn run(op: &str, inputs: Vec<Tensor>, pool: &IntraPool) -> Vec<Tensor> {
+        let mut node = NodeDef {
+            name: "n".into(),
+            op: op.into(),
+            ..Default::default()
+        };
+        node.attr.insert("T".into(), value::dtype(DType::Float));
+        let kernel = create_kernel(&node, DeviceType::Cpu).unwrap();
+        let resources = ResourceMgr::new();
+        let mut ctx =
+            OpContext::new(&node, inputs, &resources, "/device:CPU:0", 1).with_intra(pool);
+        kernel.compute(&mut ctx).unwrap();
+        ctx.take_outputs().into_iter().map(Option::unwrap).collect()
+    }
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.values::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
+    /// Softmax, its log and both cross-entropies split by rows over a pool give the bits of
+    /// one thread (each row is computed whole on one thread), past the split's threshold.
+    #[test]
+    fn softmax_and_the_cross_entropies_split_by_rows_keep_one_threads_bits() {
+        let (one, three) = (IntraPool::new("nn-one", 1), IntraPool::new("nn-three", 3));
+        let (batch, classes) = (257, 100);
+        let logits: Vec<f32> = (0..batch * classes)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let labels: Vec<f32> = (0..batch * classes)
+            .map(|i| {
+                if i % classes == (i / classes) % classes {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let sparse: Vec<i32> = (0..batch).map(|b| (b % classes) as i32).collect();
+        let logits = Tensor::from_vec([batch, classes], logits).unwrap();
+        assert!(
+            three.pieces(batch, classes as f64 * SOFTMAX_CYCLES) > 1,
+            "it must split"
+        );
+        let cases: Vec<(&str, Vec<Tensor>)> = vec![
+            ("Softmax", vec![logits.clone()]),
+            ("LogSoftmax", vec![logits.clone()]),
+            (
+                "SoftmaxCrossEntropyWithLogits",
+                vec![
+                    logits.clone(),
+                    Tensor::from_vec([batch, classes], labels).unwrap(),
+                ],
+            ),
+            (
+                "SparseSoftmaxCrossEntropyWithLogits",
+                vec![logits.clone(), Tensor::from_vec([batch], sparse).unwrap()],
+            ),
+        ];
+        for (op, inputs) in cases {
+            let whole = run(op, inputs.clone(), &one);
+            let split = run(op, inputs, &three);
+            for (w, s) in whole.iter().zip(&split) {
+                assert_eq!(w.dims(), s.dims(), "{op}");
+                assert_eq!(bits(w), bits(s), "{op}");
+            }
+        }
+        // The values are a softmax: each row sums to 1.
+        let p = run("Softmax", vec![logits], &three).remove(0);
+        for row in p.values::<f32>().unwrap().chunks(classes) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+    }
 }
