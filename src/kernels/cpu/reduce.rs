@@ -8,11 +8,13 @@
 use std::sync::Arc;
 
 use super::numeric::Real;
+use super::split::ELEMENT_CYCLES;
 use super::{input, int_scalar, int_values, normalize_axis};
 use crate::error::Result;
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
+use crate::runtime::intra::IntraPool;
 use crate::tensor::{DType, Shape, Tensor};
 
 /// Returns the factory for a reduction op.
@@ -55,15 +57,17 @@ impl Reduce {
         }))
     }
 
-    fn run<T: Real>(&self, x: &Tensor, reduced: &[bool]) -> Result<Tensor> {
+    fn run<T: Real>(&self, intra: &IntraPool, x: &Tensor, reduced: &[bool]) -> Result<Tensor> {
         let values = x.values::<T>()?;
         let (x, dims) = (&values[..], x.dims());
-        // Each reducer is its own instance of `reduce_axes`, so that its loops vectorize.
+        // Each reducer is its own instance of `reduce_split`, so that its loops vectorize.
         let mut out = match self.reducer {
-            Reducer::Sum | Reducer::Mean => reduce_axes(x, dims, reduced, T::zero(), Real::add),
-            Reducer::Prod => reduce_axes(x, dims, reduced, T::one(), Real::mul),
-            Reducer::Max => reduce_axes(x, dims, reduced, T::LOWEST, Real::max),
-            Reducer::Min => reduce_axes(x, dims, reduced, T::HIGHEST, Real::min),
+            Reducer::Sum | Reducer::Mean => {
+                reduce_split(intra, x, dims, reduced, T::zero(), Real::add)
+            }
+            Reducer::Prod => reduce_split(intra, x, dims, reduced, T::one(), Real::mul),
+            Reducer::Max => reduce_split(intra, x, dims, reduced, T::LOWEST, Real::max),
+            Reducer::Min => reduce_split(intra, x, dims, reduced, T::HIGHEST, Real::min),
         };
         if self.reducer == Reducer::Mean {
             let count: usize = dims
@@ -130,7 +134,7 @@ impl OpKernel for Reduce {
         let x = input(ctx, 0)?;
         let axes = input(ctx, 1)?;
         let reduced = reduction_axes(ctx, &x, &axes)?;
-        let out = dispatch_real!(ctx, x.dtype(), T => self.run::<T>(&x, &reduced)?);
+        let out = dispatch_real!(ctx, x.dtype(), T => self.run::<T>(ctx.intra(), &x, &reduced)?);
         ctx.set_output(0, out);
         Ok(())
     }
@@ -171,6 +175,66 @@ impl OpKernel for Logical {
         );
         Ok(())
     }
+}
+
+/// [`reduce_axes`], split over the intra-op pool when the reduced axes are the trailing ones
+/// (each output folds one contiguous block: split over the outputs) or the leading ones (each
+/// output folds one column: split over the columns). Each output element is folded in the
+/// same order as [`reduce_axes`] folds it, so the bits do not depend on the split; other
+/// reductions, and small ones, run on the calling thread.
+fn reduce_split<T: Copy + Send + Sync, F: Fn(T, T) -> T + Copy + Sync>(
+    intra: &IntraPool,
+    x: &[T],
+    dims: &[usize],
+    reduced: &[bool],
+    init: T,
+    f: F,
+) -> Vec<T> {
+    let kept = reduced.iter().take_while(|&&r| !r).count();
+    let suffix = reduced[kept..].iter().all(|&r| r);
+    let leading = reduced.iter().take_while(|&&r| r).count();
+    let prefix = reduced[leading..].iter().all(|&r| !r);
+    let (outer, block): (usize, usize) =
+        (dims[..kept].iter().product(), dims[kept..].iter().product());
+    if suffix && kept > 0 && kept < dims.len() && block > 0 {
+        let pieces = intra.pieces(outer, block as f64 * ELEMENT_CYCLES);
+        if pieces > 1 {
+            // As `reduce_axes` folds a block: each row of the last axis in lanes, in order.
+            let row = dims[dims.len() - 1].max(1);
+            let mut out = vec![init; outer];
+            intra.for_chunks(&mut out, 1, block as f64 * ELEMENT_CYCLES, |first, outs| {
+                for (k, o) in outs.iter_mut().enumerate() {
+                    let at = (first + k) * block;
+                    *o = x[at..at + block]
+                        .chunks(row)
+                        .fold(init, |acc, r| f(acc, fold_lanes(r, init, f)));
+                }
+            });
+            return out;
+        }
+    }
+    let (rows, columns): (usize, usize) = (
+        dims[..leading].iter().product(),
+        dims[leading..].iter().product(),
+    );
+    if prefix && leading > 0 && leading < dims.len() && columns > 0 {
+        let pieces = intra.pieces(columns, rows as f64 * ELEMENT_CYCLES);
+        if pieces > 1 {
+            // As `reduce_axes` folds a column: row after row.
+            let mut out = vec![init; columns];
+            intra.for_chunks(&mut out, 1, rows as f64 * ELEMENT_CYCLES, |first, outs| {
+                let n = outs.len();
+                for r in 0..rows {
+                    let at = r * columns + first;
+                    for (o, &v) in outs.iter_mut().zip(&x[at..at + n]) {
+                        *o = f(*o, v);
+                    }
+                }
+            });
+            return out;
+        }
+    }
+    reduce_axes(x, dims, reduced, init, f)
 }
 
 /// Folds every element of `x` (dimensions `dims`) into the output slot of its kept coordinates.
@@ -365,6 +429,40 @@ mod tests {
         assert_eq!(
             reduce_axes(&x, &[2, 3, 2], &[false, false, false], 0, add),
             x
+        );
+    }
+
+    /// Reductions over trailing or leading axes split over a pool give the bits of one
+    /// thread (each output folded in the same order); others fall back to one pass.
+    #[test]
+    fn split_reductions_keep_the_bits_of_one_pass() {
+        let pool = IntraPool::new("reduce-test", 3);
+        let dims = [16, 61, 173];
+        let x: Vec<f32> = (0..16 * 61 * 173)
+            .map(|i| ((i * 29 % 211) as f32 - 105.0) / 13.0)
+            .collect();
+        let add = |a: f32, b: f32| a + b;
+        let max = |a: f32, b: f32| a.max(b);
+        for reduced in [
+            [false, false, true],
+            [false, true, true],
+            [true, false, false],
+            [true, true, false],
+            [true, false, true],
+            [true, true, true],
+        ] {
+            let one = reduce_axes(&x, &dims, &reduced, 0.0, add);
+            let split = reduce_split(&pool, &x, &dims, &reduced, 0.0, add);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&one), bits(&split), "{reduced:?}");
+            let one = reduce_axes(&x, &dims, &reduced, f32::MIN, max);
+            let split = reduce_split(&pool, &x, &dims, &reduced, f32::MIN, max);
+            assert_eq!(one, split, "{reduced:?}");
+        }
+        assert!(
+            pool.pieces(16 * 61, 173.0 * ELEMENT_CYCLES) > 1
+                && pool.pieces(61 * 173, 16.0 * ELEMENT_CYCLES) > 1,
+            "the trailing and the leading reductions must split"
         );
     }
 
