@@ -123,11 +123,8 @@ pub(super) fn rows<T: Element + Pod + Send + Sync>(
 
 #[cfg(test)]
 mod tests {
-    use crate::device::DeviceType;
     use crate::graph::attr::value as attr_value;
-    use crate::kernels::{create_kernel, OpContext};
     use crate::proto::NodeDef;
-    use crate::runtime::resource::ResourceMgr;
     use crate::tensor::{DType, Tensor};
 
     /// Runs `op` (float32) on `inputs`; returns its output.
@@ -138,11 +135,9 @@ mod tests {
             attr: [("T".to_string(), attr_value::dtype(DType::Float))].into(),
             ..NodeDef::default()
         };
-        let kernel = create_kernel(&node, DeviceType::Cpu).unwrap();
-        let resources = ResourceMgr::new();
-        let mut ctx = OpContext::new(&node, inputs, &resources, "/device:CPU:0", 1);
-        kernel.compute(&mut ctx).unwrap();
-        ctx.take_outputs().remove(0).unwrap()
+        super::super::run_alone(&node, inputs, None)
+            .unwrap()
+            .remove(0)
     }
 
     fn floats(shape: &[usize], values: &[f32]) -> Tensor {

@@ -608,10 +608,7 @@ impl OpKernel for FusedElementwiseAssign {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::DeviceType;
     use crate::graph::attr::value;
-    use crate::kernels::create_kernel;
-    use crate::runtime::resource::ResourceMgr;
 
     const UNARY: [&str; 13] = [
         "Neg",
@@ -645,11 +642,7 @@ mod tests {
 
     /// Runs `node` on `inputs`; its output, or its error.
     fn run_node(node: &NodeDef, inputs: Vec<Tensor>) -> Result<Tensor> {
-        let kernel = create_kernel(node, DeviceType::Cpu)?;
-        let resources = ResourceMgr::new();
-        let mut ctx = OpContext::new(node, inputs, &resources, "/device:CPU:0", 1);
-        kernel.compute(&mut ctx)?;
-        Ok(ctx.take_outputs().remove(0).unwrap())
+        Ok(super::super::run_alone(node, inputs, None)?.remove(0))
     }
 
     /// One unfused float32 op.

@@ -399,3 +399,25 @@ fn normalize_axis(ctx: &OpContext<'_>, axis: i64, rank: usize, what: &str) -> Re
         axis as usize
     })
 }
+
+/// Runs the CPU kernel of `node` on `inputs` in a context of its own (over `intra` when given,
+/// the process's intra-op pool otherwise); returns its outputs. For the kernels' unit tests.
+#[cfg(test)]
+pub(crate) fn run_alone(
+    node: &NodeDef,
+    inputs: Vec<Tensor>,
+    intra: Option<&crate::runtime::intra::IntraPool>,
+) -> Result<Vec<Tensor>> {
+    let kernel = super::create_kernel(node, crate::device::DeviceType::Cpu)?;
+    let resources = crate::runtime::resource::ResourceMgr::new();
+    let mut ctx = OpContext::new(node, inputs, &resources, "/device:CPU:0", 1);
+    if let Some(intra) = intra {
+        ctx = ctx.with_intra(intra);
+    }
+    kernel.compute(&mut ctx)?;
+    Ok(ctx
+        .take_outputs()
+        .into_iter()
+        .map(|t| t.expect("the kernel set every output"))
+        .collect())
+}

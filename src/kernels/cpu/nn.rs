@@ -590,11 +590,8 @@ fn l2_loss(ctx: &mut OpContext<'_>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::DeviceType;
     use crate::graph::attr::value;
-    use crate::kernels::create_kernel;
     use crate::runtime::intra::IntraPool;
-    use crate::runtime::resource::ResourceMgr;
 
     /// Runs float32 `op` on `inputs` over `pool`; returns its outputs.
     fn run(op: &str, inputs: Vec<Tensor>, pool: &IntraPool) -> Vec<Tensor> {
@@ -604,12 +601,7 @@ mod tests {
             ..Default::default()
         };
         node.attr.insert("T".into(), value::dtype(DType::Float));
-        let kernel = create_kernel(&node, DeviceType::Cpu).unwrap();
-        let resources = ResourceMgr::new();
-        let mut ctx =
-            OpContext::new(&node, inputs, &resources, "/device:CPU:0", 1).with_intra(pool);
-        kernel.compute(&mut ctx).unwrap();
-        ctx.take_outputs().into_iter().map(Option::unwrap).collect()
+        super::super::run_alone(&node, inputs, Some(pool)).unwrap()
     }
 
     fn bits(t: &Tensor) -> Vec<u32> {
