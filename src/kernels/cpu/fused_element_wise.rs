@@ -26,6 +26,7 @@ use crate::error::{Result, Status};
 use crate::graph::attr;
 use crate::kernels::{KernelFactory, OpContext, OpKernel};
 use crate::proto::NodeDef;
+use crate::runtime::intra::IntraPool;
 use crate::tensor::{DType, Shape, Tensor};
 
 /// The fused op's name.
@@ -392,21 +393,9 @@ impl FusedElementwise {
                 false => ctx.input(i)?.values::<f32>(),
             })
             .collect::<Result<Vec<_>>>()?;
-        let sources: Vec<Source<'_>> = values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v.len() {
-                _ if Some(i) == taken => Source::Output,
-                n if n == len => Source::Whole(v),
-                _ => Source::Scalar(v[0]),
-            })
-            .collect();
+        let sources = sources(&values, len, taken);
         let intra = ctx.intra();
-        let pass = |out: &mut [f32]| {
-            intra.for_chunks(out, 1, self.cycles(), |start, piece| {
-                lanes(|| self.run_piece(&sources, start, piece, None))
-            })
-        };
+        let pass = |out: &mut [f32]| self.pass(intra, &sources, out, None);
         match forwarded {
             Some((_, mut tensor)) => {
                 tensor.update_in_place::<f32, _>(pass)?;
@@ -420,9 +409,19 @@ impl FusedElementwise {
         }
     }
 
-    /// Cycles of work per element, for the pool's split.
-    fn cycles(&self) -> f64 {
-        self.steps.len() as f64 * ELEMENT_CYCLES
+    /// The steps over all of `out` (see [`run_piece`](Self::run_piece)), split over the
+    /// intra-op pool.
+    fn pass(
+        &self,
+        intra: &IntraPool,
+        sources: &[Source<'_>],
+        out: &mut [f32],
+        update: Option<fn(f32, f32) -> f32>,
+    ) {
+        let cycles = self.steps.len() as f64 * ELEMENT_CYCLES;
+        intra.for_chunks(out, 1, cycles, |start, piece| {
+            lanes(|| self.run_piece(sources, start, piece, update))
+        })
     }
 
     /// The steps over `piece`, the output's elements from `start` on, a chunk at a time; with
@@ -516,6 +515,20 @@ impl FusedElementwise {
     }
 }
 
+/// Where the chunked pass reads each input from, for an output of `len` elements: `taken` is
+/// the input forwarded into the output, if any.
+fn sources<'v>(values: &'v [Cow<'_, [f32]>], len: usize, taken: Option<usize>) -> Vec<Source<'v>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.len() {
+            _ if Some(i) == taken => Source::Output,
+            n if n == len => Source::Whole(v),
+            _ => Source::Scalar(v[0]),
+        })
+        .collect()
+}
+
 /// Where the chunked pass reads an input from.
 enum Source<'a> {
     /// The output's shape: its elements.
@@ -576,19 +589,11 @@ impl OpKernel for FusedElementwiseAssign {
                     .iter()
                     .map(|t| t.values::<f32>())
                     .collect::<Result<Vec<_>>>()?;
-                let sources: Vec<Source<'_>> = values
-                    .iter()
-                    .map(|v| match v.len() {
-                        n if n == len => Source::Whole(v),
-                        _ => Source::Scalar(v[0]),
-                    })
-                    .collect();
+                let sources = sources(&values, len, None);
                 let shape = Shape::new(dims);
                 update_variable(ctx, DType::Float, &shape, |value| {
                     value.update_in_place::<f32, _>(|v| {
-                        intra.for_chunks(v, 1, program.cycles(), |start, piece| {
-                            lanes(|| program.run_piece(&sources, start, piece, Some(update)))
-                        })
+                        program.pass(intra, &sources, v, Some(update))
                     })
                 })
             }
