@@ -167,12 +167,17 @@ impl HostPool {
         }
     }
 
+    /// Bytes of freed blocks the pool keeps now.
+    pub fn kept_bytes(&self) -> usize {
+        self.kept.load(Ordering::Relaxed)
+    }
+
     /// What the pool has done so far.
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             reused: self.reused.load(Ordering::Relaxed),
             fresh: self.fresh.load(Ordering::Relaxed),
-            kept_bytes: self.kept.load(Ordering::Relaxed),
+            kept_bytes: self.kept_bytes(),
             released_bytes: self.released.load(Ordering::Relaxed),
         }
     }

@@ -239,7 +239,7 @@ impl MemoryBudget {
                     let held = wanted.saturating_add(resident);
                     self.peak.fetch_max(held, Ordering::AcqRel);
                     if let Some(pool) = self.idle {
-                        let kept = pool.stats().kept_bytes as u64;
+                        let kept = pool.kept_bytes() as u64;
                         if kept > 0 && held.saturating_add(kept) > self.limit {
                             pool.release_idle(0);
                         }
