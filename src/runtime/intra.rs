@@ -10,10 +10,9 @@
 //!
 //! The pool is a rayon pool of fixed size (about one thread per core). Its jobs only compute:
 //! they never wait for another node, a rendezvous or a lock another step holds, so a fixed
-//! size cannot starve (the executor's pool, whose jobs may block, is the one that grows). The
-//! kernel's own thread runs the first piece itself and then waits for the others; that wait
-//! is not marked `pool::blocking`: the pieces keep the cores busy meanwhile, and starting
-//! another executor thread would only oversubscribe them.
+//! size cannot starve (the executor's pool, whose jobs may block, is the one that grows). A
+//! kernel waiting for its pieces is not marked `pool::blocking`: its pieces keep the cores
+//! busy meanwhile, and starting another executor thread would only oversubscribe them.
 
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
@@ -90,7 +89,14 @@ impl IntraPool {
             }
             return;
         }
-        self.run_pieces(split(units, pieces).collect(), &f);
+        let f = &f;
+        let charged = ScopeHandle::current();
+        self.pool.scope(|scope| {
+            for range in split(units, pieces) {
+                // SAFETY: the pieces end before `scope` returns, inside the kernel's run.
+                scope.spawn(move |_| unsafe { charged.run(|| f(range)) });
+            }
+        });
     }
 
     /// Runs `f(first, chunk)` over `data` cut into [`Self::pieces`] chunks of whole units of
@@ -111,15 +117,17 @@ impl IntraPool {
             f(0, data);
             return;
         }
-        let mut rest = data;
-        let chunks: Vec<(usize, &mut [T])> = split(units, pieces)
-            .map(|range| {
+        let f = &f;
+        let charged = ScopeHandle::current();
+        self.pool.scope(|scope| {
+            let mut rest = data;
+            for range in split(units, pieces) {
                 let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(range.len() * unit);
                 rest = tail;
-                (range.start, chunk)
-            })
-            .collect();
-        self.run_pieces(chunks, &|(first, chunk)| f(first, chunk));
+                // SAFETY: the pieces end before `scope` returns, inside the kernel's run.
+                scope.spawn(move |_| unsafe { charged.run(|| f(range.start, chunk)) });
+            }
+        });
     }
 
     /// `f` of each item on the pool (inline when there is one); the results in order.
@@ -127,34 +135,27 @@ impl IntraPool {
         if items.len() <= 1 {
             return items.into_iter().map(f).collect();
         }
+        let f = &f;
         let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
-        let jobs: Vec<(I, &mut Option<R>)> = items.into_iter().zip(results.iter_mut()).collect();
-        self.run_pieces(jobs, &|(item, slot)| *slot = Some(f(item)));
+        let charged = ScopeHandle::current();
+        self.pool.scope(|scope| {
+            for (item, slot) in items.into_iter().zip(results.iter_mut()) {
+                // SAFETY: the pieces end before `scope` returns, inside the kernel's run.
+                scope.spawn(move |_| unsafe { charged.run(|| *slot = Some(f(item))) });
+            }
+        });
         results
             .into_iter()
             .map(|r| r.expect("every piece ran"))
             .collect()
     }
 
-    /// Runs `f` on each piece: the first on the calling thread, the others on the pool's
-    /// threads. The caller works instead of sleeping until a pool thread has done its piece
-    /// (as Eigen's `parallelFor` runs one range itself), so a split costs one hand-off less
-    /// and no wake-up of the caller when the pieces end together. Returns when every piece
-    /// has run; a panic in a piece goes on here.
-    fn run_pieces<J: Send>(&self, pieces: Vec<J>, f: &(impl Fn(J) + Sync)) {
-        let mut pieces = pieces.into_iter();
-        let Some(first) = pieces.next() else {
-            return;
-        };
+    /// Runs `f` on the pool, so that rayon-parallel code inside it (the GEMM's) uses these
+    /// threads.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         let charged = ScopeHandle::current();
-        self.pool.in_place_scope(|scope| {
-            for piece in pieces {
-                // SAFETY: the pieces end before `in_place_scope` returns, inside the kernel's
-                // run.
-                scope.spawn(move |_| unsafe { charged.run(|| f(piece)) });
-            }
-            f(first);
-        });
+        // SAFETY: `install` returns when `f` has run, inside the kernel's run.
+        self.pool.install(move || unsafe { charged.run(f) })
     }
 }
 
@@ -203,10 +204,11 @@ mod tests {
             pool.parallel_for(4, MIN_PIECE_CYCLES, |range| range.for_each(|_| alloc()));
             pool.for_chunks(&mut [0u8; 2], 1, MIN_PIECE_CYCLES, |_, _| alloc());
             let _ = pool.map(vec![(), ()], |()| alloc());
+            pool.install(alloc);
         });
         assert_eq!(
             budget.in_use(),
-            8 << 20,
+            9 << 20,
             "every piece charged the kernel's scope"
         );
         assert_eq!(scope.finish(), None);
@@ -246,17 +248,11 @@ mod tests {
             names.lock().unwrap().insert(name.unwrap_or_default());
         });
         assert_eq!(covered.load(Ordering::Relaxed), 1 << 20);
-        let caller_name = std::thread::current().name().map(str::to_string);
-        let names = names.into_inner().unwrap();
-        let caller_name = caller_name.unwrap_or_default();
-        assert!(names.contains(&caller_name), "the caller ran a piece");
-        assert!(
-            names.iter().any(|n| n.starts_with("test-intra-")),
-            "the pool's threads ran the others"
-        );
         assert!(names
+            .lock()
+            .unwrap()
             .iter()
-            .all(|n| *n == caller_name || n.starts_with("test-intra-")));
+            .all(|n| n.starts_with("test-intra-")));
     }
 
     #[test]

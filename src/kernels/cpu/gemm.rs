@@ -1,13 +1,12 @@
 //! The matrix product of every kernel that multiplies matrices (MatMul, BatchMatMul, the
 //! convolutions and their gradients): `c = a·b` or `c += a·b` on 2-D views of any strides.
 //! float32 and float64 go through the `gemm` crate, whose kernels use the widest vector unit
-//! the CPU has (AVX-512 included, where `matrixmultiply` stops at AVX2); a large product is
-//! cut into bands of the output's longer side, one `gemm` call each over the device's
-//! intra-op threads, the kernel's own thread taking one band; other element types go through
-//! ndarray's `general_mat_mul`. BENCHES.md has the comparison that chose it.
+//! the CPU has (AVX-512 included, where `matrixmultiply` stops at AVX2) and which splits a
+//! large product over the device's intra-op threads (`Parallelism::Rayon` inside the pool);
+//! other element types through ndarray's `general_mat_mul`. BENCHES.md has the comparison
+//! that chose it.
 
 use std::any::TypeId;
-use std::ops::Range;
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -19,12 +18,6 @@ use crate::runtime::intra::IntraPool;
 /// 1/16 cycle per lane on a core with AVX-512 FMA, counted high so that a product splits only
 /// when each piece keeps a core busy for the piece's minimum.
 const CYCLES_PER_MULTIPLY_ADD: f64 = 0.125;
-
-/// The output's columns (or rows) a band of a split product is a multiple of: a whole number
-/// of the GEMM's register tiles (16 float32 lanes wide on AVX2, 8 rows), so that no band
-/// ends in a partial tile that another band's tiles could have filled.
-const TILE_COLUMNS: usize = 16;
-const TILE_ROWS: usize = 8;
 
 /// Multiply-adds below which a product runs on the calling thread alone, even with threads
 /// to spare: the GEMM's own split costs about as much as the product (32 x 64 x 128 and the
@@ -66,6 +59,13 @@ pub(super) fn matmul<T: Real>(
         return;
     }
     let multiply_adds = m.saturating_mul(n).saturating_mul(k);
+    let pool = match threads {
+        Threads::Pool(pool) if multiply_adds >= PARALLEL_MULTIPLY_ADDS => Some(pool),
+        _ => None,
+    };
+    let pieces = pool.map_or(1, |pool| {
+        pool.pieces(multiply_adds, CYCLES_PER_MULTIPLY_ADD)
+    });
     let (a_rs, a_cs) = (a.strides()[0], a.strides()[1]);
     let (b_rs, b_cs) = (b.strides()[0], b.strides()[1]);
     let (c_rs, c_cs) = (c.strides()[0], c.strides()[1]);
@@ -74,28 +74,25 @@ pub(super) fn matmul<T: Real>(
         b.as_ptr() as usize,
         c.as_mut_ptr() as usize,
     );
-    // One band of the output: rows `rows` of `a` and `c` by columns `cols` of `b` and `c`.
-    let band = move |rows: Range<usize>, cols: Range<usize>| {
-        let (r, q) = (rows.start as isize, cols.start as isize);
+    let product = move |parallelism| {
         // SAFETY: the pointers and strides are those of live views whose shapes agree (m×k,
-        // k×n, m×n), borrowed for this whole call (the pool's pieces end before
-        // `parallel_for` returns); the bands are disjoint parts of `c`, which is borrowed
-        // mutably and does not alias `a` or `b` (distinct borrows), and T is f32 or f64,
-        // which `gemm` implements. `gemm`'s `alpha` scales the old `c` (read only with
-        // `read_dst`), its `beta` the product.
+        // k×n, m×n), borrowed for this whole call (the pool runs the product before `install`
+        // returns); `c` is borrowed mutably and does not alias `a` or `b` (distinct borrows),
+        // and T is f32 or f64, which `gemm` implements. `gemm`'s `alpha` scales the old `c`
+        // (read only with `read_dst`), its `beta` the product.
         unsafe {
             gemm::gemm(
-                rows.len(),
-                cols.len(),
+                m,
+                n,
                 k,
-                (c_ptr as *mut T).offset(r * c_rs + q * c_cs),
+                c_ptr as *mut T,
                 c_cs,
                 c_rs,
                 accumulate,
-                (a_ptr as *const T).offset(r * a_rs),
+                a_ptr as *const T,
                 a_cs,
                 a_rs,
-                (b_ptr as *const T).offset(q * b_cs),
+                b_ptr as *const T,
                 b_cs,
                 b_rs,
                 T::one(),
@@ -103,32 +100,15 @@ pub(super) fn matmul<T: Real>(
                 false,
                 false,
                 false,
-                gemm::Parallelism::None,
+                parallelism,
             );
         }
     };
-    match threads {
-        Threads::Pool(pool) if multiply_adds >= PARALLEL_MULTIPLY_ADDS => {
-            // Bands of whole tiles of the longer side, one product each: the kernel's thread
-            // multiplies one band while the pool's threads multiply the others.
-            let by_columns = n >= m;
-            let (long, tile) = if by_columns {
-                (n, TILE_COLUMNS)
-            } else {
-                (m, TILE_ROWS)
-            };
-            let tiles = long.div_ceil(tile);
-            let per_tile = multiply_adds as f64 / tiles as f64 * CYCLES_PER_MULTIPLY_ADD;
-            pool.parallel_for(tiles, per_tile, |range| {
-                let span = range.start * tile..(range.end * tile).min(long);
-                if by_columns {
-                    band(0..m, span);
-                } else {
-                    band(span, 0..n);
-                }
-            });
+    match pool {
+        Some(pool) if pieces > 1 => {
+            pool.install(|| product(gemm::Parallelism::Rayon(pieces)));
         }
-        _ => band(0..m, 0..n),
+        _ => product(gemm::Parallelism::None),
     }
 }
 
@@ -217,20 +197,6 @@ mod tests {
                 assert!(
                     (x - y).abs() <= 1e-5 * s.max(1.0),
                     "{m}x{k}x{n}: {x} vs {y}"
-                );
-            }
-            // Each band adds its product to what its part of the output held.
-            matmul(
-                &a.view(),
-                &b.view(),
-                &mut split.view_mut(),
-                true,
-                Threads::Pool(&pool),
-            );
-            for ((x, y), s) in want.iter().zip(&split).zip(&scale) {
-                assert!(
-                    (2.0 * x - y).abs() <= 2e-5 * s.max(1.0),
-                    "{m}x{k}x{n} accumulated: {x} vs {y}"
                 );
             }
         }
