@@ -1266,3 +1266,66 @@ fn the_device_setter_places_reference_variables_with_their_assign_read_slots_and
     );
     assert_eq!(dev("MatMul"), "/job:worker/task:0");
 }
+
+/// A worker drops the `Identity` nodes that only hand a value on (grappler's dependency
+/// optimizer; `exec::identities`), the while loop's and its gradient's included, and the loop
+/// and its gradient compute the same bits as a local session, which runs every node.
+#[test]
+fn a_worker_drops_the_loops_hand_on_identities_and_keeps_the_bits() {
+    use crate::support::cluster::InProcessCluster;
+    use tessera::proto::RunOptions;
+
+    let (mut g, loss, xs) = rnn_graph(10);
+    let grads = gradients(&mut g, std::slice::from_ref(&loss), &xs, None).unwrap();
+    let mut fetches = vec![
+        "while/Exit:0".to_string(),
+        "while/Exit_1:0".into(),
+        loss.name(),
+    ];
+    fetches.extend(grads.iter().map(|g| g.as_ref().expect("a gradient").name()));
+    let fetches: Vec<&str> = fetches.iter().map(String::as_str).collect();
+    let identities = g.nodes().iter().filter(|n| n.op == "Identity").count();
+
+    let local = Session::local();
+    local.extend(&g.to_graph_def()).unwrap();
+    let want = local.run(&rnn_feeds(), &fetches, &[]).unwrap();
+
+    let cluster = InProcessCluster::start(&[("worker", 1)]);
+    let remote = Session::connect(&cluster.target("worker", 0)).unwrap();
+    remote.extend(&g.to_graph_def()).unwrap();
+    let options = RunOptions {
+        output_partition_graphs: true,
+        ..Default::default()
+    };
+    let (got, metadata) = remote
+        .run_with_options(&rnn_feeds(), &fetches, &[], &options)
+        .unwrap();
+    for ((got, want), name) in got.iter().zip(&want).zip(&fetches) {
+        assert_eq!(got, want, "{name}");
+    }
+    let ran: Vec<&NodeDef> = metadata
+        .partition_graphs
+        .iter()
+        .flat_map(|g| &g.node)
+        .collect();
+    let kept: Vec<&str> = ran
+        .iter()
+        .filter(|n| n.op == "Identity")
+        .map(|n| n.name.as_str())
+        .collect();
+    // The body's view of `h` and of the sum are gone; the counter's stays, as the constants
+    // in the body wait on it by control edges.
+    assert!(kept.contains(&"while/Identity"), "{kept:?}");
+    for dropped in ["while/Identity_1", "while/Identity_2"] {
+        assert!(!kept.contains(&dropped), "{dropped} still runs: {kept:?}");
+        assert!(
+            ran.iter().all(|n| n.input.iter().all(|i| i != dropped)),
+            "a reader of {dropped} was not rewired"
+        );
+    }
+    assert!(
+        kept.len() * 2 < identities,
+        "{} of {identities} identities still run: {kept:?}",
+        kept.len()
+    );
+}

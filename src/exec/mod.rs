@@ -10,6 +10,7 @@ pub mod consistent_save;
 pub mod control_loops;
 mod edges;
 pub mod executor;
+pub mod identities;
 pub mod partition;
 pub mod placement;
 pub mod remap;
