@@ -20,3 +20,14 @@ pub use tensorflow::*;
 pub mod replica {
     include!(concat!(env!("OUT_DIR"), "/tessera.rs"));
 }
+
+/// A node with only a name, an op and inputs, for the unit tests of graph rewrites.
+#[cfg(test)]
+pub(crate) fn test_node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
+    NodeDef {
+        name: name.into(),
+        op: op.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}

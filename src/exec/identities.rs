@@ -7,14 +7,14 @@
 //! LSTM's training step over 16 steps runs about two thousand. Each costs the executor a node:
 //! a hand-off, its bookkeeping in the loop's frame, and a place on the step's critical path.
 //! TensorFlow's master drops them before a step ever runs; a stock client talking to
-//! tessera's master, or one of tessera's own sessions, sends them, so the worker does it.
+//! tessera's master, and tessera's own sessions on a cluster, send them, so the worker does it.
 //!
 //! An `Identity` with control inputs is dropped too: its readers wait for them instead. What is
 //! kept, as grappler keeps it: an `Identity` that something waits on by a control edge (after
-//! a `Switch`, only it marks the branch taken), one with control inputs that a `Merge` reads
-//! (a `Merge` ignores dead control inputs, so they cannot move onto it), one with no reader
-//! (nothing to rewire), and one that reads a variable, a reference or a `_Recv` (it is where
-//! the value is taken: an `Identity` of a reference passes the reference on, see the
+//! a `Switch`, only it marks the branch taken); one with control inputs that a `Merge` reads (a
+//! `Merge` does not die of a dead control input, so they cannot move onto it); one with no
+//! reader (nothing to rewire); and one that reads a variable, a reference or a `_Recv` (it is
+//! where the value is taken: an `Identity` of a reference passes the reference on, see the
 //! executor).
 
 use crate::error::Result;
@@ -50,12 +50,16 @@ pub fn remove_identities(graph: &mut GraphDef) -> Result<usize> {
         let Some(slot) = input.src_slot else {
             continue;
         };
+        if controls.iter().any(|&e| edges.edges[e].src_slot.is_some()) {
+            // Two data inputs: not an `Identity` this pass understands.
+            continue;
+        }
         let controls: Vec<usize> = controls.iter().map(|&e| edges.edges[e].src).collect();
         let readers = || outs.iter().map(|&e| &edges.edges[e]);
         let hands_on = !outs.is_empty()
             && readers().all(|e| e.src_slot.is_some())
-            // A Merge takes whichever input is alive and ignores dead control inputs, so
-            // what an `Identity` waits for cannot move onto one.
+            // A Merge does not die of a dead control input as other nodes do, so what an
+            // `Identity` waits for cannot move onto one.
             && (controls.is_empty() || readers().all(|e| !is_merge(e.dst)))
             && !takes_a_value(&graph.node[input.src]);
         if hands_on {
@@ -122,15 +126,7 @@ struct Hand {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
-        NodeDef {
-            name: name.into(),
-            op: op.into(),
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
+    use crate::proto::test_node as node;
 
     fn inputs<'g>(graph: &'g GraphDef, name: &str) -> Vec<&'g str> {
         let node = graph.node.iter().find(|n| n.name == name).unwrap();

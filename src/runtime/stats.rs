@@ -228,17 +228,9 @@ fn current_thread() -> (u32, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::test_node as node;
     use crate::proto::{attr_value, AttrValue};
     use crate::tensor::DType;
-
-    fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
-        NodeDef {
-            name: name.into(),
-            op: op.into(),
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
 
     fn with_string(mut node: NodeDef, key: &str, value: &str) -> NodeDef {
         node.attr.insert(
