@@ -13,20 +13,29 @@
 //! kept, as grappler keeps it: an `Identity` that something waits on by a control edge (after
 //! a `Switch`, only it marks the branch taken); one with control inputs that a `Merge` reads (a
 //! `Merge` does not die of a dead control input, so they cannot move onto it); one with no
-//! reader (nothing to rewire); and one that reads a variable, a reference or a `_Recv` (it is
-//! where the value is taken: an `Identity` of a reference passes the reference on, see the
-//! executor).
+//! reader (nothing to rewire); and one that reads a variable (or its handle, or a read of it),
+//! a reference or a `_Recv` (it is where the value is taken: an `Identity` of a reference
+//! passes the reference on, see the executor).
 
 use crate::error::Result;
 use crate::exec::edges::{tensor_input, GraphEdges};
 use crate::proto::{GraphDef, NodeDef};
 
 /// Whether `source`, which an `Identity` reads, is where a value is taken rather than made:
-/// a variable, an op that passes a reference on, or a receive.
+/// a variable, its handle or a read of it (grappler keeps these too), an op that passes a
+/// reference on, or a receive.
 fn takes_a_value(source: &NodeDef) -> bool {
     matches!(
         source.op.as_str(),
-        "VariableV2" | "Variable" | "TemporaryVariable" | "_Recv" | "_HostRecv"
+        "VariableV2"
+            | "Variable"
+            | "TemporaryVariable"
+            | "AutoReloadVariable"
+            | "VarHandleOp"
+            | "_VarHandlesOp"
+            | "ReadVariableOp"
+            | "_Recv"
+            | "_HostRecv"
     ) || source.op.starts_with("Ref")
 }
 
@@ -194,11 +203,18 @@ mod tests {
                 node("waits", "Identity", &["p", "^then"]),
                 node("merge", "Merge", &["waits", "then"]),
                 node("read", "Identity", &["v"]),
+                node("handle", "VarHandleOp", &[]),
+                node("value", "ReadVariableOp", &["handle"]),
+                node("snapshot", "Identity", &["value"]),
                 node("received", "Identity", &["recv"]),
                 node("ref", "RefSwitch", &["v", "p"]),
                 node("of_ref", "Identity", &["ref"]),
                 node("unread", "Identity", &["p"]),
-                node("sum", "AddN", &["merge", "read", "received", "of_ref"]),
+                node(
+                    "sum",
+                    "AddN",
+                    &["merge", "read", "snapshot", "received", "of_ref"],
+                ),
             ],
             ..Default::default()
         };
