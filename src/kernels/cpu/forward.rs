@@ -123,21 +123,11 @@ pub(super) fn rows<T: Element + Pod + Send + Sync>(
 
 #[cfg(test)]
 mod tests {
-    use crate::graph::attr::value as attr_value;
-    use crate::proto::NodeDef;
-    use crate::tensor::{DType, Tensor};
+    use crate::tensor::Tensor;
 
     /// Runs `op` (float32) on `inputs`; returns its output.
     fn run(op: &str, inputs: Vec<Tensor>) -> Tensor {
-        let node = NodeDef {
-            name: format!("{op}_node"),
-            op: op.into(),
-            attr: [("T".to_string(), attr_value::dtype(DType::Float))].into(),
-            ..NodeDef::default()
-        };
-        super::super::run_alone(&node, inputs, None)
-            .unwrap()
-            .remove(0)
+        super::super::run_float32(op, inputs, None).remove(0)
     }
 
     fn floats(shape: &[usize], values: &[f32]) -> Tensor {

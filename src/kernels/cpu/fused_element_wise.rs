@@ -612,6 +612,7 @@ impl OpKernel for FusedElementwiseAssign {
 
 #[cfg(test)]
 mod tests {
+    use super::super::float32_bits;
     use super::*;
     use crate::graph::attr::value;
 
@@ -706,14 +707,6 @@ mod tests {
             .collect()
     }
 
-    fn bits(t: &Tensor) -> Vec<u32> {
-        t.values::<f32>()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect()
-    }
-
     #[test]
     fn every_op_computes_its_unfused_kernels_bits() {
         let len = 3 * CHUNK + 17;
@@ -721,14 +714,14 @@ mod tests {
             let x = floats(&[len], values(len, 0.3));
             let want = unfused(op, vec![x.clone()]).unwrap();
             let got = fused(&[op], &[0, -1], vec![x]).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{op}");
+            assert_eq!(float32_bits(&got), float32_bits(&want), "{op}");
         }
         for op in BINARY {
             let a = floats(&[len], values(len, 0.3));
             let b = floats(&[len], values(len, 1.9));
             let want = unfused(op, vec![a.clone(), b.clone()]).unwrap();
             let got = fused(&[op], &[0, 1], vec![a, b]).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{op}");
+            assert_eq!(float32_bits(&got), float32_bits(&want), "{op}");
         }
     }
 
@@ -777,7 +770,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got.dims(), &dims);
-        assert_eq!(bits(&got), bits(&want));
+        assert_eq!(float32_bits(&got), float32_bits(&want));
     }
 
     #[test]
@@ -793,13 +786,14 @@ mod tests {
         // x held by the test: the output goes over y, which nothing else holds.
         let y_at = y.bytes().unwrap().as_ptr();
         let got = fused(&["Neg", "Mul"], &[0, -1, 2, 1], vec![x.clone(), y]).unwrap();
-        assert_eq!(bits(&got), bits(&want));
+        assert_eq!(float32_bits(&got), float32_bits(&want));
         assert_eq!(got.bytes().unwrap().as_ptr(), y_at);
         // Both held: a fresh buffer, the inputs as they were.
         let y = floats(&[len], values(len, 0.9));
         let got = fused(&["Neg", "Mul"], &[0, -1, 2, 1], vec![x.clone(), y.clone()]).unwrap();
-        assert_eq!(bits(&got), bits(&want));
-        let unchanged = |t: &Tensor, seed| bits(t) == bits(&floats(&[len], values(len, seed)));
+        assert_eq!(float32_bits(&got), float32_bits(&want));
+        let unchanged =
+            |t: &Tensor, seed| float32_bits(t) == float32_bits(&floats(&[len], values(len, seed)));
         assert!(unchanged(&x, 0.7) && unchanged(&y, 0.9));
     }
 
@@ -819,7 +813,7 @@ mod tests {
         .unwrap();
         let got = fused(&["AddV2", "Mul"], &[0, 1, 3, 2], vec![m, row, s.clone()]).unwrap();
         assert_eq!(got.dims(), &[4, 3]);
-        assert_eq!(bits(&got), bits(&want));
+        assert_eq!(float32_bits(&got), float32_bits(&want));
 
         // A gradient of two shapes fails as the unfused op does, a scalar operand included.
         let g = floats(&[3], vec![1.0, 2.0, 3.0]);

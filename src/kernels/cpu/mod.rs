@@ -400,6 +400,36 @@ fn normalize_axis(ctx: &OpContext<'_>, axis: i64, rank: usize, what: &str) -> Re
     })
 }
 
+/// [`run_alone`] of float32 `op` (its `T`) with no other attributes, which must succeed.
+#[cfg(test)]
+pub(crate) fn run_float32(
+    op: &str,
+    inputs: Vec<Tensor>,
+    intra: Option<&crate::runtime::intra::IntraPool>,
+) -> Vec<Tensor> {
+    let node = NodeDef {
+        name: format!("{op}_node"),
+        op: op.into(),
+        attr: [(
+            "T".to_string(),
+            crate::graph::attr::value::dtype(DType::Float),
+        )]
+        .into(),
+        ..NodeDef::default()
+    };
+    run_alone(&node, inputs, intra).unwrap()
+}
+
+/// A float32 tensor's elements as their bits, for the tests that compare kernels to the bit.
+#[cfg(test)]
+pub(crate) fn float32_bits(t: &Tensor) -> Vec<u32> {
+    t.values::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
 /// Runs the CPU kernel of `node` on `inputs` in a context of its own (over `intra` when given,
 /// the process's intra-op pool otherwise); returns its outputs. For the kernels' unit tests.
 #[cfg(test)]

@@ -589,28 +589,9 @@ fn l2_loss(ctx: &mut OpContext<'_>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{float32_bits, run_float32};
     use super::*;
-    use crate::graph::attr::value;
     use crate::runtime::intra::IntraPool;
-
-    /// Runs float32 `op` on `inputs` over `pool`; returns its outputs.
-    fn run(op: &str, inputs: Vec<Tensor>, pool: &IntraPool) -> Vec<Tensor> {
-        let mut node = NodeDef {
-            name: "n".into(),
-            op: op.into(),
-            ..Default::default()
-        };
-        node.attr.insert("T".into(), value::dtype(DType::Float));
-        super::super::run_alone(&node, inputs, Some(pool)).unwrap()
-    }
-
-    fn bits(t: &Tensor) -> Vec<u32> {
-        t.values::<f32>()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect()
-    }
 
     /// Softmax, its log and both cross-entropies split by rows over a pool give the bits of
     /// one thread (each row is computed whole on one thread), past the split's threshold.
@@ -652,15 +633,15 @@ mod tests {
             ),
         ];
         for (op, inputs) in cases {
-            let whole = run(op, inputs.clone(), &one);
-            let split = run(op, inputs, &three);
+            let whole = run_float32(op, inputs.clone(), Some(&one));
+            let split = run_float32(op, inputs, Some(&three));
             for (w, s) in whole.iter().zip(&split) {
                 assert_eq!(w.dims(), s.dims(), "{op}");
-                assert_eq!(bits(w), bits(s), "{op}");
+                assert_eq!(float32_bits(w), float32_bits(s), "{op}");
             }
         }
         // The values are a softmax: each row sums to 1.
-        let p = run("Softmax", vec![logits], &three).remove(0);
+        let p = run_float32("Softmax", vec![logits], Some(&three)).remove(0);
         for row in p.values::<f32>().unwrap().chunks(classes) {
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
         }
