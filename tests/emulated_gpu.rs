@@ -55,3 +55,73 @@ fn fetches_of_gpu_tensors_come_back_in_host_memory() {
     assert!(out[0].bytes().is_some());
     assert_eq!(out[0].dims(), [mlp::BATCH, mlp::HIDDEN]);
 }
+
+/// The GPU's driver rule (`tessera::device::context`) holds on the emulated GPU: a call, or a
+/// free of a buffer, from a thread where the GPU's context is not current fails, and a failed
+/// free parks its error for the next call. A training step drops the GPU's tensors on other
+/// threads (the CPU's `_Recv` of a gradient, the session handing a fetch back in host memory,
+/// the caller here dropping what it fetched on a thread of its own); each goes back to the
+/// GPU's tower and is freed on its threads, so every step runs and nothing leaks.
+#[test]
+fn a_gpu_is_called_only_under_its_context_and_frees_every_buffer_on_its_tower() {
+    use tessera::device::space::Emulated;
+
+    let session = emulated_session();
+    let model = mlp::tower_model(vec!["/device:GPU:0".into()]);
+    let graph = model.graph.to_graph_def();
+    session.extend(&graph).unwrap();
+    session.run(&[], &[], &[&model.init]).unwrap();
+    let local = session.as_local().unwrap();
+    let placement = local.placement().unwrap();
+    let matmul = graph
+        .node
+        .iter()
+        .find(|n| n.op == "MatMul" && placement[&n.name] == GPU)
+        .map(|n| format!("{}:0", n.name))
+        .unwrap();
+    let gpu = local.devices().iter().find(|d| d.name() == GPU).unwrap();
+    let memory = gpu.memory_space().unwrap();
+    let context = memory
+        .as_any()
+        .downcast_ref::<Emulated>()
+        .unwrap()
+        .context();
+    let loss = model.loss.name();
+
+    let mut live = Vec::new();
+    let mut allocated = Vec::new();
+    for step in 0..20 {
+        let (x, y) = mlp::batch(step);
+        let out = session
+            .run(
+                &[("x:0", x), ("labels:0", y)],
+                &[&loss, &matmul],
+                &[&model.train_op],
+            )
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        std::thread::scope(|s| {
+            s.spawn(move || drop(out));
+        });
+        allocated.push(context.allocations());
+        live.push(context.allocations() - context.frees());
+    }
+    assert!(context.frees() > 0, "no buffer was ever freed");
+    // What is alive does not grow with the steps: no more than one step's buffers in flight.
+    let per_step = (allocated[19] - allocated[9]) / 10;
+    assert!(per_step > 0);
+    assert!(
+        live[19] <= live[9] + per_step,
+        "live buffers went from {} after step 10 to {} after step 20 ({per_step} allocated a \
+         step)",
+        live[9],
+        live[19]
+    );
+    // The test's thread is none of the GPU's: a call from it fails as the driver's would.
+    let err = memory
+        .upload(&tessera::tensor::Tensor::scalar(1.0f32))
+        .unwrap_err();
+    assert!(
+        err.message().contains("CUDA_ERROR_INVALID_CONTEXT"),
+        "{err}"
+    );
+}

@@ -34,6 +34,7 @@ use crate::proto::{CallableOptions, DeviceAttributes, GraphDef, RunMetadata, Run
 use crate::runtime::stats::StepStatsCollector;
 use crate::runtime::{CancellationToken, Device, StepOptions};
 use crate::tensor::Tensor;
+use crate::tower::TowerState;
 
 /// How long [`LocalSession::close`] waits for running steps before it gives up on them.
 const CLOSE_WAIT: Duration = Duration::from_secs(60);
@@ -205,6 +206,25 @@ impl Drop for Running<'_> {
     }
 }
 
+/// The attributes of a local session's GPU named `name`.
+fn gpu_attributes(name: &str) -> DeviceAttributes {
+    DeviceAttributes {
+        name: name.to_string(),
+        device_type: DeviceType::Gpu.as_str().to_string(),
+        ..Default::default()
+    }
+}
+
+/// A local session's GPU device, run by its tower: its nodes on the tower's threads, which
+/// have the GPU's context current, its tensors in the tower's memory of the GPU.
+fn gpu_device(tower: TowerState) -> Arc<Device> {
+    let device = Device::new(tower.name(), DeviceType::Gpu).with_pool(tower.pool().clone());
+    Arc::new(match tower.memory() {
+        Some(memory) => device.with_memory_space(Arc::clone(memory)),
+        None => device,
+    })
+}
+
 impl LocalSession {
     /// A session with its own CPU device and variables
     /// (`/job:localhost/replica:0/task:0/device:CPU:0`): TensorFlow's `tf.Session("")`.
@@ -230,8 +250,10 @@ impl LocalSession {
         if options.emulated_gpus > 0 {
             devices.extend((0..options.emulated_gpus).map(|i| {
                 let name = format!("{PREFIX}/device:GPU:{i}");
-                let memory = Emulated::new(name.clone());
-                Arc::new(Device::new(name, DeviceType::Gpu).with_memory_space(memory))
+                gpu_device(TowerState::with_memory(
+                    gpu_attributes(&name),
+                    Some(Emulated::new(name.clone())),
+                ))
             }));
             options.kernels = crate::kernels::emulated::lookup();
             options.has_kernel = crate::kernels::emulated::has_kernel;
@@ -243,12 +265,9 @@ impl LocalSession {
             };
             let gpus = found.min(options.gpu_count as usize);
             devices.extend((0..gpus).map(|i| {
-                let name = format!("{PREFIX}/device:GPU:{i}");
-                let device = Device::new(name.clone(), DeviceType::Gpu);
-                Arc::new(match crate::kernels::memory_space(DeviceType::Gpu, &name) {
-                    Some(memory) => device.with_memory_space(memory),
-                    None => device,
-                })
+                gpu_device(TowerState::new(gpu_attributes(&format!(
+                    "{PREFIX}/device:GPU:{i}"
+                ))))
             }));
         }
         Self::on_devices(devices, options)

@@ -9,6 +9,7 @@
 //! The building is a plain function of (task, config, what the probe found) so that tests can
 //! drive it with made-up GPUs; [`discover`] plugs in the real CUDA probe.
 
+pub mod context;
 pub mod cuda;
 pub mod host_pool;
 pub mod memory;

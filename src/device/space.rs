@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::context::{EmulatedContext, Released};
 use crate::error::{Result, Status};
 use crate::tensor::{DType, DeviceBuffer, Tensor};
 
@@ -36,6 +37,20 @@ pub trait MemorySpace: Send + Sync {
 
     /// The copies between the host and this memory so far.
     fn copies(&self) -> Copies;
+
+    /// Makes the device's context current on the calling thread: each of its tower's threads
+    /// calls it as it starts. Nothing to do for a memory without one.
+    fn bind(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called on one of the device's threads at the end of each of its steps: frees the
+    /// buffers dropped elsewhere since, and returns an error the device parked meanwhile (a
+    /// free that failed), so that it fails the step that caused it
+    /// (see [`context`](super::context)).
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// The space as `Any`, for the device's own kernels to reach their memory type.
     fn as_any(&self) -> &dyn Any;
@@ -123,25 +138,42 @@ pub fn place(space: Option<&dyn MemorySpace>, tensor: Tensor) -> Result<Tensor> 
 /// and out of them as a GPU copies over PCIe, and counts every copy. Its kernels are the CPU
 /// kernels, run on the buffers in place ([`Emulated::read`], [`Emulated::adopt`]); see
 /// `kernels::emulated`.
+///
+/// It holds its calls to a GPU driver's rule ([`EmulatedContext`]): copies in, kernels'
+/// reads and writes and frees work only on a thread where the device's context is current,
+/// a free elsewhere parks its error for the next call, and a copy to the host makes the
+/// context current for itself. A buffer dropped anywhere is handed back and freed on the
+/// device's threads ([`MemorySpace::settle`]).
 #[derive(Debug)]
 pub struct Emulated {
     device: String,
     counter: Arc<CopyCounter>,
+    context: Arc<EmulatedContext>,
+    released: Arc<Released<Bytes>>,
 }
 
 impl Emulated {
     /// The memory of the device named `device` (its full name), holding float32 tensors as
     /// tessera's GPU kernels compute them.
     pub fn new(device: impl Into<String>) -> Arc<Self> {
+        let device = device.into();
         Arc::new(Self {
-            device: device.into(),
+            context: Arc::new(EmulatedContext::new(device.clone())),
+            device,
             counter: Arc::default(),
+            released: Arc::default(),
         })
+    }
+
+    /// The device's context, which its threads make current.
+    pub fn context(&self) -> &Arc<EmulatedContext> {
+        &self.context
     }
 
     /// The elements of `tensor`, which is in this memory, as a host tensor sharing them: the
     /// device's kernels reading their own memory, which is no copy.
     pub fn read(&self, tensor: &Tensor) -> Result<Tensor> {
+        self.context.call("a kernel's read of its memory")?;
         let buffer = self.buffer(tensor)?;
         Tensor::from_bytes(tensor.dtype(), tensor.shape().clone(), buffer.bytes.clone())
     }
@@ -149,6 +181,8 @@ impl Emulated {
     /// `tensor` (in host memory, just computed by one of the device's kernels) as a tensor in
     /// this memory, without a copy: what the device's kernel wrote into its own memory.
     pub fn adopt(&self, tensor: &Tensor) -> Result<Tensor> {
+        self.context
+            .allocate("a buffer for a kernel's output or a copy in")?;
         let bytes = tensor.shared_bytes().ok_or_else(|| {
             Status::internal(format!(
                 "{}: only fixed-size host tensors can be put in device memory, not {tensor:?}",
@@ -159,6 +193,8 @@ impl Emulated {
             device: self.device.clone(),
             bytes,
             counter: Arc::clone(&self.counter),
+            context: Arc::clone(&self.context),
+            released: Arc::clone(&self.released),
         };
         Tensor::on_device(tensor.dtype(), tensor.shape().clone(), buffer)
     }
@@ -188,6 +224,7 @@ impl MemorySpace for Emulated {
     }
 
     fn upload(&self, tensor: &Tensor) -> Result<Tensor> {
+        self.context.call("a copy to the device")?;
         let bytes = tensor.bytes().ok_or_else(|| {
             Status::internal(format!(
                 "{}: only fixed-size host tensors can be copied to device memory, not {tensor:?}",
@@ -208,6 +245,18 @@ impl MemorySpace for Emulated {
         self.counter.read()
     }
 
+    fn bind(&self) -> Result<()> {
+        self.context.bind()
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.context.call("freeing the buffers handed back")?;
+        for _buffer in self.released.take() {
+            self.context.free();
+        }
+        self.context.check()
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -218,6 +267,16 @@ struct EmulatedBuffer {
     device: String,
     bytes: Bytes,
     counter: Arc<CopyCounter>,
+    context: Arc<EmulatedContext>,
+    released: Arc<Released<Bytes>>,
+}
+
+impl Drop for EmulatedBuffer {
+    /// Hands the buffer back to its device, whatever thread drops it: a free here would be a
+    /// call from a thread where the context may not be current.
+    fn drop(&mut self) {
+        self.released.push(std::mem::take(&mut self.bytes));
+    }
 }
 
 impl DeviceBuffer for EmulatedBuffer {
@@ -230,6 +289,8 @@ impl DeviceBuffer for EmulatedBuffer {
     }
 
     fn copy_to_host(&self) -> Result<Bytes> {
+        let _active = self.context.activate()?;
+        self.context.call("a copy to the host")?;
         self.counter.to_host(self.bytes.len());
         Ok(Bytes::copy_from_slice(&self.bytes))
     }
@@ -248,6 +309,7 @@ mod tests {
     #[test]
     fn a_tensor_crosses_once_each_way_and_host_reads_share_the_copy() {
         let space = Emulated::new(GPU);
+        space.bind().unwrap();
         let host = Tensor::from_vec([2], vec![1.0f32, 2.0]).unwrap();
         let on_gpu = place(Some(space.as_ref()), host.clone()).unwrap();
         assert_eq!(on_gpu.device_buffer().unwrap().device(), GPU);
@@ -276,6 +338,7 @@ mod tests {
     #[test]
     fn dtypes_the_device_does_not_compute_stay_on_the_host() {
         let space = Emulated::new(GPU);
+        space.bind().unwrap();
         let shape = Tensor::from_vec([2], vec![3i32, 4]).unwrap();
         let placed = place(Some(space.as_ref()), shape.clone()).unwrap();
         assert_eq!(placed, shape);
@@ -287,10 +350,42 @@ mod tests {
     fn a_tensor_of_another_device_goes_through_the_host() {
         let gpu0 = Emulated::new(GPU);
         let gpu1 = Emulated::new("/job:localhost/replica:0/task:0/device:GPU:1");
+        gpu0.bind().unwrap();
         let on0 = gpu0.upload(&Tensor::scalar(5.0f32)).unwrap();
+        // A thread of GPU:1 reads GPU:0's tensor: the copy out makes GPU:0's context current
+        // for itself and puts GPU:1's back.
+        gpu1.bind().unwrap();
         let on1 = place(Some(gpu1.as_ref()), on0).unwrap();
         assert_eq!(gpu1.read(&on1).unwrap(), Tensor::scalar(5.0f32));
         assert_eq!((gpu0.copies().to_host, gpu1.copies().to_device), (1, 1));
         assert!(gpu0.read(&on1).is_err(), "GPU:0 reads GPU:1's memory");
+    }
+
+    #[test]
+    fn calls_need_the_context_and_buffers_dropped_anywhere_are_freed_by_the_device() {
+        let space = Emulated::new(GPU);
+        let host = Tensor::from_vec([2], vec![1.0f32, 2.0]).unwrap();
+        let err = space.upload(&host).unwrap_err();
+        assert!(
+            err.message().contains("CUDA_ERROR_INVALID_CONTEXT"),
+            "{err}"
+        );
+        space.bind().unwrap();
+        let on_gpu = space.upload(&host).unwrap();
+        // Read and dropped on a thread where the context is not current: the copy out makes it
+        // current for itself, the drop hands the buffer back.
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                assert_eq!(on_gpu.to_host().unwrap(), host);
+                drop(on_gpu);
+            });
+        });
+        assert_eq!(space.context().frees(), 0);
+        space.settle().unwrap();
+        assert_eq!(
+            (space.context().allocations(), space.context().frees()),
+            (1, 1)
+        );
+        space.upload(&Tensor::scalar(1.0f32)).unwrap();
     }
 }

@@ -39,6 +39,10 @@ pub const STALL: Duration = Duration::from_millis(20);
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// What a pool's thread runs first, before any job: a GPU tower's threads make the GPU's
+/// context current.
+pub type ThreadStart = Arc<dyn Fn() + Send + Sync>;
+
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
@@ -84,6 +88,8 @@ struct Shared {
     cores: usize,
     /// The backstop's patience ([`STALL`]).
     stall: Duration,
+    /// Run by each thread as it starts.
+    on_start: Option<ThreadStart>,
 }
 
 impl Shared {
@@ -109,8 +115,7 @@ impl ThreadPool {
     /// An empty pool whose threads are named `name-N`, running at most as many jobs at once as
     /// the machine has cores (more while some of them block).
     pub fn new(name: impl Into<String>) -> Self {
-        let cores = thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_cores(name, cores)
+        Self::with_cores(name, machine_cores())
     }
 
     /// [`new`](Self::new) with `cores` running threads at most (at least one).
@@ -121,14 +126,26 @@ impl ThreadPool {
     /// [`with_cores`](Self::with_cores), with the backstop adding a thread after `stall`
     /// instead of [`STALL`].
     pub fn with_limits(name: impl Into<String>, cores: usize, stall: Duration) -> Self {
+        Self::build(name.into(), cores, stall, None)
+    }
+
+    /// An empty pool like [`new`](Self::new) whose threads each run `start` before their
+    /// first job: a device whose calls need something of the thread (a GPU's context made
+    /// current) has it on every thread its nodes run on, by construction.
+    pub fn with_thread_start(name: impl Into<String>, start: ThreadStart) -> Self {
+        Self::build(name.into(), machine_cores(), STALL, Some(start))
+    }
+
+    fn build(name: String, cores: usize, stall: Duration, on_start: Option<ThreadStart>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
                 ready: Condvar::new(),
                 stalled: Condvar::new(),
-                name: name.into(),
+                name,
                 cores: cores.max(1),
                 stall,
+                on_start,
             }),
         }
     }
@@ -156,6 +173,11 @@ impl ThreadPool {
     pub fn threads(&self) -> usize {
         self.shared.lock().threads
     }
+}
+
+/// The cores this process may run on.
+fn machine_cores() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Runs `wait` as a wait of the current pool thread: while it runs, the thread does not count
@@ -235,6 +257,9 @@ fn start_thread(shared: &Arc<Shared>, id: usize) {
 
 fn worker(shared: Arc<Shared>) {
     WORKER_OF.with(|w| *w.borrow_mut() = Some(shared.clone()));
+    if let Some(start) = &shared.on_start {
+        start();
+    }
     let mut queue = shared.lock();
     loop {
         if let Some(job) = queue.jobs.pop_front() {

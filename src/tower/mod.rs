@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use actix::{Actor, Context, Handler, Message, MessageResult, Recipient};
 
+use crate::device::space::MemorySpace;
 use crate::error::Result;
 use crate::exec::executor::RunningStep;
 use crate::exec::Executor;
@@ -60,6 +61,11 @@ impl TowerHandle {
     /// The threads the device's kernels split large work over.
     pub fn intra(&self) -> &Arc<IntraPool> {
         self.state.intra()
+    }
+
+    /// The device's own memory, when its tensors live apart from the host's (a GPU).
+    pub fn memory(&self) -> Option<&Arc<dyn MemorySpace>> {
+        self.state.memory()
     }
 
     /// Starts `executor`'s part of a step on the tower and returns the step running.

@@ -1,15 +1,24 @@
 //! The logic of a [`Tower`](super::Tower), without actix.
 //!
-//! A tower owns one device's execution: the device's attributes and the pool of threads its
-//! executors run nodes on (named after the device, `tessera-CPU:0-N`). [`TowerState::start`]
-//! starts the device's part of a step: the nodes that cannot wait and proved cheap run on the
-//! calling thread (the tower's), every other node on the pool, and the step goes on there
-//! while the tower takes its next message; so concurrent steps run concurrently, and a kernel
-//! that blocks (`_Recv`, a queue's dequeue, an accumulator's take) blocks one pool thread, never
-//! the tower or another step.
+//! A tower owns one device's execution: the device's attributes, the pool of threads its
+//! executors run nodes on (named after the device, `tessera-CPU:0-N`) and, for a device whose
+//! tensors live apart from the host's (a GPU), the device's memory with its context.
+//! [`TowerState::start`] starts the device's part of a step: the nodes that cannot wait and
+//! proved cheap run on the calling thread (the tower's; never a GPU's nodes), every other node
+//! on the pool, and the step goes on there while the tower takes its next message; so
+//! concurrent steps run concurrently, and a kernel that blocks (`_Recv`, a queue's dequeue, an
+//! accumulator's take) blocks one pool thread, never the tower or another step.
+//!
+//! A GPU is called only where its context is current (`device::context`): each of its tower's
+//! threads makes the context current as it starts, so every kernel, copy and all-reduce of its
+//! steps runs under it; a buffer dropped anywhere else is handed back to the device, and the
+//! thread that ends each of the device's steps frees those and reports an error the device
+//! parked during the step (`MemorySpace::settle`).
 
 use std::sync::Arc;
 
+use crate::device::space::MemorySpace;
+use crate::device::DeviceType;
 use crate::error::{Result, Status};
 use crate::exec::executor::RunningStep;
 use crate::exec::Executor;
@@ -18,26 +27,62 @@ use crate::runtime::intra::IntraPool;
 use crate::runtime::pool::ThreadPool;
 use crate::runtime::StepOptions;
 
-/// One device's state: its attributes (name, type, incarnation, memory limit) and its threads:
-/// the executor's, which pick nodes, and the intra-op pool its kernels split large work over.
+/// One device's state: its attributes (name, type, incarnation, memory limit), its threads
+/// (the executor's, which pick nodes, and the intra-op pool its kernels split large work over)
+/// and, for a GPU, its memory and context.
 pub struct TowerState {
     device: DeviceAttributes,
     pool: ThreadPool,
     intra: Arc<IntraPool>,
+    memory: Option<Arc<dyn MemorySpace>>,
 }
 
 impl TowerState {
-    /// The state of a tower for `device`, with a pool of its own.
+    /// The state of a tower for `device`, with a pool of its own; a GPU's tower opens the
+    /// GPU's memory as the build has it (`kernels::memory_space`: with the `cuda` feature).
     pub fn new(device: DeviceAttributes) -> Self {
+        let device_type = if device.device_type == DeviceType::Gpu.as_str() {
+            DeviceType::Gpu
+        } else {
+            DeviceType::Cpu
+        };
+        let memory = crate::kernels::memory_space(device_type, &device.name);
+        Self::with_memory(device, memory)
+    }
+
+    /// The state of a tower for `device` whose tensors live in `memory` (`None`: the host's;
+    /// an emulated GPU's memory in a local session). Each of its threads makes the memory's
+    /// context current as it starts; one that cannot says so, and the device's first call on
+    /// it fails with the reason.
+    pub fn with_memory(device: DeviceAttributes, memory: Option<Arc<dyn MemorySpace>>) -> Self {
         let short = device
             .name
             .rsplit_once("/device:")
             .map_or(device.name.as_str(), |(_, short)| short);
-        let pool = ThreadPool::new(format!("tessera-{short}"));
+        let name = format!("tessera-{short}");
+        let pool = match &memory {
+            Some(memory) => {
+                let memory = Arc::clone(memory);
+                ThreadPool::with_thread_start(
+                    name,
+                    Arc::new(move || {
+                        if let Err(e) = memory.bind() {
+                            tracing::warn!(
+                                device = %memory.device(),
+                                error = %e,
+                                "a tower thread could not make its device's context current"
+                            );
+                        }
+                    }),
+                )
+            }
+            None => ThreadPool::new(name),
+        };
         Self {
             device,
             pool,
             intra: Arc::clone(IntraPool::global()),
+            memory,
         }
     }
 
@@ -58,6 +103,12 @@ impl TowerState {
     /// Returns the device's full name (`/job:J/replica:0/task:T/device:CPU:0`).
     pub fn name(&self) -> &str {
         &self.device.name
+    }
+
+    /// Returns the device's own memory, when its tensors live apart from the host's; the worker
+    /// builds the device with it (`runtime::Device::with_memory_space`).
+    pub fn memory(&self) -> Option<&Arc<dyn MemorySpace>> {
+        self.memory.as_ref()
     }
 
     /// Returns the device's attributes as GetStatus reports them.
@@ -91,6 +142,7 @@ impl std::fmt::Debug for TowerState {
             .field("device", &self.device.name)
             .field("threads", &self.pool.threads())
             .field("intra_op_threads", &self.intra.threads())
+            .field("own_memory", &self.memory.is_some())
             .finish()
     }
 }

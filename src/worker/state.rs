@@ -184,12 +184,19 @@ impl WorkerState {
                 let mut device = Device::with_resources(&d.name, device_type, resources)
                     .with_files(options.files.clone())
                     .with_data_files(options.data_files.clone());
-                if let Some(tower) = towers.iter().find(|t| t.device() == d.name) {
+                let tower = towers.iter().find(|t| t.device() == d.name);
+                if let Some(tower) = tower {
                     device = device
                         .with_pool(tower.pool().clone())
                         .with_intra(Arc::clone(tower.intra()));
                 }
-                if let Some(memory) = crate::kernels::memory_space(device_type, &d.name) {
+                // A GPU's memory and context belong to its tower, whose threads have the
+                // context current.
+                let memory = match tower {
+                    Some(tower) => tower.memory().cloned(),
+                    None => crate::kernels::memory_space(device_type, &d.name),
+                };
+                if let Some(memory) = memory {
                     device = device.with_memory_space(memory);
                 }
                 // A GPU's limit comes from gpu_memory_fraction; a CPU's from the options (the

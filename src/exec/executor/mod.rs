@@ -567,8 +567,9 @@ impl Executor {
         let step = self.begin(feeds, options, None)?;
         let plan = &self.plan;
         // With a deadline the caller only waits, so that it can give up at the deadline even
-        // when a kernel blocks; without one it runs the first root itself (no thread hop).
-        let run_first_here = options.deadline.is_none();
+        // when a kernel blocks; without one it runs the first root itself (no thread hop),
+        // unless the device has memory of its own: a GPU is called only from its own threads.
+        let run_first_here = options.deadline.is_none() && plan.device.memory_space().is_none();
         match &step {
             Engine::Plain(state) => {
                 let inline = if run_first_here {

@@ -148,8 +148,18 @@ impl StepCommon {
         ))
     }
 
-    /// Marks the step over and wakes the caller.
+    /// Marks the step over and wakes the caller. Called by the thread that ran the step's last
+    /// node; on a device with memory of its own (a GPU) that is one of the device's threads,
+    /// which first frees what the step's dropped buffers handed back and fails the step with
+    /// an error the device parked during it.
     pub(super) fn finish(&self) {
+        if !self.plan.roots.is_empty() {
+            if let Some(space) = self.plan.device.memory_space() {
+                if let Err(parked) = space.settle() {
+                    self.fail(parked);
+                }
+            }
+        }
         let notify = self.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
         match notify {
             Some(notify) => {
@@ -443,6 +453,7 @@ mod tests {
             8
         );
         let gpu = Emulated::new("/job:localhost/replica:0/task:0/device:GPU:0");
+        gpu.bind().unwrap();
         let on_gpu = gpu.upload(&host).unwrap();
         let passed_on = on_gpu.reshape([2, 2]).unwrap();
         let computed = gpu.upload(&host).unwrap();

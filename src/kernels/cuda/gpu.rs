@@ -1,13 +1,25 @@
-//! One GPU as the kernels use it: a CUDA context and stream, a cuBLAS handle and the NVRTC-
-//! compiled module of `kernels.cu`, made once per GPU per process on first use; and its memory
-//! as the place a GPU device's tensors live ([`GpuMemory`], [`GpuBuffer`]).
+//! One GPU as the kernels use it: a CUDA context, a stream of its own, a cuBLAS handle, the
+//! NVRTC-compiled module of `kernels.cu` and a cache of freed buffers, made once per GPU per
+//! process on first use; and its memory as the place a GPU device's tensors live
+//! ([`GpuMemory`], [`GpuBuffer`]).
 //!
 //! A GPU is a serial stream: kernels lock [`Gpu::lock`] for their whole computation (copies in,
 //! launches, copies out), so concurrent steps on one GPU take turns, and a cuBLAS handle is
 //! never used from two threads at once. Driver, cuBLAS and NVRTC failures become statuses; an
 //! allocation the driver refuses is RESOURCE_EXHAUSTED naming the node and the bytes.
+//!
+//! Contexts (`device::context`): the GPU's tower threads make its context current as they
+//! start ([`GpuMemory`]'s `bind`), and [`Gpu::lock`] makes it current again (as TensorFlow's
+//! `ScopedActivateContext`, since an all-reduce or a read of another GPU's tensor leaves that
+//! GPU's current). A [`GpuBuffer`] dropped on any thread makes no driver call: its slice goes
+//! back to the GPU ([`Released`]), and the next lock takes it into the GPU's cache, where an
+//! allocation of the same length reuses it on the same stream; the cache frees (under the lock,
+//! with the context current) only past [`CACHE_BYTES`] or when an allocation is refused. cudarc
+//! frees a `CudaSlice` in its `drop` without making its context current, which on a thread of
+//! another device failed and parked `CUDA_ERROR_INVALID_CONTEXT` for the GPU's next call.
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -21,6 +33,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::cluster::DeviceName;
+use crate::device::context::Released;
 use crate::device::space::{Copies, CopyCounter, MemorySpace};
 use crate::error::{Result, Status};
 use crate::tensor::{DType, DeviceBuffer, Element, Shape, Tensor};
@@ -42,18 +55,62 @@ pub const FUNCTIONS: [&str; 7] = [
 /// Threads per block of the element-wise launches.
 pub const BLOCK: u32 = 256;
 
+/// The most bytes of freed buffers a GPU keeps for reuse; a buffer freed past it goes back to
+/// the driver.
+pub const CACHE_BYTES: usize = 1 << 30;
+
 /// The GPU's handles, used under [`Gpu::lock`].
 pub struct GpuInner {
-    /// The stream every copy and launch goes to.
+    /// The stream every copy and launch goes to: the GPU's own.
     pub stream: Arc<CudaStream>,
     /// cuBLAS on that stream.
     pub blas: CudaBlas,
     functions: HashMap<&'static str, CudaFunction>,
+    /// Freed float buffers for reuse on the stream (a `RefCell`: only used under the lock).
+    cache: RefCell<Cache>,
+}
+
+/// Freed float buffers by length, at most [`CACHE_BYTES`] of them.
+#[derive(Default)]
+struct Cache {
+    by_len: HashMap<usize, Vec<CudaSlice<f32>>>,
+    bytes: usize,
+}
+
+impl Cache {
+    /// A freed buffer of exactly `len` floats, if there is one.
+    fn take(&mut self, len: usize) -> Option<CudaSlice<f32>> {
+        let slice = self.by_len.get_mut(&len)?.pop()?;
+        self.bytes -= len * 4;
+        Some(slice)
+    }
+
+    /// Keeps a dropped tensor's buffer, or frees it past [`CACHE_BYTES`]. Called under the
+    /// GPU's lock, with its context current.
+    fn keep(&mut self, slice: CudaSlice<f32>) {
+        let bytes = slice.len() * 4;
+        if self.bytes + bytes <= CACHE_BYTES {
+            self.bytes += bytes;
+            self.by_len.entry(slice.len()).or_default().push(slice);
+        }
+    }
+
+    /// Frees every buffer (under the lock, with the context current); false if there were
+    /// none.
+    fn clear(&mut self) -> bool {
+        let had = self.bytes > 0;
+        self.by_len.clear();
+        self.bytes = 0;
+        had
+    }
 }
 
 /// One GPU, shared by the kernels of every node placed on it.
 pub struct Gpu {
     ordinal: usize,
+    context: Arc<CudaContext>,
+    /// Buffers of dropped tensors, for the next lock to take into the cache.
+    released: Released<CudaSlice<f32>>,
     inner: Mutex<GpuInner>,
 }
 
@@ -93,7 +150,11 @@ impl Gpu {
         }
         let driver = |e: DriverError| Status::internal(format!("GPU {ordinal}: {e}"));
         let ctx = CudaContext::new(ordinal).map_err(driver)?;
-        let stream = ctx.default_stream();
+        // One stream orders all of the GPU's work, so cudarc need not track each buffer's
+        // reads and writes with events (it would with more than one stream).
+        // SAFETY: no buffer exists on this context yet.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(driver)?;
         let blas = CudaBlas::new(Arc::clone(&stream))
             .map_err(|e| Status::internal(format!("GPU {ordinal}: cuBLAS: {e}")))?;
         let ptx = compile().map_err(|e| e.context(format!("GPU {ordinal}")))?;
@@ -104,10 +165,13 @@ impl Gpu {
         }
         let gpu = Arc::new(Gpu {
             ordinal,
+            context: ctx,
+            released: Released::default(),
             inner: Mutex::new(GpuInner {
                 stream,
                 blas,
                 functions,
+                cache: RefCell::default(),
             }),
         });
         all.insert(ordinal, Arc::clone(&gpu));
@@ -119,9 +183,30 @@ impl Gpu {
         self.ordinal
     }
 
-    /// Takes the GPU for one kernel's computation.
-    pub fn lock(&self) -> MutexGuard<'_, GpuInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// Makes the GPU's context current on the calling thread; returns (once) an error a call
+    /// that could not report it parked.
+    pub fn bind(&self) -> Result<()> {
+        self.context.bind_to_thread().map_err(driver_error)
+    }
+
+    /// Takes the GPU for one kernel's computation: makes its context current, then takes the
+    /// buffers dropped since into the cache.
+    pub fn lock(&self) -> Result<MutexGuard<'_, GpuInner>> {
+        self.bind()?;
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let released = self.released.take();
+        if !released.is_empty() {
+            let mut cache = inner.cache.borrow_mut();
+            for slice in released {
+                cache.keep(slice);
+            }
+        }
+        Ok(inner)
+    }
+
+    /// Returns (once) an error a call that could not report it parked in the GPU's context.
+    pub fn check(&self) -> Result<()> {
+        self.context.check_err().map_err(driver_error)
     }
 }
 
@@ -148,21 +233,64 @@ impl GpuInner {
         node: &str,
         host: &[T],
     ) -> Result<CudaSlice<T>> {
-        let bytes = std::mem::size_of_val(host);
-        let copied = if host.is_empty() {
-            self.stream.alloc_zeros::<T>(1)
-        } else {
-            self.stream.clone_htod(host)
-        };
-        copied.map_err(|e| alloc_error(e, node, bytes))
+        self.allocate(node, std::mem::size_of_val(host), |stream| {
+            if host.is_empty() {
+                stream.alloc_zeros::<T>(1)
+            } else {
+                stream.clone_htod(host)
+            }
+        })
     }
 
-    /// A new zeroed device buffer of `len` floats.
+    /// [`upload`](Self::upload) of a tensor's floats into a freed buffer of their length when
+    /// the cache has one.
+    pub fn upload_floats(&self, node: &str, host: &[f32]) -> Result<CudaSlice<f32>> {
+        let cached = self.cache.borrow_mut().take(host.len().max(1));
+        match cached {
+            Some(mut slice) if !host.is_empty() => {
+                self.stream
+                    .memcpy_htod(host, &mut slice)
+                    .map_err(driver_error)?;
+                Ok(slice)
+            }
+            Some(mut slice) => {
+                self.stream.memset_zeros(&mut slice).map_err(driver_error)?;
+                Ok(slice)
+            }
+            None => self.upload(node, host),
+        }
+    }
+
+    /// A new zeroed device buffer of `len` floats: a freed one of that length when the cache
+    /// has one, else from the driver.
     pub fn zeros(&self, node: &str, len: usize) -> Result<CudaSlice<f32>> {
         // A zero-length allocation is an error in the driver; keep one element instead.
-        self.stream
-            .alloc_zeros::<f32>(len.max(1))
-            .map_err(|e| alloc_error(e, node, len * 4))
+        let len = len.max(1);
+        let cached = self.cache.borrow_mut().take(len);
+        if let Some(mut slice) = cached {
+            self.stream.memset_zeros(&mut slice).map_err(driver_error)?;
+            return Ok(slice);
+        }
+        self.allocate(node, len * 4, |stream| stream.alloc_zeros::<f32>(len))
+    }
+
+    /// An allocation of `bytes` for `node` by `allocate`; when the driver is out of memory and
+    /// the cache holds buffers, they are freed and the allocation tried once more.
+    fn allocate<T>(
+        &self,
+        node: &str,
+        bytes: usize,
+        allocate: impl Fn(&Arc<CudaStream>) -> std::result::Result<CudaSlice<T>, DriverError>,
+    ) -> Result<CudaSlice<T>> {
+        let first = allocate(&self.stream);
+        let out_of_memory =
+            matches!(&first, Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        let allocated = if out_of_memory && self.cache.borrow_mut().clear() {
+            allocate(&self.stream)
+        } else {
+            first
+        };
+        allocated.map_err(|e| alloc_error(e, node, bytes))
     }
 
     /// Copies a device buffer back to the host (waits for the stream).
@@ -206,6 +334,7 @@ impl GpuInner {
 pub struct GpuMemory {
     device: String,
     counter: Arc<CopyCounter>,
+    gpu: OnceLock<Arc<Gpu>>,
 }
 
 impl GpuMemory {
@@ -214,7 +343,17 @@ impl GpuMemory {
         Arc::new(Self {
             device: device.into(),
             counter: Arc::default(),
+            gpu: OnceLock::new(),
         })
+    }
+
+    /// The GPU, opened on first use.
+    fn gpu(&self) -> Result<&Arc<Gpu>> {
+        if let Some(gpu) = self.gpu.get() {
+            return Ok(gpu);
+        }
+        let gpu = Gpu::for_device(&self.device)?;
+        Ok(self.gpu.get_or_init(|| gpu))
     }
 
     /// Counts the device's copies.
@@ -234,13 +373,13 @@ impl MemorySpace for GpuMemory {
     }
 
     fn upload(&self, tensor: &Tensor) -> Result<Tensor> {
-        let gpu = Gpu::for_device(&self.device)?;
+        let gpu = self.gpu()?;
         let values = tensor.values::<f32>()?;
-        let slice = gpu.lock().upload(&self.device, &values)?;
+        let slice = gpu.lock()?.upload_floats(&self.device, &values)?;
         self.counter.to_device(std::mem::size_of_val(&values[..]));
         GpuBuffer::tensor(
             &self.device,
-            &gpu,
+            gpu,
             slice,
             tensor.shape().clone(),
             &self.counter,
@@ -251,18 +390,29 @@ impl MemorySpace for GpuMemory {
         self.counter.read()
     }
 
+    fn bind(&self) -> Result<()> {
+        self.gpu()?.bind()
+    }
+
+    fn settle(&self) -> Result<()> {
+        let gpu = self.gpu()?;
+        drop(gpu.lock()?);
+        gpu.check()
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
 }
 
-/// One float32 tensor's elements in a GPU's memory, freed when the last tensor holding it
-/// goes. The driver's calls are thread-safe: the buffer is freed on the GPU's stream from
-/// whichever thread drops it, after the work queued there before.
+/// One float32 tensor's elements in a GPU's memory. When the last tensor holding it goes, on
+/// whatever thread, the slice goes back to its GPU for the next lock to cache (see the
+/// module's notes on contexts); it is reused after the work queued on the GPU's one stream.
 pub struct GpuBuffer {
     device: String,
     gpu: Arc<Gpu>,
-    slice: CudaSlice<f32>,
+    /// Taken by `drop`.
+    slice: Option<CudaSlice<f32>>,
     /// Elements held (the slice keeps at least one: the driver refuses empty allocations).
     len: usize,
     counter: Arc<CopyCounter>,
@@ -281,7 +431,7 @@ impl GpuBuffer {
         let buffer = GpuBuffer {
             device: device.to_string(),
             gpu: Arc::clone(gpu),
-            slice,
+            slice: Some(slice),
             len: shape.num_elements(),
             counter: Arc::clone(counter),
         };
@@ -294,7 +444,17 @@ impl GpuBuffer {
             .device_buffer()?
             .as_any()
             .downcast_ref::<GpuBuffer>()?;
-        (buffer.gpu.ordinal == gpu.ordinal).then_some(&buffer.slice)
+        (buffer.gpu.ordinal == gpu.ordinal)
+            .then_some(buffer.slice.as_ref())
+            .flatten()
+    }
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        if let Some(slice) = self.slice.take() {
+            self.gpu.released.push(slice);
+        }
     }
 }
 
@@ -308,7 +468,10 @@ impl DeviceBuffer for GpuBuffer {
     }
 
     fn copy_to_host(&self) -> Result<Bytes> {
-        let host = self.gpu.lock().download(&self.slice, self.len)?;
+        let slice = self.slice.as_ref().ok_or_else(|| {
+            Status::internal(format!("{}: a dropped buffer was read", self.device))
+        })?;
+        let host = self.gpu.lock()?.download(slice, self.len)?;
         self.counter.to_host(self.byte_len());
         Ok(f32::into_bytes(host))
     }

@@ -110,8 +110,10 @@ fn all_reduce(
     // Every GPU of the group, locked in ordinal order, then indexed by member.
     let mut by_ordinal: Vec<usize> = (0..gpus.len()).collect();
     by_ordinal.sort_by_key(|&i| gpus[i].ordinal());
-    let mut locked: Vec<(usize, MutexGuard<'_, _>)> =
-        by_ordinal.iter().map(|&i| (i, gpus[i].lock())).collect();
+    let mut locked: Vec<(usize, MutexGuard<'_, _>)> = by_ordinal
+        .iter()
+        .map(|&i| Ok((i, gpus[i].lock()?)))
+        .collect::<Result<_>>()?;
     locked.sort_by_key(|(i, _)| *i);
     let inners: Vec<_> = locked.into_iter().map(|(_, guard)| guard).collect();
 

@@ -140,7 +140,7 @@ fn with_gpu<R>(
         .memory_space()
         .and_then(|s| s.as_any().downcast_ref::<GpuMemory>())
         .map_or_else(Arc::default, |m| Arc::clone(m.counter()));
-    let inner = gpu.lock();
+    let inner = gpu.lock().map_err(|e| ctx.named(e))?;
     let on = OnGpu {
         inner: &inner,
         gpu: &gpu,
