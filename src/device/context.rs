@@ -21,6 +21,7 @@
 //! CI fails a change that calls the device from the wrong thread, as only a GPU showed before.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -53,6 +54,60 @@ impl<T> Released<T> {
     /// Takes every buffer handed back so far, for a thread of the device to free.
     pub fn take(&self) -> Vec<T> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Freed device buffers kept for reuse, by length, up to a number of bytes: a GPU takes its
+/// handed-back buffers into it under its lock and allocates from it first, so a training
+/// step's same-sized tensors reuse last step's buffers without a driver call.
+#[derive(Debug)]
+pub struct BufferCache<T> {
+    by_len: HashMap<usize, Vec<T>>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl<T> BufferCache<T> {
+    /// An empty cache holding at most `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            by_len: HashMap::new(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    /// A kept buffer of exactly `len` elements of `width` bytes, if there is one.
+    pub fn take(&mut self, len: usize, width: usize) -> Option<T> {
+        let buffer = self.by_len.get_mut(&len)?.pop()?;
+        self.bytes -= len * width;
+        Some(buffer)
+    }
+
+    /// Keeps `buffer` (`len` elements of `width` bytes); gives it back when that would pass the
+    /// limit, for the caller to free.
+    pub fn keep(&mut self, buffer: T, len: usize, width: usize) -> Option<T> {
+        let bytes = len * width;
+        if self.bytes + bytes > self.limit {
+            return Some(buffer);
+        }
+        self.bytes += bytes;
+        self.by_len.entry(len).or_default().push(buffer);
+        None
+    }
+
+    /// Takes every kept buffer, for the caller to free; empty if there were none.
+    pub fn drain(&mut self) -> Vec<T> {
+        self.bytes = 0;
+        self.by_len
+            .drain()
+            .flat_map(|(_, buffers)| buffers)
+            .collect()
+    }
+
+    /// The bytes kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -227,6 +282,21 @@ mod tests {
             assert!(!mine.is_current());
         }
         mine.call("a kernel").unwrap();
+    }
+
+    #[test]
+    fn the_cache_reuses_buffers_of_the_same_length_up_to_its_limit() {
+        let mut cache = BufferCache::new(64);
+        assert_eq!(cache.keep("a", 4, 4), None);
+        assert_eq!(cache.keep("b", 8, 4), None);
+        // 16 + 32 bytes kept: 32 more would pass the 64.
+        assert_eq!(cache.keep("c", 8, 4), Some("c"));
+        assert_eq!(cache.bytes(), 48);
+        assert_eq!(cache.take(5, 4), None);
+        assert_eq!(cache.take(8, 4), Some("b"));
+        assert_eq!(cache.bytes(), 16);
+        assert_eq!(cache.drain(), ["a"]);
+        assert_eq!((cache.bytes(), cache.take(4, 4)), (0, None));
     }
 
     #[test]

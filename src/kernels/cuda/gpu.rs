@@ -33,7 +33,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::cluster::DeviceName;
-use crate::device::context::Released;
+use crate::device::context::{BufferCache, Released};
 use crate::device::space::{Copies, CopyCounter, MemorySpace};
 use crate::error::{Result, Status};
 use crate::tensor::{DType, DeviceBuffer, Element, Shape, Tensor};
@@ -59,6 +59,9 @@ pub const BLOCK: u32 = 256;
 /// the driver.
 pub const CACHE_BYTES: usize = 1 << 30;
 
+/// Bytes of a float32.
+const F32: usize = std::mem::size_of::<f32>();
+
 /// The GPU's handles, used under [`Gpu::lock`].
 pub struct GpuInner {
     /// The stream every copy and launch goes to: the GPU's own.
@@ -66,43 +69,9 @@ pub struct GpuInner {
     /// cuBLAS on that stream.
     pub blas: CudaBlas,
     functions: HashMap<&'static str, CudaFunction>,
-    /// Freed float buffers for reuse on the stream (a `RefCell`: only used under the lock).
-    cache: RefCell<Cache>,
-}
-
-/// Freed float buffers by length, at most [`CACHE_BYTES`] of them.
-#[derive(Default)]
-struct Cache {
-    by_len: HashMap<usize, Vec<CudaSlice<f32>>>,
-    bytes: usize,
-}
-
-impl Cache {
-    /// A freed buffer of exactly `len` floats, if there is one.
-    fn take(&mut self, len: usize) -> Option<CudaSlice<f32>> {
-        let slice = self.by_len.get_mut(&len)?.pop()?;
-        self.bytes -= len * 4;
-        Some(slice)
-    }
-
-    /// Keeps a dropped tensor's buffer, or frees it past [`CACHE_BYTES`]. Called under the
-    /// GPU's lock, with its context current.
-    fn keep(&mut self, slice: CudaSlice<f32>) {
-        let bytes = slice.len() * 4;
-        if self.bytes + bytes <= CACHE_BYTES {
-            self.bytes += bytes;
-            self.by_len.entry(slice.len()).or_default().push(slice);
-        }
-    }
-
-    /// Frees every buffer (under the lock, with the context current); false if there were
-    /// none.
-    fn clear(&mut self) -> bool {
-        let had = self.bytes > 0;
-        self.by_len.clear();
-        self.bytes = 0;
-        had
-    }
+    /// Freed float buffers for reuse on the stream, up to [`CACHE_BYTES`] (a `RefCell`: only
+    /// used under the lock, with the context current, so what it frees is freed there).
+    cache: RefCell<BufferCache<CudaSlice<f32>>>,
 }
 
 /// One GPU, shared by the kernels of every node placed on it.
@@ -171,7 +140,7 @@ impl Gpu {
                 stream,
                 blas,
                 functions,
-                cache: RefCell::default(),
+                cache: RefCell::new(BufferCache::new(CACHE_BYTES)),
             }),
         });
         all.insert(ordinal, Arc::clone(&gpu));
@@ -198,7 +167,9 @@ impl Gpu {
         if !released.is_empty() {
             let mut cache = inner.cache.borrow_mut();
             for slice in released {
-                cache.keep(slice);
+                let len = slice.len();
+                // Past the cache's limit the slice is freed here, under the context.
+                drop(cache.keep(slice, len, F32));
             }
         }
         Ok(inner)
@@ -245,7 +216,7 @@ impl GpuInner {
     /// [`upload`](Self::upload) of a tensor's floats into a freed buffer of their length when
     /// the cache has one.
     pub fn upload_floats(&self, node: &str, host: &[f32]) -> Result<CudaSlice<f32>> {
-        let cached = self.cache.borrow_mut().take(host.len().max(1));
+        let cached = self.cache.borrow_mut().take(host.len().max(1), F32);
         match cached {
             Some(mut slice) if !host.is_empty() => {
                 self.stream
@@ -266,7 +237,7 @@ impl GpuInner {
     pub fn zeros(&self, node: &str, len: usize) -> Result<CudaSlice<f32>> {
         // A zero-length allocation is an error in the driver; keep one element instead.
         let len = len.max(1);
-        let cached = self.cache.borrow_mut().take(len);
+        let cached = self.cache.borrow_mut().take(len, F32);
         if let Some(mut slice) = cached {
             self.stream.memset_zeros(&mut slice).map_err(driver_error)?;
             return Ok(slice);
@@ -283,14 +254,14 @@ impl GpuInner {
         allocate: impl Fn(&Arc<CudaStream>) -> std::result::Result<CudaSlice<T>, DriverError>,
     ) -> Result<CudaSlice<T>> {
         let first = allocate(&self.stream);
-        let out_of_memory =
-            matches!(&first, Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-        let allocated = if out_of_memory && self.cache.borrow_mut().clear() {
-            allocate(&self.stream)
-        } else {
-            first
-        };
-        allocated.map_err(|e| alloc_error(e, node, bytes))
+        if matches!(&first, Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) {
+            let freed = self.cache.borrow_mut().drain();
+            if !freed.is_empty() {
+                drop(freed);
+                return allocate(&self.stream).map_err(|e| alloc_error(e, node, bytes));
+            }
+        }
+        first.map_err(|e| alloc_error(e, node, bytes))
     }
 
     /// Copies a device buffer back to the host (waits for the stream).
