@@ -224,6 +224,107 @@ fn softmax_and_the_cross_entropies_match_the_cpu() {
     );
 }
 
+/// A shape tensor (`input_sizes`, `filter_sizes`, `orig_input_shape`) of `dims`.
+fn sizes(dims: &[usize]) -> Tensor {
+    Tensor::from_vec([4], dims.iter().map(|&d| d as i32).collect::<Vec<_>>()).unwrap()
+}
+
+#[test]
+fn convolutions_and_their_gradients_match_the_cpu() {
+    if !have_gpu("convolutions") {
+        return;
+    }
+    // The attrs of a convolution in `format` (strides and dilations in that format too).
+    let attrs = |format: &str, strides: [i64; 4], dilations: [i64; 4], padding: &str| {
+        vec![
+            ("data_format", value::string(format)),
+            ("strides", value::int_list(strides.to_vec())),
+            ("dilations", value::int_list(dilations.to_vec())),
+            ("padding", value::string(padding)),
+        ]
+    };
+    let mut explicit = attrs("NHWC", [1, 2, 1, 1], [1; 4], "EXPLICIT");
+    let paddings = vec![0, 0, 1, 2, 0, 1, 0, 0];
+    explicit.push(("explicit_paddings", value::int_list(paddings)));
+    // (input in the attrs' format, HWIO filter, attrs): SAME padding one more pixel after,
+    // VALID at stride 2 with dilation 2 and grouped filters (depth 2 of 4 channels), EXPLICIT.
+    let cases = [
+        (
+            [1, 5, 7, 3],
+            [3, 2, 3, 4],
+            attrs("NHWC", [1; 4], [1; 4], "SAME"),
+        ),
+        (
+            [2, 4, 9, 8],
+            [3, 2, 2, 6],
+            attrs("NCHW", [1, 1, 2, 2], [1, 1, 2, 2], "VALID"),
+        ),
+        (
+            [1, 2, 7, 6],
+            [2, 3, 2, 3],
+            attrs("NCHW", [1, 1, 2, 2], [1; 4], "SAME"),
+        ),
+        ([2, 5, 6, 2], [2, 2, 2, 3], explicit),
+    ];
+    for (input, filter, attrs) in cases {
+        let (x, f) = (tensor(&input, 0.4), tensor(&filter, 1.2));
+        check("Conv2D", &attrs, &[x.clone(), f.clone()]);
+        let y = &kernel_check::cpu(&node("Conv2D", &attrs), &[x.clone(), f.clone()])[0];
+        let dy = tensor(y.dims(), 2.1);
+        check(
+            "Conv2DBackpropInput",
+            &attrs,
+            &[sizes(&input), f, dy.clone()],
+        );
+        check("Conv2DBackpropFilter", &attrs, &[x, sizes(&filter), dy]);
+    }
+}
+
+#[test]
+fn pooling_and_its_gradients_match_the_cpu_ties_included() {
+    if !have_gpu("pooling") {
+        return;
+    }
+    // (format, input in that format, ksize and strides in that format, padding).
+    let cases = [
+        ("NHWC", [2, 5, 7, 3], [1, 2, 3, 1], [1, 1, 1, 1], "SAME"),
+        ("NCHW", [2, 3, 7, 6], [1, 1, 3, 2], [1, 1, 2, 2], "SAME"),
+        ("NHWC", [1, 9, 8, 4], [1, 3, 3, 1], [1, 2, 2, 1], "VALID"),
+    ];
+    for (format, input, ksize, strides, padding) in cases {
+        let attrs = [
+            ("data_format", value::string(format)),
+            ("ksize", value::int_list(ksize.to_vec())),
+            ("strides", value::int_list(strides.to_vec())),
+            ("padding", value::string(padding)),
+        ];
+        let x = tensor(&input, 0.9);
+        // Whole numbers: windows with equal maxima, whose gradient goes to the first.
+        let ties = Tensor::from_vec(
+            input.to_vec(),
+            x.values::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.round())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        for x in [&x, &ties] {
+            check("MaxPool", &attrs, std::slice::from_ref(x));
+            let y = &kernel_check::cpu(&node("MaxPool", &attrs), std::slice::from_ref(x))[0];
+            let dy = tensor(y.dims(), 1.7);
+            check("MaxPoolGrad", &attrs, &[x.clone(), y.clone(), dy]);
+        }
+        check("AvgPool", &attrs, std::slice::from_ref(&x));
+        let y = &kernel_check::cpu(&node("AvgPool", &attrs), std::slice::from_ref(&x))[0];
+        check(
+            "AvgPoolGrad",
+            &attrs,
+            &[sizes(&input), tensor(y.dims(), 0.2)],
+        );
+    }
+}
+
 #[test]
 fn every_optimizer_update_matches_the_cpu() {
     if !have_gpu("optimizers") {

@@ -22,11 +22,13 @@ use std::sync::OnceLock;
 
 use tessera::device::DeviceType;
 use tessera::graph::attr::value;
+use tessera::graph::window::{ConvAttrs, PoolAttrs};
 use tessera::kernels::cpu::training::Update;
 use tessera::kernels::cuda::gpu::BLOCK;
-use tessera::kernels::cuda::layout::{Broadcast, Reduction};
+use tessera::kernels::cuda::layout::{Broadcast, Reduction, Window};
 use tessera::kernels::cuda::ops::{apply_codes, binary_code, reduce_code, unary_code};
 use tessera::kernels::OpContext;
+use tessera::proto::{AttrValue, NodeDef};
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};
 
@@ -55,6 +57,8 @@ type Reduce = unsafe extern "C" fn(i32, *const f32, *mut f32, i64, i64, i32, i32
 type Softmax = unsafe extern "C" fn(*const f32, *mut f32, i64, i64, i32);
 type Xent = unsafe extern "C" fn(*const f32, *const f32, *mut f32, *mut f32, i64, i64);
 type SparseXent = unsafe extern "C" fn(*const f32, *const i64, *mut f32, *mut f32, i64, i64);
+type Window1 = unsafe extern "C" fn(*const f32, *mut f32, i64, *const i64);
+type Window2 = unsafe extern "C" fn(*const f32, *const f32, *mut f32, i64, *const i64);
 #[rustfmt::skip]
 type Apply = unsafe extern "C" fn(
     i32, i32, *mut f32, *mut f32, *mut f32, *mut f32, *const f32,
@@ -510,5 +514,293 @@ fn every_optimizer_update_matches_the_cpu() {
                 node.name
             );
         }
+    }
+}
+
+/// The window kernel `name` on `inputs` (one or two, in its parameter order) with `window`'s
+/// params, one thread per element of an output of `dims`.
+fn windowed(
+    host: &Host,
+    name: &str,
+    inputs: &[&Tensor],
+    dims: &[usize],
+    window: &Window,
+) -> Tensor {
+    let values: Vec<Vec<f32>> = inputs.iter().map(|t| floats(t)).collect();
+    let len = dims.iter().product();
+    let mut out = vec![f32::NAN; len];
+    let (n, p) = (len as i64, window.params.as_ptr());
+    match &values[..] {
+        [a] => {
+            let kernel: Window1 = host.symbol(name);
+            host.launch(len, || unsafe {
+                kernel(a.as_ptr(), out.as_mut_ptr(), n, p)
+            });
+        }
+        [a, b] => {
+            let kernel: Window2 = host.symbol(name);
+            host.launch(len, || unsafe {
+                kernel(a.as_ptr(), b.as_ptr(), out.as_mut_ptr(), n, p)
+            });
+        }
+        _ => unreachable!("the window kernels read one or two tensors"),
+    }
+    Tensor::from_vec(dims.to_vec(), out).unwrap()
+}
+
+/// One sliding-window geometry, in NHWC terms whatever its format.
+struct WindowCase {
+    format: &'static str,
+    /// The input's (batch, height, width, channels).
+    input: [usize; 4],
+    /// A convolution's HWIO filter; a pool's window is its height and width.
+    window: [usize; 4],
+    strides: [i64; 2],
+    /// A convolution's; pools take none.
+    dilations: [i64; 2],
+    padding: &'static str,
+    /// (top, bottom, left, right) for EXPLICIT.
+    explicit: [i64; 4],
+}
+
+impl WindowCase {
+    /// NHWC values laid out in the case's format.
+    fn laid_out<T: Copy>(&self, nhwc: [T; 4]) -> Vec<T> {
+        let [n, h, w, c] = nhwc;
+        match self.format {
+            "NCHW" => vec![n, c, h, w],
+            _ => vec![n, h, w, c],
+        }
+    }
+
+    /// The node of `op` with the case's attrs (`ksize` for a pool, `dilations` for a
+    /// convolution).
+    fn node(&self, op: &str) -> NodeDef {
+        let [sh, sw] = self.strides;
+        let [dh, dw] = self.dilations;
+        let mut attrs: Vec<(&str, AttrValue)> = vec![
+            ("data_format", value::string(self.format)),
+            ("strides", value::int_list(self.laid_out([1, sh, sw, 1]))),
+            ("padding", value::string(self.padding)),
+        ];
+        if op.starts_with("Conv2D") {
+            attrs.push(("dilations", value::int_list(self.laid_out([1, dh, dw, 1]))));
+        } else {
+            let [kh, kw] = [self.window[0], self.window[1]].map(|k| k as i64);
+            attrs.push(("ksize", value::int_list(self.laid_out([1, kh, kw, 1]))));
+        }
+        if self.padding == "EXPLICIT" {
+            let [t, b, l, r] = self.explicit;
+            let pairs = self.laid_out([[0, 0], [t, b], [l, r], [0, 0]]);
+            attrs.push(("explicit_paddings", value::int_list(pairs.concat())));
+        }
+        let mut node = node(op, &attrs);
+        node.name = format!("{op} {self}");
+        node
+    }
+
+    /// The input's dims in the case's format.
+    fn input_dims(&self) -> Vec<usize> {
+        self.laid_out(self.input)
+    }
+}
+
+impl std::fmt::Display for WindowCase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} input {:?} window {:?} strides {:?} dilations {:?} {} {:?}",
+            self.format,
+            self.input,
+            self.window,
+            self.strides,
+            self.dilations,
+            self.padding,
+            self.explicit
+        )
+    }
+}
+
+/// A shape tensor (`input_sizes`, `filter_sizes`, `orig_input_shape`) of `dims`.
+fn sizes(dims: &[usize]) -> Tensor {
+    Tensor::from_vec([4], dims.iter().map(|&d| d as i32).collect::<Vec<_>>()).unwrap()
+}
+
+/// The geometries the window kernels are checked on: both formats, strides 1 and 2, SAME
+/// (with odd sizes that pad one more pixel after than before), VALID and EXPLICIT, batches
+/// and channels above 1, non-square windows; the convolutions also with dilation 2 and with
+/// grouped filters (a filter depth that divides the input's channels).
+fn window_cases() -> Vec<WindowCase> {
+    let case = |format, input, window, strides, dilations, padding, explicit| WindowCase {
+        format,
+        input,
+        window,
+        strides,
+        dilations,
+        padding,
+        explicit,
+    };
+    let none = [0; 4];
+    vec![
+        // SAME over 2-wide windows at stride 1: 0 before, 1 after.
+        case(
+            "NHWC",
+            [2, 5, 7, 3],
+            [3, 2, 3, 4],
+            [1, 1],
+            [1, 1],
+            "SAME",
+            none,
+        ),
+        // 7 rows and 6 columns at stride 2 by 2×3: 1 pixel padded, after.
+        case(
+            "NCHW",
+            [2, 7, 6, 2],
+            [2, 3, 2, 3],
+            [2, 2],
+            [1, 1],
+            "SAME",
+            none,
+        ),
+        case(
+            "NHWC",
+            [3, 9, 8, 2],
+            [3, 2, 2, 5],
+            [2, 2],
+            [2, 2],
+            "VALID",
+            none,
+        ),
+        // Two groups of 3 channels, dilation 2 across the rows only.
+        case(
+            "NCHW",
+            [2, 7, 8, 6],
+            [2, 3, 3, 4],
+            [1, 1],
+            [2, 1],
+            "VALID",
+            none,
+        ),
+        case(
+            "NHWC",
+            [2, 6, 9, 4],
+            [3, 3, 2, 6],
+            [2, 1],
+            [2, 2],
+            "SAME",
+            none,
+        ),
+        case(
+            "NHWC",
+            [1, 5, 6, 2],
+            [2, 2, 2, 3],
+            [1, 2],
+            [1, 1],
+            "EXPLICIT",
+            [1, 2, 0, 1],
+        ),
+        // Padding wider than the window: the first rows of windows lie wholly in it.
+        case(
+            "NCHW",
+            [2, 4, 5, 3],
+            [2, 3, 3, 2],
+            [1, 2],
+            [1, 2],
+            "EXPLICIT",
+            [3, 1, 2, 2],
+        ),
+    ]
+}
+
+#[test]
+fn convolutions_and_their_gradients_match_the_cpu() {
+    let Some(host) = host("convolutions") else {
+        return;
+    };
+    for (k, case) in window_cases().iter().enumerate() {
+        let seed = k as f32 * 0.3;
+        let x = tensor(&case.input_dims(), seed);
+        let f = tensor(&case.window, seed + 1.1);
+        let forward = case.node("Conv2D");
+        let attrs = ConvAttrs::of(&forward).unwrap();
+        // The window as the GPU kernels compute it from the input and filter dims.
+        let window = Window::conv(&attrs, x.dims(), f.dims()).unwrap();
+        let out_dims = window.output_dims();
+        let got = windowed(host, "conv2d_f32", &[&x, &f], &out_dims, &window);
+        let want = &cpu(&forward, &[x.clone(), f.clone()])[0];
+        assert_close(&forward.name, &got, want, TOLERANCE);
+
+        let dy = tensor(&out_dims, seed + 2.3);
+        let node = case.node("Conv2DBackpropInput");
+        let got = windowed(host, "conv2d_input_grad_f32", &[&f, &dy], x.dims(), &window);
+        let want = &cpu(&node, &[sizes(x.dims()), f.clone(), dy.clone()])[0];
+        assert_close(&node.name, &got, want, TOLERANCE);
+
+        let node = case.node("Conv2DBackpropFilter");
+        let got = windowed(
+            host,
+            "conv2d_filter_grad_f32",
+            &[&x, &dy],
+            f.dims(),
+            &window,
+        );
+        let want = &cpu(&node, &[x.clone(), sizes(f.dims()), dy])[0];
+        assert_close(&node.name, &got, want, TOLERANCE);
+    }
+}
+
+/// [`tensor`]'s values rounded to whole numbers, so that windows hold equal maxima, with a NaN
+/// at element 5 (a window's maximum only where it comes first, as on the CPU).
+fn with_ties(dims: &[usize], seed: f32) -> Tensor {
+    let mut values: Vec<f32> = floats(&tensor(dims, seed))
+        .iter()
+        .map(|v| v.round())
+        .collect();
+    values[5] = f32::NAN;
+    Tensor::from_vec(dims.to_vec(), values).unwrap()
+}
+
+#[test]
+fn pooling_and_its_gradients_match_the_cpu_ties_included() {
+    let Some(host) = host("pooling") else {
+        return;
+    };
+    for (k, case) in window_cases().iter().enumerate() {
+        let seed = k as f32 * 0.7;
+        let dims = case.input_dims();
+        let plain = tensor(&dims, seed);
+        let ties = with_ties(&dims, seed);
+        let max = case.node("MaxPool");
+        let window = Window::pool(&PoolAttrs::of(&max).unwrap(), &dims).unwrap();
+        let out_dims = window.output_dims();
+        let dy = tensor(&out_dims, seed + 1.9);
+        for x in [&plain, &ties] {
+            let got = windowed(host, "max_pool_f32", &[x], &out_dims, &window);
+            let y = &cpu(&max, std::slice::from_ref(x))[0];
+            assert_close(&max.name, &got, y, 0.0);
+
+            // The gradient goes where the CPU sends it: exactly, ties and all.
+            let node = case.node("MaxPoolGrad");
+            let got = windowed(host, "max_pool_grad_f32", &[x, &dy], &dims, &window);
+            let want = &cpu(&node, &[x.clone(), y.clone(), dy.clone()])[0];
+            assert_close(&node.name, &got, want, 0.0);
+        }
+        // Average pooling takes SAME and VALID only.
+        if case.padding == "EXPLICIT" {
+            continue;
+        }
+        let avg = case.node("AvgPool");
+        assert_eq!(
+            Window::pool(&PoolAttrs::of(&avg).unwrap(), &dims).unwrap(),
+            window
+        );
+        let got = windowed(host, "avg_pool_f32", &[&plain], &out_dims, &window);
+        let want = &cpu(&avg, std::slice::from_ref(&plain))[0];
+        assert_close(&avg.name, &got, want, TOLERANCE);
+
+        let node = case.node("AvgPoolGrad");
+        let got = windowed(host, "avg_pool_grad_f32", &[&dy], &dims, &window);
+        let want = &cpu(&node, &[sizes(&dims), dy.clone()])[0];
+        assert_close(&node.name, &got, want, TOLERANCE);
     }
 }

@@ -37,7 +37,7 @@ pub const HOST_MEMORY_OPS: [&str; 22] = [
 
 /// The compute ops with a float32 GPU kernel (besides every optimizer update, see
 /// [`computes`]).
-pub const COMPUTE_OPS: [&str; 41] = [
+pub const COMPUTE_OPS: [&str; 48] = [
     "MatMul",
     "BatchMatMulV2",
     "BatchMatMul",
@@ -79,6 +79,13 @@ pub const COMPUTE_OPS: [&str; 41] = [
     "LogSoftmax",
     "SoftmaxCrossEntropyWithLogits",
     "SparseSoftmaxCrossEntropyWithLogits",
+    "Conv2D",
+    "Conv2DBackpropInput",
+    "Conv2DBackpropFilter",
+    "MaxPool",
+    "MaxPoolGrad",
+    "AvgPool",
+    "AvgPoolGrad",
 ];
 
 /// Whether a GPU computes `op` (float32; other dtypes of it run their CPU kernel on the host

@@ -42,7 +42,7 @@ const FILTER_PATCH_ELEMENTS: usize = 1 << 22;
 
 /// Which of a convolution's three ops a kernel computes: the op or one of its two gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Pass {
+pub(crate) enum Pass {
     Forward,
     BackpropInput,
     BackpropFilter,
@@ -117,7 +117,7 @@ pub(super) struct Conv2D {
 
 /// The sizes of one convolution, in `NHWC` terms.
 #[derive(Clone, Copy, Debug)]
-struct Geometry {
+pub(crate) struct Geometry {
     batch: usize,
     in_h: usize,
     in_w: usize,
@@ -168,11 +168,8 @@ impl Conv2D {
         epilogue: Option<RowsFn<'_, T>>,
     ) -> Result<Tensor> {
         let format = self.attrs.format;
-        check_rank4(ctx, x, "input")?;
-        check_rank4(ctx, f, "filter")?;
-        let g = self.geometry(ctx, format.nhwc(x.dims()), f.dims())?;
+        let g = check_forward(&self.attrs, ctx, x, f)?;
         let out_dims = g.output_dims(format);
-        checked_elements(ctx, &out_dims)?;
         let xv = x.values::<T>()?;
         let xs = to_nhwc(format, x.dims(), &xv);
         let fv = f.values::<T>()?;
@@ -204,87 +201,6 @@ impl Conv2D {
         let nhwc = [g.batch, g.out_h(), g.out_w(), oc];
         Tensor::from_vec(Shape::new(out_dims.to_vec()), from_nhwc(format, nhwc, out))
     }
-
-    /// Checks the filter against the input's `NHWC` dims and computes the geometry, with
-    /// TensorFlow's messages.
-    fn geometry(
-        &self,
-        ctx: &OpContext<'_>,
-        input: [usize; 4],
-        filter: &[usize],
-    ) -> Result<Geometry> {
-        let [batch, in_h, in_w, in_c] = input;
-        let filter = [filter[0], filter[1], filter[2], filter[3]];
-        let depth = filter[2];
-        if depth == 0 {
-            return Err(ctx.invalid(format!(
-                "filter depth must be stricly positive, got 0 (filter shape {})",
-                Shape::new(filter.to_vec())
-            )));
-        }
-        if in_c % depth != 0 {
-            return Err(ctx.invalid(format!(
-                "input depth must be evenly divisible by filter depth: {in_c} vs {depth}"
-            )));
-        }
-        let groups = in_c / depth;
-        if groups == 0 || filter[3] % groups != 0 {
-            return Err(ctx.invalid(format!(
-                "output depth must be evenly divisible by number of groups: {} vs {groups}",
-                filter[3]
-            )));
-        }
-        let dims = self
-            .attrs
-            .dims([in_h, in_w], [filter[0], filter[1]])
-            .map_err(|e| ctx.named(e))?;
-        Ok(Geometry {
-            batch,
-            in_h,
-            in_w,
-            in_c,
-            filter,
-            groups,
-            dims,
-        })
-    }
-
-    /// Checks that `out_backprop` has the dims the forward convolution would give.
-    fn check_out_backprop(&self, ctx: &OpContext<'_>, g: &Geometry, dy: &Tensor) -> Result<()> {
-        let op = &ctx.node().op;
-        let format = self.attrs.format;
-        let [n, h, w, c] = format.nhwc(dy.dims());
-        if n != g.batch {
-            return Err(ctx.invalid(format!(
-                "{op}: input and out_backprop must have the same batch size. Input batch: {}, \
-                 outbackprop batch: {n}, batch_dim: 0",
-                g.batch
-            )));
-        }
-        for (a, actual) in [h, w].into_iter().enumerate() {
-            let d = &g.dims[a];
-            if actual != d.output {
-                return Err(ctx.invalid(format!(
-                    "{op}: Size of out_backprop doesn't match computed: actual = {actual}, \
-                     computed = {} spatial_dim: {} input: {} filter: {} output: {actual} \
-                     stride: {} dilation: {}",
-                    d.output,
-                    format.axes()[a + 1],
-                    d.input,
-                    d.window,
-                    d.stride,
-                    d.dilation
-                )));
-            }
-        }
-        if c != g.out_c() {
-            return Err(ctx.invalid(format!(
-                "{op}: filter and out_backprop must have the same out_depth ({} vs. {c})",
-                g.out_c()
-            )));
-        }
-        Ok(())
-    }
 }
 
 impl Convolution for Conv2D {
@@ -308,19 +224,7 @@ impl Convolution for Conv2D {
         dy: &Tensor,
     ) -> Result<Tensor> {
         let format = self.attrs.format;
-        let op = &ctx.node().op;
-        if sizes.rank() != 1 {
-            return Err(ctx.invalid(format!(
-                "{op}: input_sizes input must be 1-dim, not {}",
-                sizes.rank()
-            )));
-        }
-        let input_dims = sizes_of(ctx, sizes, "input_sizes")?;
-        check_rank4(ctx, f, "filter")?;
-        check_rank4(ctx, dy, "out_backprop")?;
-        checked_elements(ctx, &input_dims)?;
-        let g = self.geometry(ctx, format.nhwc(&input_dims), f.dims())?;
-        self.check_out_backprop(ctx, &g, dy)?;
+        let (input_dims, g) = check_backprop_input(&self.attrs, ctx, sizes, f, dy)?;
         let fv = f.values::<T>()?;
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
@@ -359,19 +263,7 @@ impl Convolution for Conv2D {
         dy: &Tensor,
     ) -> Result<Tensor> {
         let format = self.attrs.format;
-        let op = &ctx.node().op;
-        if sizes.rank() != 1 {
-            return Err(ctx.invalid(format!(
-                "{op}: filter_sizes input must be 1-dim, not {}",
-                sizes.rank()
-            )));
-        }
-        let filter_dims = sizes_of(ctx, sizes, "filter_sizes")?;
-        check_rank4(ctx, x, "input")?;
-        check_rank4(ctx, dy, "out_backprop")?;
-        checked_elements(ctx, &filter_dims)?;
-        let g = self.geometry(ctx, format.nhwc(x.dims()), &filter_dims)?;
-        self.check_out_backprop(ctx, &g, dy)?;
+        let (filter_dims, g) = check_backprop_filter(&self.attrs, ctx, x, sizes, dy)?;
         let xv = x.values::<T>()?;
         let xs = to_nhwc(format, x.dims(), &xv);
         let dyv = dy.values::<T>()?;
@@ -406,6 +298,157 @@ impl Convolution for Conv2D {
         }
         Tensor::from_vec(Shape::new(filter_dims), dw)
     }
+}
+
+/// Checks `Conv2D`'s input and filter as TensorFlow does, in its words; returns the
+/// convolution's geometry. The GPU kernel checks with it too, so bad input reads the same on
+/// either device.
+pub(crate) fn check_forward(
+    attrs: &ConvAttrs,
+    ctx: &OpContext<'_>,
+    x: &Tensor,
+    f: &Tensor,
+) -> Result<Geometry> {
+    check_rank4(ctx, x, "input")?;
+    check_rank4(ctx, f, "filter")?;
+    let g = geometry(attrs, ctx, attrs.format.nhwc(x.dims()), f.dims())?;
+    checked_elements(ctx, &g.output_dims(attrs.format))?;
+    Ok(g)
+}
+
+/// Checks `Conv2DBackpropInput`'s `input_sizes`, filter and `out_backprop` as
+/// [`check_forward`] does; returns the input's dims and the convolution's geometry.
+pub(crate) fn check_backprop_input(
+    attrs: &ConvAttrs,
+    ctx: &OpContext<'_>,
+    sizes: &Tensor,
+    f: &Tensor,
+    dy: &Tensor,
+) -> Result<(Vec<usize>, Geometry)> {
+    let op = &ctx.node().op;
+    if sizes.rank() != 1 {
+        return Err(ctx.invalid(format!(
+            "{op}: input_sizes input must be 1-dim, not {}",
+            sizes.rank()
+        )));
+    }
+    let input_dims = sizes_of(ctx, sizes, "input_sizes")?;
+    check_rank4(ctx, f, "filter")?;
+    check_rank4(ctx, dy, "out_backprop")?;
+    checked_elements(ctx, &input_dims)?;
+    let g = geometry(attrs, ctx, attrs.format.nhwc(&input_dims), f.dims())?;
+    check_out_backprop(attrs, ctx, &g, dy)?;
+    Ok((input_dims, g))
+}
+
+/// Checks `Conv2DBackpropFilter`'s input, `filter_sizes` and `out_backprop` as
+/// [`check_forward`] does; returns the filter's dims and the convolution's geometry.
+pub(crate) fn check_backprop_filter(
+    attrs: &ConvAttrs,
+    ctx: &OpContext<'_>,
+    x: &Tensor,
+    sizes: &Tensor,
+    dy: &Tensor,
+) -> Result<(Vec<usize>, Geometry)> {
+    let op = &ctx.node().op;
+    if sizes.rank() != 1 {
+        return Err(ctx.invalid(format!(
+            "{op}: filter_sizes input must be 1-dim, not {}",
+            sizes.rank()
+        )));
+    }
+    let filter_dims = sizes_of(ctx, sizes, "filter_sizes")?;
+    check_rank4(ctx, x, "input")?;
+    check_rank4(ctx, dy, "out_backprop")?;
+    checked_elements(ctx, &filter_dims)?;
+    let g = geometry(attrs, ctx, attrs.format.nhwc(x.dims()), &filter_dims)?;
+    check_out_backprop(attrs, ctx, &g, dy)?;
+    Ok((filter_dims, g))
+}
+
+/// Checks the filter against the input's `NHWC` dims and computes the geometry, with
+/// TensorFlow's messages.
+fn geometry(
+    attrs: &ConvAttrs,
+    ctx: &OpContext<'_>,
+    input: [usize; 4],
+    filter: &[usize],
+) -> Result<Geometry> {
+    let [batch, in_h, in_w, in_c] = input;
+    let filter = [filter[0], filter[1], filter[2], filter[3]];
+    let depth = filter[2];
+    if depth == 0 {
+        return Err(ctx.invalid(format!(
+            "filter depth must be stricly positive, got 0 (filter shape {})",
+            Shape::new(filter.to_vec())
+        )));
+    }
+    if in_c % depth != 0 {
+        return Err(ctx.invalid(format!(
+            "input depth must be evenly divisible by filter depth: {in_c} vs {depth}"
+        )));
+    }
+    let groups = in_c / depth;
+    if groups == 0 || filter[3] % groups != 0 {
+        return Err(ctx.invalid(format!(
+            "output depth must be evenly divisible by number of groups: {} vs {groups}",
+            filter[3]
+        )));
+    }
+    let dims = attrs
+        .dims([in_h, in_w], [filter[0], filter[1]])
+        .map_err(|e| ctx.named(e))?;
+    Ok(Geometry {
+        batch,
+        in_h,
+        in_w,
+        in_c,
+        filter,
+        groups,
+        dims,
+    })
+}
+
+/// Checks that `out_backprop` has the dims the forward convolution would give.
+fn check_out_backprop(
+    attrs: &ConvAttrs,
+    ctx: &OpContext<'_>,
+    g: &Geometry,
+    dy: &Tensor,
+) -> Result<()> {
+    let op = &ctx.node().op;
+    let format = attrs.format;
+    let [n, h, w, c] = format.nhwc(dy.dims());
+    if n != g.batch {
+        return Err(ctx.invalid(format!(
+            "{op}: input and out_backprop must have the same batch size. Input batch: {}, \
+             outbackprop batch: {n}, batch_dim: 0",
+            g.batch
+        )));
+    }
+    for (a, actual) in [h, w].into_iter().enumerate() {
+        let d = &g.dims[a];
+        if actual != d.output {
+            return Err(ctx.invalid(format!(
+                "{op}: Size of out_backprop doesn't match computed: actual = {actual}, \
+                 computed = {} spatial_dim: {} input: {} filter: {} output: {actual} \
+                 stride: {} dilation: {}",
+                d.output,
+                format.axes()[a + 1],
+                d.input,
+                d.window,
+                d.stride,
+                d.dilation
+            )));
+        }
+    }
+    if c != g.out_c() {
+        return Err(ctx.invalid(format!(
+            "{op}: filter and out_backprop must have the same out_depth ({} vs. {c})",
+            g.out_c()
+        )));
+    }
+    Ok(())
 }
 
 /// Fails unless `t` is 4-D, naming it as TensorFlow does.

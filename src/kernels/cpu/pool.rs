@@ -75,7 +75,7 @@ impl Pool {
 
 /// The sizes of one pooling, in `NHWC` terms.
 #[derive(Clone, Copy, Debug)]
-struct Geometry {
+pub(crate) struct Geometry {
     batch: usize,
     in_h: usize,
     in_w: usize,
@@ -230,6 +230,69 @@ fn max_grad_images<T: Real>(x: &[T], dy: &[T], g: &Geometry, n0: usize, dx: &mut
     });
 }
 
+/// Checks a forward pool's input (`MaxPool`, `AvgPool`) as TensorFlow does, in its words;
+/// returns the pooling's geometry. The GPU kernels check with it too, so bad input reads the
+/// same on either device.
+pub(crate) fn check_pool(attrs: &PoolAttrs, ctx: &OpContext<'_>, x: &Tensor) -> Result<Geometry> {
+    check_rank4(ctx, x, "tensor_in")?;
+    let g = Geometry::new(ctx, attrs, x.dims())?;
+    checked_elements(ctx, &g.out_nhwc())?;
+    Ok(g)
+}
+
+/// Checks `MaxPoolGrad`'s original input and output and its gradient as [`check_pool`] does;
+/// returns the pooling's geometry.
+pub(crate) fn check_max_pool_grad(
+    attrs: &PoolAttrs,
+    ctx: &OpContext<'_>,
+    x: &Tensor,
+    y: &Tensor,
+    dy: &Tensor,
+) -> Result<Geometry> {
+    check_rank4(ctx, x, "tensor_in")?;
+    check_rank4(ctx, y, "tensor_out")?;
+    check_rank4(ctx, dy, "out_backprop")?;
+    let g = Geometry::new(ctx, attrs, x.dims())?;
+    let expected = Shape::new(attrs.format.from_nhwc(g.out_nhwc()).to_vec());
+    for (name, t) in [("orig_output", y), ("grad", dy)] {
+        if t.shape() != &expected {
+            return Err(ctx.invalid(format!(
+                "Expected {name} shape to be {expected}, but got {}",
+                t.shape()
+            )));
+        }
+    }
+    Ok(g)
+}
+
+/// Checks `AvgPoolGrad`'s `orig_input_shape` and gradient as [`check_pool`] does; returns the
+/// input's dims and the pooling's geometry.
+pub(crate) fn check_avg_pool_grad(
+    attrs: &PoolAttrs,
+    ctx: &OpContext<'_>,
+    sizes: &Tensor,
+    dy: &Tensor,
+) -> Result<(Vec<usize>, Geometry)> {
+    if sizes.rank() != 1 {
+        return Err(ctx.invalid(format!(
+            "orig_input_shape must be 1-dimensional and 4 elements, got shape {}",
+            sizes.shape()
+        )));
+    }
+    let input_dims = sizes_of(ctx, sizes, "orig_input_shape")?;
+    check_rank4(ctx, dy, "out_backprop")?;
+    checked_elements(ctx, &input_dims)?;
+    let g = Geometry::new(ctx, attrs, &input_dims)?;
+    let expected = Shape::new(attrs.format.from_nhwc(g.out_nhwc()).to_vec());
+    if dy.shape() != &expected {
+        return Err(ctx.invalid(format!(
+            "Expected grad shape to be {expected}, but got {}",
+            dy.shape()
+        )));
+    }
+    Ok((input_dims, g))
+}
+
 /// Cycles per output value of max pooling, per window tap, for the pool's cost model.
 const CYCLES_PER_TAP: f64 = 1.0;
 
@@ -251,10 +314,8 @@ impl Pool {
         pool: impl FnOnce(&[T], &Geometry) -> Vec<T>,
     ) -> Result<Tensor> {
         let attrs = self.attrs(ctx, 1)?;
-        check_rank4(ctx, x, "tensor_in")?;
-        let g = Geometry::new(ctx, &attrs, x.dims())?;
+        let g = check_pool(&attrs, ctx, x)?;
         let out_nhwc = g.out_nhwc();
-        checked_elements(ctx, &out_nhwc)?;
         let xv = x.values::<T>()?;
         let out = pool(&to_nhwc(attrs.format, x.dims(), &xv), &g);
         let dims = attrs.format.from_nhwc(out_nhwc);
@@ -289,19 +350,7 @@ impl Pool {
         dy: &Tensor,
     ) -> Result<Tensor> {
         let attrs = self.attrs(ctx, 3)?;
-        check_rank4(ctx, x, "tensor_in")?;
-        check_rank4(ctx, y, "tensor_out")?;
-        check_rank4(ctx, dy, "out_backprop")?;
-        let g = Geometry::new(ctx, &attrs, x.dims())?;
-        let expected = Shape::new(attrs.format.from_nhwc(g.out_nhwc()).to_vec());
-        for (name, t) in [("orig_output", y), ("grad", dy)] {
-            if t.shape() != &expected {
-                return Err(ctx.invalid(format!(
-                    "Expected {name} shape to be {expected}, but got {}",
-                    t.shape()
-                )));
-            }
-        }
+        let g = check_max_pool_grad(&attrs, ctx, x, y, dy)?;
         let xv = x.values::<T>()?;
         let xs = to_nhwc(attrs.format, x.dims(), &xv);
         let dyv = dy.values::<T>()?;
@@ -345,23 +394,7 @@ impl Pool {
         dy: &Tensor,
     ) -> Result<Tensor> {
         let attrs = self.attrs(ctx, 2)?;
-        if sizes.rank() != 1 {
-            return Err(ctx.invalid(format!(
-                "orig_input_shape must be 1-dimensional and 4 elements, got shape {}",
-                sizes.shape()
-            )));
-        }
-        let input_dims = sizes_of(ctx, sizes, "orig_input_shape")?;
-        check_rank4(ctx, dy, "out_backprop")?;
-        checked_elements(ctx, &input_dims)?;
-        let g = Geometry::new(ctx, &attrs, &input_dims)?;
-        let expected = Shape::new(attrs.format.from_nhwc(g.out_nhwc()).to_vec());
-        if dy.shape() != &expected {
-            return Err(ctx.invalid(format!(
-                "Expected grad shape to be {expected}, but got {}",
-                dy.shape()
-            )));
-        }
+        let (input_dims, g) = check_avg_pool_grad(&attrs, ctx, sizes, dy)?;
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(attrs.format, dy.dims(), &dyv);
         let counts = window_counts(&g);

@@ -42,7 +42,7 @@ use crate::tensor::{DType, DeviceBuffer, Element, Shape, Tensor};
 const SOURCE: &str = include_str!("kernels.cu");
 
 /// The entry points of [`SOURCE`].
-pub const FUNCTIONS: [&str; 7] = [
+pub const FUNCTIONS: [&str; 14] = [
     "binary_f32",
     "unary_f32",
     "reduce_f32",
@@ -50,6 +50,13 @@ pub const FUNCTIONS: [&str; 7] = [
     "softmax_xent_f32",
     "sparse_xent_f32",
     "apply_f32",
+    "conv2d_f32",
+    "conv2d_input_grad_f32",
+    "conv2d_filter_grad_f32",
+    "max_pool_f32",
+    "max_pool_grad_f32",
+    "avg_pool_f32",
+    "avg_pool_grad_f32",
 ];
 
 /// Threads per block of the element-wise launches.

@@ -1,7 +1,11 @@
 //! How the GPU kernels index their tensors: the `layout` arrays that `binary_f32` and
-//! `reduce_f32` (in `kernels.cu`) take, worked out on the host. Plain functions of shapes, so
-//! they are tested without a GPU, and the same arrays drive the kernels when
-//! `tests/gpu_emulated.rs` runs them on the CPU.
+//! `reduce_f32` (in `kernels.cu`) take, and the `params` of the convolution and pooling
+//! kernels, worked out on the host. Plain functions of shapes and attrs, so they are tested
+//! without a GPU, and the same arrays drive the kernels when `tests/gpu_emulated.rs` runs them
+//! on the CPU.
+
+use crate::error::Result;
+use crate::graph::window::{ConvAttrs, DataFormat, PoolAttrs, WindowDim};
 
 /// Row-major strides of `dims`.
 fn strides(dims: &[usize]) -> Vec<i64> {
@@ -117,6 +121,114 @@ impl Reduction {
     }
 }
 
+/// A 2-D convolution or pooling as the `conv2d_*` and `*_pool_*` kernels index it: its
+/// sizes in `NHWC` terms, and the `params` array they read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// How the input and output are laid out.
+    pub format: DataFormat,
+    /// The input's (batch, height, width, channels).
+    pub input: [usize; 4],
+    /// The output's (batch, height, width, channels).
+    pub output: [usize; 4],
+    /// The filter's (height, width, input depth, output depth), `HWIO`; for pooling, the
+    /// window's height and width with a depth of 1 and the channels.
+    pub filter: [usize; 4],
+    /// The geometry as `kernels.cu` reads it, [`Window::PARAMS`] entries: batch, in_h, in_w,
+    /// in_c, out_h, out_w, out_c, window_h, window_w, stride_h, stride_w, dilation_h,
+    /// dilation_w, pad_top, pad_left, nchw (1 for `NCHW`, 0 for `NHWC`), the filter's depth
+    /// (input channels per group; 1 for pooling).
+    pub params: Vec<i64>,
+}
+
+impl Window {
+    /// The number of entries of [`Window::params`].
+    pub const PARAMS: usize = 17;
+
+    /// The convolution of an input of `input` dims (in `attrs.format`) by an `HWIO` filter of
+    /// `filter` dims, with TensorFlow's geometry ([`ConvAttrs::dims`]). The filter's depth
+    /// divides the input's channels (the CPU kernel's checks, run first, say so otherwise):
+    /// each group of that many input channels feeds `out_c / groups` output channels.
+    pub fn conv(attrs: &ConvAttrs, input: &[usize], filter: &[usize]) -> Result<Window> {
+        let input = attrs.format.nhwc(input);
+        let filter = [filter[0], filter[1], filter[2], filter[3]];
+        let dims = attrs.dims([input[1], input[2]], [filter[0], filter[1]])?;
+        Ok(Window::new(attrs.format, input, filter, dims))
+    }
+
+    /// The pooling of an input of `input` dims (in `attrs.format`) with TensorFlow's geometry
+    /// ([`PoolAttrs::dims`]), channel by channel.
+    pub fn pool(attrs: &PoolAttrs, input: &[usize]) -> Result<Window> {
+        let input = attrs.format.nhwc(input);
+        let dims = attrs.dims([input[1], input[2]])?;
+        let filter = [attrs.ksize[0], attrs.ksize[1], 1, input[3]];
+        Ok(Window::new(attrs.format, input, filter, dims))
+    }
+
+    fn new(
+        format: DataFormat,
+        input: [usize; 4],
+        filter: [usize; 4],
+        dims: [WindowDim; 2],
+    ) -> Self {
+        let output = [input[0], dims[0].output, dims[1].output, filter[3]];
+        let [h, w] = dims;
+        let params = [
+            input[0],
+            input[1],
+            input[2],
+            input[3],
+            output[1],
+            output[2],
+            output[3],
+            h.window,
+            w.window,
+            h.stride,
+            w.stride,
+            h.dilation,
+            w.dilation,
+            h.pad_before,
+            w.pad_before,
+            usize::from(format == DataFormat::Nchw),
+            filter[2],
+        ]
+        .map(|v| v as i64)
+        .to_vec();
+        Window {
+            format,
+            input,
+            output,
+            filter,
+            params,
+        }
+    }
+
+    /// The input's dims in the window's format.
+    pub fn input_dims(&self) -> Vec<usize> {
+        self.format.from_nhwc(self.input).to_vec()
+    }
+
+    /// The output's dims in the window's format.
+    pub fn output_dims(&self) -> Vec<usize> {
+        self.format.from_nhwc(self.output).to_vec()
+    }
+
+    /// The number of input elements.
+    pub fn input_len(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    /// The number of output elements.
+    pub fn output_len(&self) -> usize {
+        self.output.iter().product()
+    }
+
+    /// The number of filter elements.
+    pub fn filter_len(&self) -> usize {
+        self.filter.iter().product()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +275,64 @@ mod tests {
         // An empty reduced axis folds nothing into each output.
         let empty = Reduction::new(&[3, 0], &[false, true]);
         assert_eq!((empty.outputs, empty.reduced_len), (3, 0));
+    }
+
+    fn node(op: &str, attrs: &[(&str, crate::proto::AttrValue)]) -> crate::proto::NodeDef {
+        let mut node = crate::proto::NodeDef {
+            name: "w".into(),
+            op: op.into(),
+            ..Default::default()
+        };
+        for (k, v) in attrs {
+            node.attr.insert(k.to_string(), v.clone());
+        }
+        node
+    }
+
+    #[test]
+    fn windows_hold_tensorflows_geometry_in_nhwc_terms() {
+        use crate::graph::attr::value;
+        // NCHW [2, 4, 5, 7] by a 3×2 filter of depth 2 (two groups) to 6 channels, stride
+        // (2, 1), dilation (1, 2), SAME: rows ceil(5 / 2) = 3, 1 padded above and 1 below;
+        // columns 7, the dilated window 3 wide, 1 padded each side.
+        let conv = node(
+            "Conv2D",
+            &[
+                ("data_format", value::string("NCHW")),
+                ("strides", value::int_list(vec![1, 1, 2, 1])),
+                ("dilations", value::int_list(vec![1, 1, 1, 2])),
+                ("padding", value::string("SAME")),
+            ],
+        );
+        let attrs = ConvAttrs::of(&conv).unwrap();
+        let w = Window::conv(&attrs, &[2, 4, 5, 7], &[3, 2, 2, 6]).unwrap();
+        assert_eq!(w.input, [2, 5, 7, 4]);
+        assert_eq!(w.output, [2, 3, 7, 6]);
+        assert_eq!(w.output_dims(), vec![2, 6, 3, 7]);
+        assert_eq!(w.input_dims(), vec![2, 4, 5, 7]);
+        assert_eq!(
+            (w.input_len(), w.output_len(), w.filter_len()),
+            (280, 252, 72)
+        );
+        assert_eq!(
+            w.params,
+            vec![2, 5, 7, 4, 3, 7, 6, 3, 2, 2, 1, 1, 2, 1, 1, 1, 2]
+        );
+        assert_eq!(w.params.len(), Window::PARAMS);
+        // NHWC max pooling 2×3, stride 2, VALID over [1, 6, 7, 3]: 3×3 outputs, no padding.
+        let pool = node(
+            "MaxPool",
+            &[
+                ("ksize", value::int_list(vec![1, 2, 3, 1])),
+                ("strides", value::int_list(vec![1, 2, 2, 1])),
+                ("padding", value::string("VALID")),
+            ],
+        );
+        let w = Window::pool(&PoolAttrs::of(&pool).unwrap(), &[1, 6, 7, 3]).unwrap();
+        assert_eq!(w.output_dims(), vec![1, 3, 3, 3]);
+        assert_eq!(
+            w.params,
+            vec![1, 6, 7, 3, 3, 3, 3, 2, 3, 2, 2, 1, 1, 0, 0, 0, 1]
+        );
     }
 }

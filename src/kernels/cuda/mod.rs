@@ -5,8 +5,9 @@
 //!
 //! - [`gpu`]: one GPU's context, stream, cuBLAS handle and compiled kernels, opened once.
 //! - [`ops`]: the kernels and [`kernel_for`].
-//! - [`layout`]: how the CUDA kernels index broadcast operands and reductions, worked out on
-//!   the host.
+//! - [`conv`]: the convolutions and pooling ops, direct kernels over a window's geometry.
+//! - [`layout`]: how the CUDA kernels index broadcast operands, reductions and sliding
+//!   windows, worked out on the host.
 //! - [`nccl`]: `NcclAllReduce` among GPUs through NCCL.
 //!
 //! Ops without a GPU kernel are placed on the CPU by soft placement. A GPU device's float32
@@ -14,6 +15,7 @@
 //! `_Recv` and `Const` on a GPU put theirs there, and a tensor crosses back to the host when host
 //! code reads it (the `_Send` to the CPU, a fetch).
 
+mod conv;
 pub mod gpu;
 pub mod layout;
 pub mod nccl;

@@ -3,7 +3,8 @@
 //! Sign, Sqrt, Rsqrt, Exp, Log, Reciprocal, Sigmoid, Tanh, Relu; the gradients ReluGrad,
 //! SigmoidGrad, TanhGrad), BiasAdd and BiasAddGrad, the reductions Sum, Mean, Max, Min, Prod
 //! and L2Loss, Softmax and LogSoftmax, the cross-entropy losses, and every optimizer update
-//! through the NVRTC kernels of `kernels.cu`.
+//! through the NVRTC kernels of `kernels.cu`; the convolutions and pooling ops are in
+//! [`super::conv`].
 //!
 //! A kernel's float32 tensors stay in the GPU's memory ([`GpuBuffer`]): it reads inputs where
 //! an earlier kernel left them, copies in only those still on the host (a feed or a tensor from
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
+use super::conv::{Conv, Pool};
 use super::gpu::{self, Gpu, GpuBuffer, GpuInner, GpuMemory, Operand};
 use super::layout::{Broadcast, Reduction};
 use crate::device::space::CopyCounter;
@@ -87,6 +89,8 @@ fn gpu_factory(op: &str) -> Option<KernelFactory> {
         "SoftmaxCrossEntropyWithLogits" => |_| Ok(Arc::new(SoftmaxXent)),
         "SparseSoftmaxCrossEntropyWithLogits" => |_| Ok(Arc::new(SparseXent)),
         "NcclAllReduce" => super::nccl::create,
+        "Conv2D" | "Conv2DBackpropInput" | "Conv2DBackpropFilter" => Conv::create,
+        "MaxPool" | "MaxPoolGrad" | "AvgPool" | "AvgPoolGrad" => Pool::create,
         op if Rule::of(op).is_some() => |node| Ok(Arc::new(Apply(Update::new(node)?))),
         _ => return None,
     };
@@ -95,7 +99,7 @@ fn gpu_factory(op: &str) -> Option<KernelFactory> {
 
 /// Runs the node's CPU kernel: for a case its GPU kernel leaves to the CPU, and to report bad
 /// input in the CPU kernel's words.
-fn on_cpu(ctx: &mut OpContext<'_>) -> Result<()> {
+pub(super) fn on_cpu(ctx: &mut OpContext<'_>) -> Result<()> {
     let node = ctx.node().clone();
     let factory = crate::kernels::cpu::kernel_for(&node.op).ok_or_else(|| {
         ctx.named(Status::internal(
@@ -106,7 +110,7 @@ fn on_cpu(ctx: &mut OpContext<'_>) -> Result<()> {
 }
 
 /// Input `i`, which must be float32 (the node's `T`).
-fn float_input(ctx: &OpContext<'_>, i: usize) -> Result<Tensor> {
+pub(super) fn float_input(ctx: &OpContext<'_>, i: usize) -> Result<Tensor> {
     let t = ctx.input(i)?;
     if t.dtype() != DType::Float {
         return Err(ctx.invalid(format!(
@@ -127,7 +131,7 @@ fn here_or_host(ctx: &OpContext<'_>, t: &Tensor) -> Result<Tensor> {
 /// device's memory budget first (its `gpu_memory_fraction`), so a kernel that would take the
 /// GPU past it fails with RESOURCE_EXHAUSTED before touching it. Errors other than out of
 /// memory get the node's name in front.
-fn with_gpu<R>(
+pub(super) fn with_gpu<R>(
     ctx: &OpContext<'_>,
     device_bytes: usize,
     f: impl FnOnce(&OnGpu<'_>) -> Result<R>,
@@ -156,7 +160,7 @@ fn with_gpu<R>(
 
 /// The node's GPU as its kernel uses it, under the GPU's lock: its handles, the node's name
 /// (named when the GPU is out of memory), and the device's copy counter.
-struct OnGpu<'g> {
+pub(super) struct OnGpu<'g> {
     inner: &'g GpuInner,
     gpu: &'g Arc<Gpu>,
     node: &'g str,
@@ -175,7 +179,7 @@ impl Deref for OnGpu<'_> {
 impl OnGpu<'_> {
     /// Input `t` in the GPU's memory: where it is when the GPU holds it, else copied in
     /// (counted).
-    fn operand<'t>(&self, t: &'t Tensor) -> Result<Operand<'t>> {
+    pub(super) fn operand<'t>(&self, t: &'t Tensor) -> Result<Operand<'t>> {
         if let Some(slice) = GpuBuffer::on(t, self.gpu) {
             return Ok(Operand::Resident(slice));
         }
@@ -191,17 +195,17 @@ impl OnGpu<'_> {
 
     /// Copies a kernel's parameters (a broadcast or reduction layout) to the GPU; they are
     /// not tensors, and not counted as tensor copies.
-    fn params(&self, host: &[i64]) -> Result<CudaSlice<i64>> {
+    pub(super) fn params(&self, host: &[i64]) -> Result<CudaSlice<i64>> {
         self.inner.upload(self.node, host)
     }
 
     /// A new zeroed buffer of `len` floats on the GPU.
-    fn zeros(&self, len: usize) -> Result<CudaSlice<f32>> {
+    pub(super) fn zeros(&self, len: usize) -> Result<CudaSlice<f32>> {
         self.inner.zeros(self.node, len)
     }
 
     /// An output of shape `shape` left in the GPU's memory.
-    fn output(&self, slice: CudaSlice<f32>, shape: impl Into<Shape>) -> Result<Tensor> {
+    pub(super) fn output(&self, slice: CudaSlice<f32>, shape: impl Into<Shape>) -> Result<Tensor> {
         GpuBuffer::tensor(self.device, self.gpu, slice, shape.into(), self.counter)
     }
 
@@ -214,7 +218,7 @@ impl OnGpu<'_> {
 }
 
 /// The bytes a kernel copies to the GPU for `inputs`: those not in the GPU's memory already.
-fn copied_in(ctx: &OpContext<'_>, inputs: &[&Tensor]) -> usize {
+pub(super) fn copied_in(ctx: &OpContext<'_>, inputs: &[&Tensor]) -> usize {
     inputs
         .iter()
         .filter(|t| t.device_buffer().is_none_or(|b| b.device() != ctx.device))
@@ -222,12 +226,12 @@ fn copied_in(ctx: &OpContext<'_>, inputs: &[&Tensor]) -> usize {
         .sum()
 }
 
-fn i64s(n: usize) -> i64 {
+pub(super) fn i64s(n: usize) -> i64 {
     n as i64
 }
 
 /// Bytes of a float32.
-const F32: usize = std::mem::size_of::<f32>();
+pub(super) const F32: usize = std::mem::size_of::<f32>();
 
 /// The one-input element-wise ops: `unary_f32` with the op's code.
 struct Unary {
@@ -1083,7 +1087,7 @@ mod tests {
         kernel.compute(&mut ctx).unwrap();
         let out = ctx.take_outputs().remove(0).unwrap();
         assert_eq!(out.values::<i32>().unwrap().as_ref(), &[8, 15]);
-        assert!(kernel_for("Conv2D").is_none());
+        assert!(kernel_for("DepthwiseConv2dNative").is_none());
     }
 
     #[test]
@@ -1172,6 +1176,42 @@ mod tests {
         }
     }
 
+    /// A float32 node of a convolution or pooling op: SAME, stride 1, a 2×2 window (the
+    /// pools' `ksize`).
+    fn window_node(op: &str) -> NodeDef {
+        let mut node = float_node(op);
+        let attrs = [
+            ("strides", attr::value::int_list(vec![1; 4])),
+            ("padding", attr::value::string("SAME")),
+            ("ksize", attr::value::int_list(vec![1, 2, 2, 1])),
+        ];
+        for (k, v) in attrs {
+            if k != "ksize" || op.contains("Pool") {
+                node.attr.insert(k.into(), v);
+            }
+        }
+        node
+    }
+
+    fn sizes(dims: &[i32]) -> Tensor {
+        Tensor::from_vec([dims.len()], dims.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn an_int32_pool_gets_the_cpu_kernel_and_needs_no_gpu() {
+        let mut node = window_node("MaxPool");
+        node.attr
+            .insert("T".into(), attr::value::dtype(DType::Int32));
+        let kernel = kernel_for("MaxPool").unwrap()(&node).unwrap();
+        let x = Tensor::from_vec([1, 2, 2, 1], vec![3i32, 1, 4, 1]).unwrap();
+        let resources = ResourceMgr::new();
+        let device = "/job:w/replica:0/task:0/device:GPU:0";
+        let mut ctx = OpContext::new(&node, vec![x], &resources, device, 1);
+        kernel.compute(&mut ctx).unwrap();
+        let out = ctx.take_outputs().remove(0).unwrap();
+        assert_eq!(out.values::<i32>().unwrap().as_ref(), &[4, 1, 4, 1]);
+    }
+
     #[test]
     fn bad_input_is_reported_in_the_cpu_kernels_words_before_touching_a_gpu() {
         let m = |dims: &[usize]| {
@@ -1209,6 +1249,27 @@ mod tests {
                 float_node("Mul"),
                 vec![m(&[2, 3]), m(&[4])],
                 "Incompatible shapes",
+            ),
+            // The windowed ops check with the CPU kernels' checks.
+            (
+                window_node("Conv2D"),
+                vec![m(&[1, 4, 4, 3]), m(&[2, 2, 2, 1])],
+                "input depth must be evenly divisible by filter depth: 3 vs 2",
+            ),
+            (
+                window_node("Conv2DBackpropFilter"),
+                vec![m(&[1, 4, 4, 2]), sizes(&[2, 2, 2, 1]), m(&[1, 4, 3, 1])],
+                "Size of out_backprop doesn't match computed: actual = 3, computed = 4",
+            ),
+            (
+                window_node("MaxPoolGrad"),
+                vec![m(&[1, 4, 4, 2]), m(&[1, 4, 4, 2]), m(&[1, 4, 4, 1])],
+                "Expected grad shape to be [1,4,4,2], but got [1,4,4,1]",
+            ),
+            (
+                window_node("AvgPool"),
+                vec![m(&[4, 4, 2])],
+                "tensor_in must be 4-dimensional",
             ),
         ];
         for (node, inputs, want) in cases {
