@@ -125,3 +125,128 @@ fn a_gpu_is_called_only_under_its_context_and_frees_every_buffer_on_its_tower() 
         "{err}"
     );
 }
+
+/// A small CNN's tower (conv 3x3 SAME, bias, relu, max pool 2x2, dense, softmax
+/// cross-entropy): `x` [8, 6, 6, 2], 4 filters, 3 classes, variables on CPU:0.
+fn cnn_tower_model(device: &str) -> mlp::Model {
+    use tessera::graph::Graph;
+    use tessera::tensor::{DType, PartialShape};
+    use tessera::train::optimizer::Optimizer;
+    use tessera::train::towers::{build_towers, TowerOptions};
+
+    let mut g = Graph::new();
+    let (inputs, vars) = g
+        .with_device("/device:CPU:0", |g| {
+            let x = g.placeholder(
+                "x",
+                DType::Float,
+                PartialShape::new(vec![None, Some(6), Some(6), Some(2)]),
+            )?;
+            let labels = g.placeholder(
+                "labels",
+                DType::Float,
+                PartialShape::new(vec![None, Some(3)]),
+            )?;
+            let shapes: [Vec<usize>; 4] = [vec![3, 3, 2, 4], vec![4], vec![36, 3], vec![3]];
+            let mut vars = Vec::new();
+            for (k, dims) in shapes.iter().enumerate() {
+                let value = g.constant(&mlp::initial(dims, k))?;
+                vars.push(g.variable(&format!("v{k}"), &value)?);
+            }
+            Ok((vec![x, labels], vars))
+        })
+        .unwrap();
+    let built = build_towers(
+        &mut g,
+        &inputs,
+        &vars,
+        &Optimizer::gradient_descent(0.1),
+        None,
+        &TowerOptions::new(vec![device.to_string()]),
+        |g, parts| {
+            let read = |g: &mut Graph, k: usize| g.read_variable(&vars[k].handle);
+            let (filter, bias) = (read(g, 0)?, read(g, 1)?);
+            let (w, b) = (read(g, 2)?, read(g, 3)?);
+            let h = g.conv2d(&parts[0], &filter, &[1, 1, 1, 1], "SAME")?;
+            let h = g.bias_add(&h, &bias)?;
+            let h = g.relu(&h)?;
+            let h = g.max_pool(&h, &[1, 2, 2, 1], &[1, 2, 2, 1], "VALID")?;
+            let h = g.reshape_to(&h, &[-1, 36])?;
+            let logits = g.matmul(&h, &w)?;
+            let logits = g.bias_add(&logits, &b)?;
+            let (per_row, _) = g.softmax_cross_entropy(&logits, &parts[1])?;
+            g.mean(&per_row, &[0], false)
+        },
+    )
+    .unwrap();
+    let init = g.global_variables_initializer().unwrap();
+    mlp::Model {
+        graph: g,
+        vars,
+        init,
+        train_op: built.train_op,
+        loss: built.loss,
+    }
+}
+
+/// Trains `model` for 10 steps on one batch of 8 images (a closed formula of their index, so
+/// every run sees the same); returns the losses before each step and the variables after.
+fn train_cnn(session: &Session, model: &mlp::Model) -> (Vec<f32>, Vec<Vec<f32>>) {
+    use tessera::tensor::Tensor;
+
+    session.extend(&model.graph.to_graph_def()).unwrap();
+    session.run(&[], &[], &[&model.init]).unwrap();
+    let x: Vec<f32> = (0..8 * 6 * 6 * 2)
+        .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+        .collect();
+    let labels: Vec<f32> = (0..8 * 3)
+        .map(|i| if i % 3 == (i / 3) % 3 { 1.0 } else { 0.0 })
+        .collect();
+    let losses = (0..mlp::STEPS)
+        .map(|_| {
+            let feeds = [
+                ("x:0", Tensor::from_vec([8, 6, 6, 2], x.clone()).unwrap()),
+                (
+                    "labels:0",
+                    Tensor::from_vec([8, 3], labels.clone()).unwrap(),
+                ),
+            ];
+            let out = session
+                .run(&feeds, &[&model.loss.name()], &[&model.train_op])
+                .unwrap();
+            out[0].scalar_value::<f32>().unwrap()
+        })
+        .collect();
+    let reads: Vec<String> = model.vars.iter().map(|v| v.value.name()).collect();
+    let reads: Vec<&str> = reads.iter().map(String::as_str).collect();
+    let values = session
+        .run(&[], &reads, &[])
+        .unwrap()
+        .iter()
+        .map(|t| t.values::<f32>().unwrap().into_owned())
+        .collect();
+    (losses, values)
+}
+
+#[test]
+fn a_cnn_trains_on_an_emulated_gpu_tower_with_its_convolutions_and_pools_there() {
+    let session = emulated_session();
+    let model = cnn_tower_model("/device:GPU:0");
+    let on_gpu = train_cnn(&session, &model);
+    // The convolution, the pool and both of their gradients ran on the GPU.
+    let placement = session.as_local().unwrap().placement().unwrap();
+    let graph = model.graph.to_graph_def();
+    for op in [
+        "Conv2D",
+        "Conv2DBackpropInput",
+        "Conv2DBackpropFilter",
+        "MaxPool",
+        "MaxPoolGrad",
+    ] {
+        let node = graph.node.iter().find(|n| n.op == op);
+        let node = node.unwrap_or_else(|| panic!("the model has no {op}"));
+        assert_eq!(placement[&node.name], GPU, "{op} `{}`", node.name);
+    }
+    let on_cpu = train_cnn(&Session::local(), &cnn_tower_model("/device:CPU:0"));
+    mlp::assert_same_training(&on_gpu, &on_cpu, 1e-5);
+}
