@@ -4,18 +4,22 @@
 //! ```text
 //! matmul/cublas    SGEMM of n×n float32 matrices already on the GPU, cuBLAS called directly
 //!                  through cudarc: the same-run baseline
-//! matmul/tessera   the MatMul GPU kernel as a step runs it: host inputs copied in, cuBLAS
-//!                  SGEMM, the product copied back to the host
+//! matmul/tessera   the MatMul GPU kernel on host inputs: copied in, cuBLAS SGEMM, the
+//!                  product copied back to the host
+//! matmul/resident  the MatMul GPU kernel as a step runs it between two GPU kernels: inputs
+//!                  already in the GPU's memory, the product left there
 //! train/cpu        one training step of an MLP (784→1024→10, batch 256, gradient descent)
 //!                  as one tower on CPU:0
 //! train/gpu        the same tower on GPU:0 (variables, batch split and update on CPU:0, as
 //!                  TensorFlow places a tower's shared variables)
 //! ```
 //!
-//! It prints MatMul TFLOP/s (2n³ flops per product) of both MatMul paths with tessera's share
-//! of cuBLAS's, and training steps per second on the GPU against the CPU. tessera's tensors
-//! are host memory, so the kernel pays two host-to-device copies and one back per product:
-//! its share grows with n as the O(n³) product outweighs the O(n²) copies.
+//! It prints MatMul TFLOP/s (2n³ flops per product) of the MatMul paths with tessera's share
+//! of cuBLAS's, and training steps per second on the GPU against the CPU. On host inputs the
+//! kernel pays two host-to-device copies and one back per product: its share grows with n as
+//! the O(n³) product outweighs the O(n²) copies; on resident inputs it pays none.
+//! `benches/gpu_torch.py` times PyTorch's same MLP step on the same card (`scripts/gpu-check`
+//! runs both).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,9 +28,11 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::CudaContext;
 use tessera::client::{Session, SessionOptions};
+use tessera::device::space::MemorySpace;
 use tessera::device::DeviceType;
 use tessera::device::{CudaProbe, GpuProbe, GpuScan};
 use tessera::graph::{Graph, Output, Variable};
+use tessera::kernels::cuda::gpu::GpuMemory;
 use tessera::kernels::{kernel_for, OpContext};
 use tessera::proto::NodeDef;
 use tessera::runtime::resource::ResourceMgr;
@@ -132,6 +138,40 @@ fn tessera_matmuls(n: usize, iters: u64) -> Duration {
         std::hint::black_box(ctx.take_outputs());
     }
     began.elapsed()
+}
+
+/// `iters` runs of tessera's MatMul GPU kernel on n×n tensors already in the GPU's memory,
+/// each product left there; the last product's copy to the host waits for the GPU's stream.
+fn resident_matmuls(n: usize, iters: u64) -> Duration {
+    let mut node = NodeDef {
+        name: "bench/MatMul".into(),
+        op: "MatMul".into(),
+        ..Default::default()
+    };
+    node.attr
+        .insert("T".into(), tessera::graph::attr::value::dtype(DType::Float));
+    let kernel = kernel_for("MatMul", DeviceType::Gpu).expect("GPU MatMul")(&node).expect("kernel");
+    let memory: Arc<dyn MemorySpace> = GpuMemory::new(GPU);
+    memory.bind().expect("the GPU's context");
+    let inputs = vec![
+        memory.upload(&matrix(&[n, n], 1, 1.0)).expect("copy a"),
+        memory.upload(&matrix(&[n, n], 2, 1.0)).expect("copy b"),
+    ];
+    let resources = ResourceMgr::new();
+    let mut last = None;
+    let began = Instant::now();
+    for _ in 0..iters {
+        let mut ctx = OpContext::new(&node, inputs.clone(), &resources, GPU, 1)
+            .with_memory_space(Some(&memory));
+        kernel.compute(&mut ctx).expect("MatMul on the GPU");
+        last = ctx.take_outputs().pop().flatten();
+    }
+    if let Some(product) = last {
+        std::hint::black_box(product.to_host().expect("copy the product out"));
+    }
+    let elapsed = began.elapsed();
+    memory.settle().expect("the GPU's parked errors");
+    elapsed
 }
 
 /// The MLP as one tower on `device`, ready to step.
@@ -264,6 +304,13 @@ fn bench(c: &mut Criterion) {
                 elapsed
             })
         });
+        group.bench_with_input(BenchmarkId::new("resident", n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                let elapsed = resident_matmuls(n, iters);
+                record(format!("resident {n}"), elapsed, flops * iters as f64);
+                elapsed
+            })
+        });
     }
     group.finish();
 
@@ -291,23 +338,29 @@ fn bench(c: &mut Criterion) {
 
     println!("\nMatMul on {gpu_name}, float32, n×n · n×n");
     for n in SIZES {
-        if let (Some(base), Some(ours)) =
-            (rate(&format!("cublas {n}")), rate(&format!("tessera {n}")))
-        {
-            println!(
-                "  n = {n:5}  cuBLAS {:7.2} TFLOP/s (baseline)  tessera MatMul {:7.2} TFLOP/s  \
-                 ratio {:.2}",
-                base / 1e12,
-                ours / 1e12,
-                ours / base
-            );
-        }
+        let (Some(base), Some(host), Some(resident)) = (
+            rate(&format!("cublas {n}")),
+            rate(&format!("tessera {n}")),
+            rate(&format!("resident {n}")),
+        ) else {
+            continue;
+        };
+        println!(
+            "  n = {n:5}  cuBLAS {:7.2} TFLOP/s (baseline)  tessera MatMul on host inputs \
+             {:7.2} TFLOP/s (ratio {:.2}), on resident inputs {:7.2} TFLOP/s (ratio {:.2})",
+            base / 1e12,
+            host / 1e12,
+            host / base,
+            resident / 1e12,
+            resident / base
+        );
     }
     if let (Some(cpu), Some(gpu)) = (rate("train cpu"), rate("train gpu")) {
         println!(
             "training steps per second (MLP {INPUTS}-{HIDDEN}-{CLASSES}, batch {BATCH}): CPU \
-             {cpu:.1} (baseline), GPU {gpu:.1}, ratio {:.2}",
-            gpu / cpu
+             {cpu:.1} (baseline), GPU {gpu:.1}, ratio {:.2}; a GPU step {:.3} ms",
+            gpu / cpu,
+            1e3 / gpu
         );
     }
 }
