@@ -63,7 +63,8 @@ pub const FUNCTIONS: [&str; 14] = [
 pub const BLOCK: u32 = 256;
 
 /// The most bytes of freed buffers a GPU keeps for reuse; a buffer freed past it goes back to
-/// the driver.
+/// the driver. The device's memory budget (`gpu_memory_fraction`) counts what kernels hold,
+/// not this cache, so the process may hold up to this much more of the GPU.
 pub const CACHE_BYTES: usize = 1 << 30;
 
 /// Bytes of a float32.
