@@ -1,5 +1,5 @@
 //! The rule a GPU's driver holds every call to, modelled for the emulated GPU, and the queue
-//! that keeps tessera within it.
+//! and cache that keep tessera within it.
 //!
 //! A CUDA call works on the context current on the calling thread. A call from a thread where
 //! the GPU's context is not current fails (`CUDA_ERROR_INVALID_CONTEXT`); a call that cannot
@@ -12,9 +12,10 @@
 //! host read of a device tensor from any other thread makes it current for the copy and puts
 //! the thread's previous context back ([`EmulatedContext::activate`], TensorFlow's
 //! `ScopedActivateContext`), and a device buffer dropped anywhere is handed back to its device
-//! ([`Released`]), whose own threads free it: at the next kernel, and at the end of each of the
-//! device's steps, which also returns any parked error so that it fails the step that caused
-//! it (`device::space::MemorySpace::settle`).
+//! ([`Released`]), whose own threads free it at the end of each of the device's steps, which
+//! also returns any parked error so that it fails the step that caused it
+//! (`device::space::MemorySpace::settle`). A real GPU also takes them back at its next kernel,
+//! into a [`BufferCache`] its allocations reuse.
 //!
 //! [`EmulatedContext`] is that rule on a machine without a GPU: the emulated GPU's memory
 //! (`device::space::Emulated`) makes each copy, kernel read and write, and free through it, so
