@@ -33,7 +33,7 @@ use tessera::device::DeviceType;
 use tessera::device::{CudaProbe, GpuProbe, GpuScan};
 use tessera::graph::{Graph, Output, Variable};
 use tessera::kernels::cuda::gpu::GpuMemory;
-use tessera::kernels::{kernel_for, OpContext};
+use tessera::kernels::{kernel_for, OpContext, OpKernel};
 use tessera::proto::NodeDef;
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, PartialShape, Tensor};
@@ -119,8 +119,8 @@ fn cublas_matmuls(n: usize, iters: u64) -> Duration {
     began.elapsed()
 }
 
-/// `iters` runs of tessera's MatMul GPU kernel on n×n host tensors.
-fn tessera_matmuls(n: usize, iters: u64) -> Duration {
+/// A float32 MatMul node and its GPU kernel.
+fn matmul_kernel() -> (NodeDef, Arc<dyn OpKernel>) {
     let mut node = NodeDef {
         name: "bench/MatMul".into(),
         op: "MatMul".into(),
@@ -129,6 +129,12 @@ fn tessera_matmuls(n: usize, iters: u64) -> Duration {
     node.attr
         .insert("T".into(), tessera::graph::attr::value::dtype(DType::Float));
     let kernel = kernel_for("MatMul", DeviceType::Gpu).expect("GPU MatMul")(&node).expect("kernel");
+    (node, kernel)
+}
+
+/// `iters` runs of tessera's MatMul GPU kernel on n×n host tensors.
+fn tessera_matmuls(n: usize, iters: u64) -> Duration {
+    let (node, kernel) = matmul_kernel();
     let inputs = vec![matrix(&[n, n], 1, 1.0), matrix(&[n, n], 2, 1.0)];
     let resources = ResourceMgr::new();
     let began = Instant::now();
@@ -143,14 +149,7 @@ fn tessera_matmuls(n: usize, iters: u64) -> Duration {
 /// `iters` runs of tessera's MatMul GPU kernel on n×n tensors already in the GPU's memory,
 /// each product left there; the last product's copy to the host waits for the GPU's stream.
 fn resident_matmuls(n: usize, iters: u64) -> Duration {
-    let mut node = NodeDef {
-        name: "bench/MatMul".into(),
-        op: "MatMul".into(),
-        ..Default::default()
-    };
-    node.attr
-        .insert("T".into(), tessera::graph::attr::value::dtype(DType::Float));
-    let kernel = kernel_for("MatMul", DeviceType::Gpu).expect("GPU MatMul")(&node).expect("kernel");
+    let (node, kernel) = matmul_kernel();
     let memory: Arc<dyn MemorySpace> = GpuMemory::new(GPU);
     memory.bind().expect("the GPU's context");
     let inputs = vec![

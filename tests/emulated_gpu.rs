@@ -217,15 +217,7 @@ fn train_cnn(session: &Session, model: &mlp::Model) -> (Vec<f32>, Vec<Vec<f32>>)
             out[0].scalar_value::<f32>().unwrap()
         })
         .collect();
-    let reads: Vec<String> = model.vars.iter().map(|v| v.value.name()).collect();
-    let reads: Vec<&str> = reads.iter().map(String::as_str).collect();
-    let values = session
-        .run(&[], &reads, &[])
-        .unwrap()
-        .iter()
-        .map(|t| t.values::<f32>().unwrap().into_owned())
-        .collect();
-    (losses, values)
+    (losses, mlp::variable_values(session, model))
 }
 
 #[test]

@@ -176,15 +176,19 @@ pub fn train(session: &Session, model: &Model) -> (Vec<f32>, Vec<Vec<f32>>) {
     let losses = (0..STEPS)
         .map(|step| train_step(session, model, step))
         .collect();
+    (losses, variable_values(session, model))
+}
+
+/// The values of `model`'s variables now.
+pub fn variable_values(session: &Session, model: &Model) -> Vec<Vec<f32>> {
     let reads: Vec<String> = model.vars.iter().map(|v| v.value.name()).collect();
     let reads: Vec<&str> = reads.iter().map(String::as_str).collect();
-    let values = session
+    session
         .run(&[], &reads, &[])
         .unwrap()
         .iter()
         .map(|t| t.values::<f32>().unwrap().into_owned())
-        .collect();
-    (losses, values)
+        .collect()
 }
 
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], tolerance: f32) {
