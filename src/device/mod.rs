@@ -37,6 +37,15 @@ pub enum DeviceType {
 }
 
 impl DeviceType {
+    /// The device type TensorFlow's string names ("CPU", "GPU"), if tessera has it.
+    pub fn parse(name: &str) -> Option<DeviceType> {
+        match name {
+            "CPU" => Some(DeviceType::Cpu),
+            "GPU" => Some(DeviceType::Gpu),
+            _ => None,
+        }
+    }
+
     /// Returns TensorFlow's device type string ("CPU", "GPU").
     pub fn as_str(self) -> &'static str {
         match self {

@@ -66,14 +66,6 @@ struct Device {
     device_type: Option<DeviceType>,
 }
 
-fn device_type_of(name: &str) -> Option<DeviceType> {
-    match name {
-        "CPU" => Some(DeviceType::Cpu),
-        "GPU" => Some(DeviceType::Gpu),
-        _ => None,
-    }
-}
-
 /// Lower sorts first: GPU, then CPU, then types tessera has no kernels for.
 fn priority(device_type: Option<DeviceType>) -> u8 {
     match device_type {
@@ -195,7 +187,7 @@ impl<'g, 'o> Placer<'g, 'o> {
             // Canonical spelling, so legacy names in the set compare equal to parsed requests.
             parsed.push(Device {
                 name: spec.to_string(),
-                device_type: device_type_of(&type_name),
+                device_type: DeviceType::parse(&type_name),
                 spec,
             });
         }

@@ -41,11 +41,7 @@ impl TowerState {
     /// The state of a tower for `device`, with a pool of its own; a GPU's tower opens the
     /// GPU's memory as the build has it (`kernels::memory_space`: with the `cuda` feature).
     pub fn new(device: DeviceAttributes) -> Self {
-        let device_type = if device.device_type == DeviceType::Gpu.as_str() {
-            DeviceType::Gpu
-        } else {
-            DeviceType::Cpu
-        };
+        let device_type = DeviceType::parse(&device.device_type).unwrap_or(DeviceType::Cpu);
         let memory = crate::kernels::memory_space(device_type, &device.name);
         Self::with_memory(device, memory)
     }

@@ -172,11 +172,7 @@ impl WorkerState {
         let shared = devices
             .iter()
             .map(|d| {
-                let device_type = if d.device_type == "GPU" {
-                    DeviceType::Gpu
-                } else {
-                    DeviceType::Cpu
-                };
+                let device_type = DeviceType::parse(&d.device_type).unwrap_or(DeviceType::Cpu);
                 let resources = shards
                     .get(&d.name)
                     .cloned()
