@@ -208,6 +208,36 @@ fn bias_add_and_its_gradient() {
 }
 
 #[test]
+fn bias_add_grad_sums_every_row_however_the_rows_are_grouped_and_split() {
+    // Whole numbers, so every order of summation gives the same float: 4199 rows of 32
+    // channels (channels last: whole groups of four rows and three left over, enough to split
+    // over the pool), and the same values as channels first.
+    let (outer, channels) = (13 * 17 * 19, 32);
+    let value: Vec<f32> = (0..outer * channels)
+        .map(|i| ((i * 7919) % 17) as f32 - 8.0)
+        .collect();
+    let mut want = vec![0f64; channels];
+    for (i, v) in value.iter().enumerate() {
+        want[i % channels] += f64::from(*v);
+    }
+    let nhwc = f32s(&[13, 17, 19, channels], &value);
+    let out = run1(node("BiasAddGrad"), vec![nhwc]);
+    assert_f32(&out, &[channels], &want, 0.0);
+
+    // Channels first: [1, 32, 4199] holds channel c's values in its row c.
+    let mut rows = vec![0f32; outer * channels];
+    for (i, v) in value.iter().enumerate() {
+        rows[(i % channels) * outer + i / channels] = *v;
+    }
+    let nchw = f32s(&[1, channels, 13 * 17, 19], &rows);
+    let out = run1(
+        node("BiasAddGrad").attr("data_format", value::string("NCHW")),
+        vec![nchw],
+    );
+    assert_f32(&out, &[channels], &want, 0.0);
+}
+
+#[test]
 fn l2_loss_is_half_the_sum_of_squares() {
     let out = run1(node("L2Loss"), vec![f32s(&[3], &[1., 2., 3.])]);
     assert_f32(&out, &[], &[7.0], 0.0);

@@ -20,9 +20,12 @@ use crate::runtime::intra::IntraPool;
 const CYCLES_PER_MULTIPLY_ADD: f64 = 0.125;
 
 /// Multiply-adds below which a product runs on the calling thread alone, even with threads
-/// to spare: the GEMM's own split costs about as much as the product (32 x 64 x 128 and the
-/// like stay inline).
-const PARALLEL_MULTIPLY_ADDS: usize = 1 << 20;
+/// to spare: under half a millisecond of one core's work. Split, such a product waits for its
+/// slowest piece, and inside a step the pool's threads share the cores with the nodes running
+/// beside it (an LSTM's gates, its other product): an LSTM's training step (128 x 192 x 512
+/// products) ran about 7 % faster with them whole (BENCHES.md, compute). The smallest (32 x
+/// 64 x 128) would lose to the split's own cost even alone.
+const PARALLEL_MULTIPLY_ADDS: usize = 1 << 24;
 
 /// What a fused kernel does to a product's output rows as they are written (a bias and an
 /// activation): called on chunks of whole rows.
@@ -164,7 +167,7 @@ mod tests {
     #[test]
     fn a_product_split_over_the_pool_matches_one_thread() {
         let pool = IntraPool::new("test-gemm", 4);
-        for (m, k, n) in [(256, 784, 64), (31, 1000, 257), (2, 4096, 300)] {
+        for (m, k, n) in [(256, 784, 128), (61, 1000, 301), (2, 4096, 3000)] {
             let a = filled(m, k, 3).mapv(|v| v as f32 / 7.0);
             let b = filled(k, n, 4).mapv(|v| v as f32 / 5.0);
             let mut one = Array2::<f32>::zeros((m, n));

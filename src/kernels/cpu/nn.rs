@@ -411,17 +411,18 @@ impl BiasAdd {
             if block == 0 {
                 return sums;
             }
-            for rows in v[range.start * block..range.end * block].chunks_exact(block) {
+            let v = &v[range.start * block..range.end * block];
+            split::lanes(|| {
                 if inner == 1 {
-                    for (s, &e) in sums.iter_mut().zip(rows) {
-                        *s = Real::add(*s, e);
-                    }
+                    sum_rows(&mut sums, v);
                 } else {
-                    for (s, plane) in sums.iter_mut().zip(rows.chunks_exact(inner)) {
-                        *s = plane.iter().fold(*s, |s, &e| Real::add(s, e));
+                    for rows in v.chunks_exact(block) {
+                        for (s, plane) in sums.iter_mut().zip(rows.chunks_exact(inner)) {
+                            *s = plane.iter().fold(*s, |s, &e| Real::add(s, e));
+                        }
                     }
                 }
-            }
+            });
             sums
         });
         let mut parts = parts.into_iter();
@@ -432,6 +433,28 @@ impl BiasAdd {
             }
         }
         Tensor::from_vec([channels], sums)
+    }
+}
+
+/// Adds each row of `rows` (rows as long as `sums`) into `sums`, four rows a pass: a row of a
+/// convolution's channels is short (32 floats), and summing one at a time spends more on the
+/// loop than on the adds.
+#[inline(always)]
+fn sum_rows<T: Real>(sums: &mut [T], rows: &[T]) {
+    let width = sums.len();
+    let mut quads = rows.chunks_exact(4 * width);
+    for quad in &mut quads {
+        let (a, rest) = quad.split_at(width);
+        let (b, rest) = rest.split_at(width);
+        let (c, d) = rest.split_at(width);
+        for ((((s, &a), &b), &c), &d) in sums.iter_mut().zip(a).zip(b).zip(c).zip(d) {
+            *s = Real::add(*s, Real::add(Real::add(a, b), Real::add(c, d)));
+        }
+    }
+    for row in quads.remainder().chunks_exact(width) {
+        for (s, &e) in sums.iter_mut().zip(row) {
+            *s = Real::add(*s, e);
+        }
     }
 }
 
