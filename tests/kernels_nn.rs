@@ -224,7 +224,7 @@ fn bias_add_grad_sums_every_row_however_the_rows_are_grouped_and_split() {
     let out = run1(node("BiasAddGrad"), vec![nhwc]);
     assert_f32(&out, &[channels], &want, 0.0);
 
-    // Channels first: [1, 32, 4199] holds channel c's values in its row c.
+    // Channels first: [1, 32, 221, 19] holds channel c's 4199 values in its plane c.
     let mut rows = vec![0f32; outer * channels];
     for (i, v) in value.iter().enumerate() {
         rows[(i % channels) * outer + i / channels] = *v;
