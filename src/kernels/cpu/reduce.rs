@@ -58,6 +58,12 @@ impl Reduce {
     }
 
     fn run<T: Real>(&self, intra: &IntraPool, x: &Tensor, reduced: &[bool]) -> Result<Tensor> {
+        if nothing_to_reduce(x.dims(), reduced) {
+            // TensorFlow forwards the input here, as the gradient of an element-wise op of two
+            // same-shaped tensors asks (a `Sum` over the empty axes of `BroadcastGradientArgs`):
+            // an LSTM's backward pass runs 128 of them a step.
+            return x.reshape(reduced_shape(x.dims(), reduced, self.keep_dims));
+        }
         let values = x.values::<T>()?;
         let (x, dims) = (&values[..], x.dims());
         // Each reducer is its own instance of `reduce_split`, so that its loops vectorize.
@@ -138,6 +144,13 @@ impl OpKernel for Reduce {
         ctx.set_output(0, out);
         Ok(())
     }
+}
+
+/// Whether a reduction over the `reduced` axes of a tensor of `dims` leaves every element as
+/// it is: each reduced axis has one element, so each output is one input (every reducer's
+/// fold of a single value is that value, and a mean divides it by one).
+fn nothing_to_reduce(dims: &[usize], reduced: &[bool]) -> bool {
+    dims.iter().zip(reduced).all(|(&d, &r)| !r || d == 1)
 }
 
 /// `All` (`every`) or `Any` over bool tensors.
@@ -430,6 +443,38 @@ mod tests {
             reduce_axes(&x, &[2, 3, 2], &[false, false, false], 0, add),
             x
         );
+    }
+
+    /// A reduction whose reduced axes all have one element hands its input on, as
+    /// TensorFlow's does: every bit kept (a fold from zero would turn -0 into +0), in the
+    /// reduced shape, for every reducer.
+    #[test]
+    fn reducing_only_axes_of_one_element_hands_the_input_on() {
+        let values = vec![-0.0f32, 1.5, f32::NAN, -3.0, 7.25, f32::MIN_POSITIVE];
+        let x = Tensor::from_vec(vec![2, 1, 3], values.clone()).unwrap();
+        for (op, axes) in [
+            ("Sum", vec![]),
+            ("Sum", vec![1]),
+            ("Mean", vec![-2]),
+            ("Max", vec![1]),
+        ] {
+            let axes = Tensor::from_vec(vec![axes.len()], axes).unwrap();
+            let out = &super::super::run_float32(op, vec![x.clone(), axes.clone()], None)[0];
+            let dims: &[usize] = if axes.num_elements() == 0 {
+                &[2, 1, 3]
+            } else {
+                &[2, 3]
+            };
+            assert_eq!(out.dims(), dims, "{op} over {axes:?}");
+            let bits: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(super::super::float32_bits(out), bits, "{op} over {axes:?}");
+        }
+        // An axis of more than one element is still reduced.
+        let axes = Tensor::from_vec(vec![1], vec![2i32]).unwrap();
+        let out = &super::super::run_float32("Sum", vec![x, axes], None)[0];
+        assert_eq!(out.dims(), &[2, 1]);
+        assert!(out.values::<f32>().unwrap()[0].is_nan());
+        assert_eq!(out.values::<f32>().unwrap()[1], 4.25);
     }
 
     /// Reductions over trailing or leading axes split over a pool give the bits of one
