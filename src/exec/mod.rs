@@ -13,6 +13,7 @@ pub mod executor;
 pub mod identities;
 pub mod partition;
 pub mod placement;
+pub mod redundant;
 pub mod remap;
 pub mod subgraph;
 pub mod support;

@@ -7,7 +7,8 @@
 //! every input must name a node of the partition. The per-device split uses
 //! [`partition::partition`] with [`partition::by_device`]: the `_Send`/`_Recv` pairs it inserts
 //! between local devices meet in the step's in-process rendezvous. Each CPU device's piece
-//! then loses the `Identity` nodes that only hand a value on (`exec::identities`) and has its
+//! then loses the `Identity` nodes that only hand a value on (`exec::identities`), the `NoOp`s
+//! that only pass waiting on and its constants made twice (`exec::redundant`), and has its
 //! contractions fused (`exec::remap`: `MatMul`/`Conv2D` + `BiasAdd` + an activation become one
 //! node), as TensorFlow's grappler rewrites a graph before it runs.
 
@@ -20,7 +21,7 @@ use crate::error::{Result, Status};
 use crate::exec::executor::{Executor, TensorRef};
 use crate::exec::partition::{self, PartitionOptions};
 use crate::exec::{create_kernel, kernel_for};
-use crate::exec::{identities, remap};
+use crate::exec::{identities, redundant, remap};
 use crate::graph::registry;
 use crate::proto::{GraphDef, NodeDef};
 use crate::runtime::device::Device;
@@ -72,6 +73,8 @@ impl RegisteredGraph {
             })?;
             if device.device_type() == DeviceType::Cpu {
                 identities::remove_identities(&mut part)
+                    .and_then(|_| redundant::bypass_no_ops(&mut part))
+                    .and_then(|_| redundant::merge_constants(&mut part))
                     .and_then(|_| remap::fuse_contractions(&mut part))
                     .and_then(|_| remap::fuse_element_wise(&mut part))
                     .map_err(|e| e.context(format!("graph {handle} on {loc}")))?;
