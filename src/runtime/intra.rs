@@ -15,6 +15,7 @@
 //! busy meanwhile, and starting another executor thread would only oversubscribe them.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::device::memory::ScopeHandle;
@@ -27,6 +28,9 @@ pub const MIN_PIECE_CYCLES: f64 = 40_000.0;
 pub struct IntraPool {
     pool: rayon::ThreadPool,
     threads: usize,
+    /// Kernels of the device's steps running now ([`Self::running`]): what [`Self::share`]'s
+    /// reads to tell whether a core is idle.
+    running: AtomicUsize,
 }
 
 impl std::fmt::Debug for IntraPool {
@@ -47,7 +51,11 @@ impl IntraPool {
             .thread_name(move |i| format!("{prefix}-{i}"))
             .build()
             .unwrap_or_else(|e| panic!("cannot start the intra-op threads `{name}`: {e}"));
-        Arc::new(Self { pool, threads })
+        Arc::new(Self {
+            pool,
+            threads,
+            running: AtomicUsize::new(0),
+        })
     }
 
     /// The process's pool for devices that have none of their own (an in-process session's),
@@ -60,6 +68,14 @@ impl IntraPool {
     /// How many threads the pool has.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Counts a kernel of the device as running until the guard drops: the executor holds one
+    /// around each kernel it runs on the device, so that [`Self::share`] offers pieces to the
+    /// pool only when a core is idle.
+    pub fn running(&self) -> Running<'_> {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        Running(&self.running)
     }
 
     /// How many pieces `units` units of `cycles_per_unit` each are worth cutting into: 1 for
@@ -150,12 +166,153 @@ impl IntraPool {
             .collect()
     }
 
+    /// Runs `piece(i)` for every `i` in `0..pieces`, shared with the pool's idle threads: the
+    /// calling thread takes pieces in turn, and up to `helpers` pool threads take them too, one
+    /// for each core idle when it is called (one the device's running kernels,
+    /// [`Self::running`], the caller's among them, do not hold). Returns when every piece has
+    /// run; it waits only for pieces a helper has started, never for a helper that has not (a
+    /// pool busy with other kernels leaves the caller to run every piece itself, at the cost of
+    /// one queued job per helper). A helper that starts after the last piece was taken does
+    /// nothing: `piece` is never called after `share` returns, so it may hold the addresses of
+    /// the caller's buffers (it is `'static` only because a late helper drops it). A panic in
+    /// a piece goes on here once the started pieces have ended.
+    ///
+    /// What a matrix product of a step's recurrence uses (see `kernels::cpu::gemm`): split
+    /// outright, it waits for its slowest piece while the step's other nodes hold the cores;
+    /// run whole, it leaves an idle core idle.
+    pub fn share(
+        &self,
+        pieces: usize,
+        helpers: usize,
+        piece: impl Fn(usize) + Send + Sync + 'static,
+    ) {
+        // The cores no kernel holds: one per thread of the pool, less the running kernels (the
+        // caller's own counted as one when it runs outside a step).
+        let idle = self
+            .threads
+            .saturating_sub(self.running.load(Ordering::Relaxed).max(1));
+        let helpers = helpers.min(idle).min(pieces.saturating_sub(1));
+        if helpers == 0 || self.pool.current_thread_index().is_some() {
+            // One piece, no idle core (the kernels beside this one hold them, and a helper
+            // would only take turns with them), or a kernel already running on this pool (its
+            // pieces would wait for threads the caller holds): all inline.
+            (0..pieces).for_each(piece);
+            return;
+        }
+        let shared = Arc::new(Shared {
+            piece,
+            pieces,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            caller: std::thread::current(),
+            charged: ScopeHandle::current(),
+        });
+        for _ in 0..helpers {
+            let shared = Arc::clone(&shared);
+            // A panicking piece marks the share failed as it unwinds; the caller panics with
+            // it (a panic left to rayon would abort the process).
+            self.pool.spawn(move || {
+                let take = std::panic::AssertUnwindSafe(|| shared.take_pieces());
+                let _ = std::panic::catch_unwind(take);
+            });
+        }
+        // Waits (also when a piece of the caller's panics) for the pieces helpers started.
+        let _wait = WaitForPieces(&shared);
+        shared.take_pieces();
+    }
+
     /// Runs `f` on the pool, so that rayon-parallel code inside it (the GEMM's) uses these
     /// threads.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         let charged = ScopeHandle::current();
         // SAFETY: `install` returns when `f` has run, inside the kernel's run.
         self.pool.install(move || unsafe { charged.run(f) })
+    }
+}
+
+/// A running kernel, counted by [`IntraPool::running`] until dropped.
+pub struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The pieces of one [`IntraPool::share`], held by the caller and each helper.
+struct Shared<F> {
+    piece: F,
+    pieces: usize,
+    /// The next piece to take; at or past `pieces` once every piece is taken (or the caller
+    /// closed the share).
+    next: AtomicUsize,
+    /// How many pieces have ended (run, failed, or closed untaken).
+    done: AtomicUsize,
+    failed: AtomicBool,
+    caller: std::thread::Thread,
+    charged: ScopeHandle,
+}
+
+/// What `next` is set to when the caller closes a share: far past any piece, and far from
+/// overflowing as late helpers add to it.
+const CLOSED: usize = usize::MAX / 2;
+
+impl<F: Fn(usize)> Shared<F> {
+    /// Runs pieces until none is left to take.
+    fn take_pieces(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::AcqRel);
+            if i >= self.pieces {
+                return;
+            }
+            let ended = PieceEnded(self);
+            // SAFETY: the caller is inside `share` until this piece ends (it waits for every
+            // piece taken), so its allocation scope is alive.
+            unsafe { self.charged.run(|| (self.piece)(i)) };
+            drop(ended);
+        }
+    }
+
+    /// Counts `n` pieces as ended, waking the caller when they are the last.
+    fn end(&self, n: usize) {
+        if n > 0 && self.done.fetch_add(n, Ordering::AcqRel) + n == self.pieces {
+            self.caller.unpark();
+        }
+    }
+}
+
+/// Ends a piece when it returns or unwinds.
+struct PieceEnded<'a, F: Fn(usize)>(&'a Shared<F>);
+
+impl<F: Fn(usize)> Drop for PieceEnded<'_, F> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.failed.store(true, Ordering::Release);
+        }
+        self.0.end(1);
+    }
+}
+
+/// The caller's end of a share: closes it (pieces no one took end untaken) and waits for the
+/// pieces helpers are running.
+struct WaitForPieces<'a, F: Fn(usize)>(&'a Shared<F>);
+
+impl<F: Fn(usize)> Drop for WaitForPieces<'_, F> {
+    fn drop(&mut self) {
+        let shared = self.0;
+        let taken = shared
+            .next
+            .swap(CLOSED, Ordering::AcqRel)
+            .min(shared.pieces);
+        shared.end(shared.pieces - taken);
+        while shared.done.load(Ordering::Acquire) < shared.pieces {
+            // A piece that ends last unparks this thread; a wake-up for anything else loops.
+            std::thread::park();
+        }
+        if shared.failed.load(Ordering::Acquire) && !std::thread::panicking() {
+            panic!("a piece of a kernel shared with the intra-op threads panicked");
+        }
     }
 }
 
@@ -218,8 +375,8 @@ mod tests {
             unsafe { POOL.dealloc(b as *mut u8, layout) };
         }
     }
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn small_work_runs_inline_and_large_work_splits_over_the_threads() {
@@ -283,6 +440,138 @@ mod tests {
         pool.for_chunks(&mut small, 4, 1.0, |first, chunk| {
             assert_eq!((first, chunk.len()), (0, 12), "one piece, inline");
         });
+    }
+
+    #[test]
+    fn idle_threads_take_pieces_of_a_shared_kernel() {
+        let pool = IntraPool::new("test-share", 2);
+        let caller = std::thread::current().id();
+        let ran: Arc<Mutex<Vec<(usize, std::thread::ThreadId)>>> = Arc::default();
+        let helped = Arc::new(AtomicBool::new(false));
+        let (record, seen) = (Arc::clone(&ran), Arc::clone(&helped));
+        pool.share(4, 1, move |i| {
+            let me = std::thread::current().id();
+            if me != caller {
+                seen.store(true, Ordering::Release);
+            } else {
+                // The caller's first piece holds it until a helper has taken another one.
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while !seen.load(Ordering::Acquire) && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+            }
+            record.lock().unwrap().push((i, me));
+        });
+        let mut ran = ran.lock().unwrap().clone();
+        assert!(helped.load(Ordering::Acquire), "no helper took a piece");
+        assert!(ran.iter().any(|&(_, t)| t != caller) && ran.iter().any(|&(_, t)| t == caller));
+        ran.sort_by_key(|&(i, _)| i);
+        assert_eq!(
+            ran.iter().map(|&(i, _)| i).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn a_busy_pool_leaves_every_piece_to_the_caller_and_never_runs_one_late() {
+        let pool = IntraPool::new("test-busy", 2);
+        // The pool's threads are held (by jobs of a kernel that is not a step's, so the cores
+        // count as idle) until the share has returned.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(Mutex::new(held));
+        let (started, wait_started) = std::sync::mpsc::channel();
+        for _ in 0..2 {
+            let (held, started) = (Arc::clone(&held), started.clone());
+            pool.pool.spawn(move || {
+                started.send(()).unwrap();
+                let _ = held.lock().unwrap().recv_timeout(Duration::from_secs(30));
+            });
+        }
+        for _ in 0..2 {
+            wait_started.recv_timeout(Duration::from_secs(30)).unwrap();
+        }
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let caller = std::thread::current().id();
+        // The pieces' closure, and so this token, lives until the queued helper has run.
+        let token = Arc::new(());
+        let held_by_pieces = Arc::clone(&token);
+        pool.share(5, 1, move |_| {
+            let _ = &held_by_pieces;
+            assert_eq!(std::thread::current().id(), caller);
+            counted.fetch_add(1, Ordering::AcqRel);
+        });
+        assert_eq!(calls.load(Ordering::Acquire), 5);
+        assert!(
+            Arc::strong_count(&token) > 1,
+            "the helper was queued and has not run"
+        );
+        // Let the queued helper run: it finds nothing to take.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Arc::strong_count(&token) > 1 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert_eq!(Arc::strong_count(&token), 1, "the helper never ran");
+        assert_eq!(
+            calls.load(Ordering::Acquire),
+            5,
+            "a piece ran after share returned"
+        );
+    }
+
+    #[test]
+    fn with_every_core_running_a_kernel_the_caller_runs_every_piece() {
+        let pool = IntraPool::new("test-all-busy", 2);
+        let _this = pool.running();
+        let beside = pool.running();
+        let caller = std::thread::current().id();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let threads: Arc<Mutex<Vec<_>>> = Arc::default();
+        let seen = Arc::clone(&threads);
+        pool.share(4, 1, move |i| {
+            seen.lock().unwrap().push(std::thread::current().id());
+            if i == 0 {
+                // Time enough for a helper, were one offered, to take a piece meanwhile.
+                let until = Instant::now() + Duration::from_millis(200);
+                while Instant::now() < until {
+                    std::thread::yield_now();
+                }
+            }
+            counted.fetch_add(1, Ordering::AcqRel);
+        });
+        assert_eq!(calls.load(Ordering::Acquire), 4);
+        assert!(
+            threads.lock().unwrap().iter().all(|&t| t == caller),
+            "a helper took a piece"
+        );
+        drop(beside);
+        assert_eq!(pool.running.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "shared with the intra-op threads panicked")]
+    fn a_panic_in_a_piece_a_helper_took_reaches_the_caller() {
+        let caller = std::thread::current().id();
+        let helper_started = Arc::new(AtomicBool::new(false));
+        IntraPool::new("test-helper-panic", 2).share(2, 1, move |_| {
+            if std::thread::current().id() != caller {
+                helper_started.store(true, Ordering::Release);
+                panic!("piece failed");
+            }
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !helper_started.load(Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "piece failed")]
+    fn a_panic_in_a_piece_of_the_caller_reaches_it() {
+        IntraPool::new("test-share-panic", 2).share(3, 1, |i| assert!(i != 0, "piece failed"));
     }
 
     #[test]

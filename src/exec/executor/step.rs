@@ -317,10 +317,12 @@ impl StepCommon {
             _ => None,
         };
         let started = Instant::now();
+        let running = device.intra().running();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &scope {
             Some(scope) => scope.run(|| node.kernel.compute(&mut ctx)),
             None => node.kernel.compute(&mut ctx),
         }));
+        drop(running);
         let refused = scope.and_then(AllocationScope::finish);
         if let (Ok(Ok(())), Some(bytes), Some(budget)) = (&result, refused, device.memory()) {
             let shapes: Vec<String> = ctx.inputs().iter().map(|t| t.shape().to_string()).collect();

@@ -2,11 +2,13 @@
 //! convolutions and their gradients): `c = a·b` or `c += a·b` on 2-D views of any strides.
 //! float32 and float64 go through the `gemm` crate, whose kernels use the widest vector unit
 //! the CPU has (AVX-512 included, where `matrixmultiply` stops at AVX2) and which splits a
-//! large product over the device's intra-op threads (`Parallelism::Rayon` inside the pool);
-//! other element types through ndarray's `general_mat_mul`. BENCHES.md has the comparison
+//! large product over the device's intra-op threads (`Parallelism::Rayon` inside the pool); a
+//! middling one is cut into bands the pool's idle threads may take ([`IntraPool::share`]);
+//! other element types go through ndarray's `general_mat_mul`. BENCHES.md has the comparison
 //! that chose it.
 
 use std::any::TypeId;
+use std::ops::Range;
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -19,13 +21,24 @@ use crate::runtime::intra::IntraPool;
 /// when each piece keeps a core busy for the piece's minimum.
 const CYCLES_PER_MULTIPLY_ADD: f64 = 0.125;
 
-/// Multiply-adds below which a product runs on the calling thread alone, even with threads
-/// to spare: under half a millisecond of one core's work. Split, such a product waits for its
-/// slowest piece, and inside a step the pool's threads share the cores with the nodes running
-/// beside it (an LSTM's gates, its other product): an LSTM's training step (128 x 192 x 512
-/// products) ran about 7 % faster with them whole (BENCHES.md, compute). The smallest (32 x
-/// 64 x 128) would lose to the split's own cost even alone.
+/// Multiply-adds from which a product is split over the pool outright (by `gemm`, which
+/// packs each operand once for every thread). Below this, about half a millisecond of one
+/// core's work, a split product waits for its slowest piece, and inside a step the pool's
+/// threads share the cores with the nodes running beside it (an LSTM's gates, its other
+/// product): an LSTM's training step (128 x 192 x 512 products) ran about 7 % faster with
+/// them whole than split (BENCHES.md, compute). So smaller products are shared instead
+/// ([`SHARED_PIECE_MULTIPLY_ADDS`]).
 const PARALLEL_MULTIPLY_ADDS: usize = 1 << 24;
+
+/// The least work a piece of a product under [`PARALLEL_MULTIPLY_ADDS`] is given when it is
+/// shared with the pool's idle threads ([`IntraPool::share`]: the calling thread runs the
+/// pieces no idle thread takes, and waits only for those one has started): about 100 µs of
+/// one core. Below twice this (32 x 64 x 128, say) a product runs whole on the calling thread.
+const SHARED_PIECE_MULTIPLY_ADDS: usize = 1 << 21;
+
+/// Rows or columns a shared product's pieces come in multiples of: whole tiles of `gemm`'s
+/// micro-kernels.
+const SHARED_PIECE_ALIGN: usize = 16;
 
 /// What a fused kernel does to a product's output rows as they are written (a bias and an
 /// activation): called on chunks of whole rows.
@@ -61,57 +74,110 @@ pub(super) fn matmul<T: Real>(
         general_mat_mul(T::one(), a, b, beta, c);
         return;
     }
+    let product = Product {
+        k,
+        a: (a.as_ptr() as usize, a.strides()[0], a.strides()[1]),
+        b: (b.as_ptr() as usize, b.strides()[0], b.strides()[1]),
+        c: (c.as_mut_ptr() as usize, c.strides()[0], c.strides()[1]),
+        accumulate,
+        element: std::marker::PhantomData::<T>,
+    };
     let multiply_adds = m.saturating_mul(n).saturating_mul(k);
     let pool = match threads {
-        Threads::Pool(pool) if multiply_adds >= PARALLEL_MULTIPLY_ADDS => Some(pool),
-        _ => None,
+        Threads::Pool(pool) if pool.threads() > 1 => pool,
+        _ => {
+            // SAFETY: the views are live for this call, their shapes agree, `c` is borrowed
+            // mutably apart from `a` and `b`, and T is f32 or f64 (checked above).
+            unsafe { product.run(0..m, 0..n, gemm::Parallelism::None) };
+            return;
+        }
     };
-    let pieces = pool.map_or(1, |pool| {
-        pool.pieces(multiply_adds, CYCLES_PER_MULTIPLY_ADD)
+    if multiply_adds >= PARALLEL_MULTIPLY_ADDS {
+        let pieces = pool.pieces(multiply_adds, CYCLES_PER_MULTIPLY_ADD);
+        // SAFETY: as above; the pool runs the product before `install` returns.
+        pool.install(|| unsafe { product.run(0..m, 0..n, gemm::Parallelism::Rayon(pieces)) });
+        return;
+    }
+    // Pieces along the longer axis of the output, each multiplying one operand whole by a
+    // band of the other (so the band is packed once and the whole operand once per piece).
+    let along_rows = m > n;
+    let length = if along_rows { m } else { n };
+    let pieces = (multiply_adds / SHARED_PIECE_MULTIPLY_ADDS)
+        .min(length / SHARED_PIECE_ALIGN)
+        .min(2 * pool.threads());
+    if pieces < 2 {
+        // SAFETY: as above.
+        unsafe { product.run(0..m, 0..n, gemm::Parallelism::None) };
+        return;
+    }
+    // Bands of whole micro-tiles, the last one taking what is left.
+    let band = length.div_ceil(pieces).next_multiple_of(SHARED_PIECE_ALIGN);
+    let pieces = length.div_ceil(band);
+    pool.share(pieces, pool.threads() - 1, move |i| {
+        let range = i * band..((i + 1) * band).min(length);
+        let (rows, columns) = if along_rows {
+            (range, 0..n)
+        } else {
+            (0..m, range)
+        };
+        // SAFETY: as above, for the bands of `c` the pieces cover, each written by one piece:
+        // `share` returns only when every piece has run, and calls none after.
+        unsafe { product.run(rows, columns, gemm::Parallelism::None) };
     });
-    let (a_rs, a_cs) = (a.strides()[0], a.strides()[1]);
-    let (b_rs, b_cs) = (b.strides()[0], b.strides()[1]);
-    let (c_rs, c_cs) = (c.strides()[0], c.strides()[1]);
-    let (a_ptr, b_ptr, c_ptr) = (
-        a.as_ptr() as usize,
-        b.as_ptr() as usize,
-        c.as_mut_ptr() as usize,
-    );
-    let product = move |parallelism| {
-        // SAFETY: the pointers and strides are those of live views whose shapes agree (m×k,
-        // k×n, m×n), borrowed for this whole call (the pool runs the product before `install`
-        // returns); `c` is borrowed mutably and does not alias `a` or `b` (distinct borrows),
-        // and T is f32 or f64, which `gemm` implements. `gemm`'s `alpha` scales the old `c`
-        // (read only with `read_dst`), its `beta` the product.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c_ptr as *mut T,
-                c_cs,
-                c_rs,
-                accumulate,
-                a_ptr as *const T,
-                a_cs,
-                a_rs,
-                b_ptr as *const T,
-                b_cs,
-                b_rs,
-                T::one(),
-                T::one(),
-                false,
-                false,
-                false,
-                parallelism,
-            );
-        }
-    };
-    match pool {
-        Some(pool) if pieces > 1 => {
-            pool.install(|| product(gemm::Parallelism::Rayon(pieces)));
-        }
-        _ => product(gemm::Parallelism::None),
+}
+
+/// A product's inner length, and each operand's address (as an integer, so pieces can carry
+/// it to other threads) with its row and column strides in elements.
+#[derive(Clone, Copy)]
+struct Product<T> {
+    k: usize,
+    a: (usize, isize, isize),
+    b: (usize, isize, isize),
+    c: (usize, isize, isize),
+    accumulate: bool,
+    element: std::marker::PhantomData<T>,
+}
+
+impl<T: Real> Product<T> {
+    /// `c[rows, columns] (+)= a[rows, :]·b[:, columns]`.
+    ///
+    /// # Safety
+    /// The addresses and strides are those of live views whose shapes agree (m×k, k×n, m×n),
+    /// `rows` and `columns` lie within them, nothing else reads or writes that block of `c`
+    /// meanwhile, and T is f32 or f64, which `gemm` implements.
+    unsafe fn run(
+        &self,
+        rows: Range<usize>,
+        columns: Range<usize>,
+        parallelism: gemm::Parallelism,
+    ) {
+        let (a, a_rs, a_cs) = self.a;
+        let (b, b_rs, b_cs) = self.b;
+        let (c, c_rs, c_cs) = self.c;
+        let (i, j) = (rows.start as isize, columns.start as isize);
+        // `gemm`'s `alpha` scales the old `c` (read only with `read_dst`), its `beta` the
+        // product.
+        gemm::gemm(
+            rows.len(),
+            columns.len(),
+            self.k,
+            (c as *mut T).offset(i * c_rs + j * c_cs),
+            c_cs,
+            c_rs,
+            self.accumulate,
+            (a as *const T).offset(i * a_rs),
+            a_cs,
+            a_rs,
+            (b as *const T).offset(j * b_cs),
+            b_cs,
+            b_rs,
+            T::one(),
+            T::one(),
+            false,
+            false,
+            false,
+            parallelism,
+        );
     }
 }
 
@@ -167,7 +233,16 @@ mod tests {
     #[test]
     fn a_product_split_over_the_pool_matches_one_thread() {
         let pool = IntraPool::new("test-gemm", 4);
-        for (m, k, n) in [(256, 784, 128), (61, 1000, 301), (2, 4096, 3000)] {
+        // Above PARALLEL_MULTIPLY_ADDS (split by `gemm`), and below it (shared in bands of
+        // rows or of columns, one ending mid-tile).
+        for (m, k, n) in [
+            (256, 784, 128),
+            (61, 1000, 301),
+            (2, 4096, 3000),
+            (128, 192, 512),
+            (300, 129, 77),
+            (64, 256, 1000),
+        ] {
             let a = filled(m, k, 3).mapv(|v| v as f32 / 7.0);
             let b = filled(k, n, 4).mapv(|v| v as f32 / 5.0);
             let mut one = Array2::<f32>::zeros((m, n));
@@ -194,6 +269,25 @@ mod tests {
                     (x - y).abs() <= 1e-5 * s.max(1.0),
                     "{m}x{k}x{n}: {x} vs {y}"
                 );
+            }
+            if m * k * n < PARALLEL_MULTIPLY_ADDS {
+                assert_eq!(
+                    one, split,
+                    "{m}x{k}x{n}: bands sum as the whole product does"
+                );
+                // Bands of a transposed view into a column-major output, accumulated.
+                let at = a.t().to_owned();
+                let mut f = Array2::<f32>::zeros((m, n).f());
+                for _ in 0..2 {
+                    matmul(
+                        &at.t(),
+                        &b.view(),
+                        &mut f.view_mut(),
+                        true,
+                        Threads::Pool(&pool),
+                    );
+                }
+                assert_eq!(f, &one * 2.0, "{m}x{k}x{n}: strided bands");
             }
             let want = a.dot(&b);
             for ((x, y), s) in want.iter().zip(&split).zip(&scale) {
