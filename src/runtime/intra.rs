@@ -28,7 +28,7 @@ pub const MIN_PIECE_CYCLES: f64 = 40_000.0;
 pub struct IntraPool {
     pool: rayon::ThreadPool,
     threads: usize,
-    /// Kernels of the device's steps running now ([`Self::running`]): what [`Self::share`]'s
+    /// Kernels of the device's steps running now ([`Self::running`]): what [`Self::share`]
     /// reads to tell whether a core is idle.
     running: AtomicUsize,
 }
