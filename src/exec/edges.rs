@@ -145,6 +145,26 @@ pub(crate) fn tensor_input(node: &str, slot: usize) -> String {
     }
 }
 
+/// Makes `node` wait for the node named `source` by a control edge, unless it already does.
+pub(crate) fn add_control_input(node: &mut NodeDef, source: &str) {
+    let control = format!("^{source}");
+    if !node.input.contains(&control) {
+        node.input.push(control);
+    }
+}
+
+/// Removes the nodes of `graph` whose index `dropped` holds (their readers must no longer
+/// name them); returns how many.
+pub(crate) fn remove_nodes(graph: &mut GraphDef, dropped: impl Fn(usize) -> bool) -> usize {
+    let before = graph.node.len();
+    let mut index = 0;
+    graph.node.retain(|_| {
+        index += 1;
+        !dropped(index - 1)
+    });
+    before - graph.node.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

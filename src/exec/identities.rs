@@ -18,7 +18,7 @@
 //! passes the reference on, see the executor).
 
 use crate::error::Result;
-use crate::exec::edges::{tensor_input, GraphEdges};
+use crate::exec::edges::{add_control_input, remove_nodes, tensor_input, GraphEdges};
 use crate::proto::{GraphDef, NodeDef};
 
 /// Whether `source`, which an `Identity` reads, is where a value is taken rather than made:
@@ -107,21 +107,10 @@ pub fn remove_identities(graph: &mut GraphDef) -> Result<usize> {
         let reader = &mut graph.node[dst];
         reader.input[position] = input;
         for c in controls {
-            let control = format!("^{}", names[c]);
-            if !reader.input.contains(&control) {
-                reader.input.push(control);
-            }
+            add_control_input(reader, &names[c]);
         }
     }
-    let count = dropped.iter().filter(|d| d.is_some()).count();
-    if count > 0 {
-        let mut index = 0;
-        graph.node.retain(|_| {
-            index += 1;
-            dropped[index - 1].is_none()
-        });
-    }
-    Ok(count)
+    Ok(remove_nodes(graph, |i| dropped[i].is_some()))
 }
 
 /// What a dropped `Identity` stood for: its data input (node, output) and the nodes it waited

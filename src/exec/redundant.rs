@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use prost::Message;
 
 use crate::error::Result;
-use crate::exec::edges::GraphEdges;
+use crate::exec::edges::{add_control_input, remove_nodes, GraphEdges};
 use crate::proto::GraphDef;
 
 /// Drops the `NoOp`s of `graph` that only pass waiting on (see the module), each reader
@@ -69,15 +69,19 @@ pub fn bypass_no_ops(graph: &mut GraphDef) -> Result<usize> {
         }
     }
     for (reader, on) in waits {
-        let reader = &mut graph.node[reader];
         for src in on {
-            let control = format!("^{}", names[src]);
-            if !reader.input.contains(&control) {
-                reader.input.push(control);
-            }
+            add_control_input(&mut graph.node[reader], &names[src]);
         }
     }
-    remove(graph, &dropped, &names)
+    // Their readers' control inputs naming them go with them.
+    let gone: HashSet<String> = (0..names.len())
+        .filter(|&i| dropped[i])
+        .map(|i| format!("^{}", names[i]))
+        .collect();
+    for node in &mut graph.node {
+        node.input.retain(|i| !gone.contains(i));
+    }
+    Ok(remove_nodes(graph, |i| dropped[i]))
 }
 
 /// Merges the `Const` nodes of `graph` that are one constant (see the module); returns how
@@ -111,52 +115,31 @@ pub fn merge_constants(graph: &mut GraphDef) -> Result<usize> {
             kept_as[i] = Some(kept);
         }
     }
-    let mut dropped = vec![false; graph.node.len()];
+    let mut readers = Vec::new();
     for (i, kept) in kept_as.iter().enumerate() {
         let Some(kept) = *kept else { continue };
-        dropped[i] = true;
         for &e in &edges.out_edges[i] {
             let edge = edges.edges[e];
             graph.node[edge.dst].input[edge.dst_input] = match edge.src_slot {
                 Some(_) => names[kept].clone(),
                 None => format!("^{}", names[kept]),
             };
+            readers.push(edge.dst);
         }
     }
-    // A reader of two merged constants by control edges now names the kept one twice.
-    for node in &mut graph.node {
+    // A reader of two merged constants by control edges may now name the kept one twice.
+    for reader in readers {
         let mut seen = HashSet::new();
-        node.input
+        graph.node[reader]
+            .input
             .retain(|i| !i.starts_with('^') || seen.insert(i.clone()));
     }
-    remove(graph, &dropped, &names)
+    Ok(remove_nodes(graph, |i| kept_as[i].is_some()))
 }
 
 /// What makes two constants one: the device, the dtype and value as encoded, and the nodes
 /// waited for (sorted, once each).
 type ConstantKey<'g> = (&'g str, Vec<u8>, Vec<u8>, Vec<usize>);
-
-/// Removes the `dropped` nodes and the control inputs that name them (their readers read
-/// nothing else of them by now); returns how many.
-fn remove(graph: &mut GraphDef, dropped: &[bool], names: &[String]) -> Result<usize> {
-    let count = dropped.iter().filter(|&&d| d).count();
-    if count == 0 {
-        return Ok(0);
-    }
-    let gone: HashSet<String> = (0..names.len())
-        .filter(|&i| dropped[i])
-        .map(|i| format!("^{}", names[i]))
-        .collect();
-    let mut index = 0;
-    graph.node.retain(|_| {
-        index += 1;
-        !dropped[index - 1]
-    });
-    for node in &mut graph.node {
-        node.input.retain(|i| !gone.contains(i));
-    }
-    Ok(count)
-}
 
 #[cfg(test)]
 mod tests {
