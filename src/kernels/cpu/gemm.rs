@@ -1,11 +1,12 @@
 //! The matrix product of every kernel that multiplies matrices (MatMul, BatchMatMul, the
 //! convolutions and their gradients): `c = a·b` or `c += a·b` on 2-D views of any strides.
 //! float32 and float64 go through the `gemm` crate, whose kernels use the widest vector unit
-//! the CPU has (AVX-512 included, where `matrixmultiply` stops at AVX2) and which splits a
-//! large product over the device's intra-op threads (`Parallelism::Rayon` inside the pool); a
-//! middling one is cut into bands the pool's idle threads may take ([`IntraPool::share`]);
-//! other element types go through ndarray's `general_mat_mul`. BENCHES.md has the comparison
-//! that chose it.
+//! the CPU has (AVX-512 included, where `matrixmultiply` stops at AVX2), or, for a large
+//! product where the host has OpenBLAS, through OpenBLAS ([`blas`]), faster there. A large
+//! product is split over the device's intra-op threads (in bands, or by `gemm`'s own
+//! `Parallelism::Rayon` inside the pool); a middling one is cut into bands the pool's idle
+//! threads may take ([`IntraPool::share`]); other element types go through ndarray's
+//! `general_mat_mul`. BENCHES.md has the comparisons that chose these.
 
 use std::any::TypeId;
 use std::ops::Range;
@@ -13,6 +14,7 @@ use std::ops::Range;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use super::blas::{self, Blas, Call};
 use super::numeric::Real;
 use crate::runtime::intra::IntraPool;
 
@@ -62,6 +64,20 @@ pub(super) fn matmul<T: Real>(
     accumulate: bool,
     threads: Threads<'_>,
 ) {
+    matmul_with(a, b, c, accumulate, threads, blas::get());
+}
+
+/// [`matmul`] with `blas` (the process's, or none) for the products of at least
+/// [`PARALLEL_MULTIPLY_ADDS`]: smaller ones, where `gemm` is as fast and has no call's cost,
+/// always go through `gemm`.
+fn matmul_with<T: Real>(
+    a: &ArrayView2<'_, T>,
+    b: &ArrayView2<'_, T>,
+    c: &mut ArrayViewMut2<'_, T>,
+    accumulate: bool,
+    threads: Threads<'_>,
+    blas: Option<&'static Blas>,
+) {
     let (m, k) = a.dim();
     let n = b.dim().1;
     debug_assert_eq!((b.dim().0, c.dim()), (k, (m, n)), "matmul shapes");
@@ -74,15 +90,16 @@ pub(super) fn matmul<T: Real>(
         general_mat_mul(T::one(), a, b, beta, c);
         return;
     }
+    let multiply_adds = m.saturating_mul(n).saturating_mul(k);
     let product = Product {
         k,
         a: (a.as_ptr() as usize, a.strides()[0], a.strides()[1]),
         b: (b.as_ptr() as usize, b.strides()[0], b.strides()[1]),
         c: (c.as_mut_ptr() as usize, c.strides()[0], c.strides()[1]),
         accumulate,
+        blas: blas.filter(|_| multiply_adds >= PARALLEL_MULTIPLY_ADDS),
         element: std::marker::PhantomData::<T>,
     };
-    let multiply_adds = m.saturating_mul(n).saturating_mul(k);
     let pool = match threads {
         Threads::Pool(pool) if pool.threads() > 1 => pool,
         _ => {
@@ -92,16 +109,37 @@ pub(super) fn matmul<T: Real>(
             return;
         }
     };
+    // Along the longer axis of the output, each piece multiplies one operand whole by a band
+    // of the other (so the band is packed once and the whole operand once per piece).
+    let along_rows = m > n;
+    let length = if along_rows { m } else { n };
+    let band = move |range: Range<usize>| {
+        if along_rows {
+            (range, 0..n)
+        } else {
+            (0..m, range)
+        }
+    };
+    if multiply_adds >= PARALLEL_MULTIPLY_ADDS && product.blas.is_some() {
+        // Bands of whole micro-tiles, one per piece the pool's cost model gives.
+        let tiles = length.div_ceil(SHARED_PIECE_ALIGN);
+        let per_tile = (multiply_adds / tiles) as f64 * CYCLES_PER_MULTIPLY_ADD;
+        pool.parallel_for(tiles, per_tile, |tiles| {
+            let range =
+                tiles.start * SHARED_PIECE_ALIGN..(tiles.end * SHARED_PIECE_ALIGN).min(length);
+            let (rows, columns) = band(range);
+            // SAFETY: as above, for the band of `c` this piece alone writes; `parallel_for`
+            // returns when every piece has run.
+            unsafe { product.run(rows, columns, gemm::Parallelism::None) };
+        });
+        return;
+    }
     if multiply_adds >= PARALLEL_MULTIPLY_ADDS {
         let pieces = pool.pieces(multiply_adds, CYCLES_PER_MULTIPLY_ADD);
         // SAFETY: as above; the pool runs the product before `install` returns.
         pool.install(|| unsafe { product.run(0..m, 0..n, gemm::Parallelism::Rayon(pieces)) });
         return;
     }
-    // Pieces along the longer axis of the output, each multiplying one operand whole by a
-    // band of the other (so the band is packed once and the whole operand once per piece).
-    let along_rows = m > n;
-    let length = if along_rows { m } else { n };
     let pieces = (multiply_adds / SHARED_PIECE_MULTIPLY_ADDS)
         .min(length / SHARED_PIECE_ALIGN)
         .min(2 * pool.threads());
@@ -111,15 +149,10 @@ pub(super) fn matmul<T: Real>(
         return;
     }
     // Bands of whole micro-tiles, the last one taking what is left.
-    let band = length.div_ceil(pieces).next_multiple_of(SHARED_PIECE_ALIGN);
-    let pieces = length.div_ceil(band);
+    let width = length.div_ceil(pieces).next_multiple_of(SHARED_PIECE_ALIGN);
+    let pieces = length.div_ceil(width);
     pool.share(pieces, pool.threads() - 1, move |i| {
-        let range = i * band..((i + 1) * band).min(length);
-        let (rows, columns) = if along_rows {
-            (range, 0..n)
-        } else {
-            (0..m, range)
-        };
+        let (rows, columns) = band(i * width..((i + 1) * width).min(length));
         // SAFETY: as above, for the bands of `c` the pieces cover, each written by one piece:
         // `share` returns only when every piece has run, and calls none after.
         unsafe { product.run(rows, columns, gemm::Parallelism::None) };
@@ -135,6 +168,8 @@ struct Product<T> {
     b: (usize, isize, isize),
     c: (usize, isize, isize),
     accumulate: bool,
+    /// The BLAS that multiplies it, where its layout is one CBLAS takes; else `gemm`.
+    blas: Option<&'static Blas>,
     element: std::marker::PhantomData<T>,
 }
 
@@ -155,6 +190,29 @@ impl<T: Real> Product<T> {
         let (b, b_rs, b_cs) = self.b;
         let (c, c_rs, c_cs) = self.c;
         let (i, j) = (rows.start as isize, columns.start as isize);
+        if let Some(blas) = self.blas {
+            let call = Call {
+                m: rows.len(),
+                n: columns.len(),
+                k: self.k,
+                a: ((a as *const T).offset(i * a_rs) as usize, a_rs, a_cs),
+                b: ((b as *const T).offset(j * b_cs) as usize, b_rs, b_cs),
+                c: (
+                    (c as *mut T).offset(i * c_rs + j * c_cs) as usize,
+                    c_rs,
+                    c_cs,
+                ),
+                accumulate: self.accumulate,
+            };
+            let done = if TypeId::of::<T>() == TypeId::of::<f32>() {
+                blas.multiply::<f32>(&call)
+            } else {
+                blas.multiply::<f64>(&call)
+            };
+            if done {
+                return;
+            }
+        }
         // `gemm`'s `alpha` scales the old `c` (read only with `read_dst`), its `beta` the
         // product.
         gemm::gemm(
@@ -297,5 +355,99 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The process's OpenBLAS; `None` where the host has none (the test skips, saying so), which
+    /// fails under CI, where `scripts/test` installs it.
+    fn openblas(test: &str) -> Option<&'static Blas> {
+        let blas = blas::get();
+        let ci = std::env::var("CI")
+            .is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"));
+        match blas {
+            None if ci => panic!(
+                "{test}: no OpenBLAS (libopenblas.so.0); CI=true requires it (apt-get install \
+                 libopenblas0, as scripts/test does)"
+            ),
+            None => eprintln!("{test}: skipped, no OpenBLAS (apt-get install libopenblas0)"),
+            Some(_) => {}
+        }
+        blas
+    }
+
+    #[test]
+    fn openblas_products_match_gemm_in_every_layout_and_band() {
+        let Some(openblas) = openblas("openblas_products_match_gemm_in_every_layout_and_band")
+        else {
+            return;
+        };
+        let pool = IntraPool::new("test-blas", 3);
+        // Over PARALLEL_MULTIPLY_ADDS: in bands of rows, of columns (one ending mid-tile), and
+        // a row vector's product.
+        for (m, k, n) in [
+            (256, 784, 128),
+            (61, 1000, 301),
+            (2, 4096, 3000),
+            (1, 1 << 24, 1),
+        ] {
+            let a = filled(m, k, 3).mapv(|v| v as f32 / 7.0);
+            let b = filled(k, n, 4).mapv(|v| v as f32 / 5.0);
+            let scale = a.mapv(f32::abs).dot(&b.mapv(f32::abs));
+            let want = a.dot(&b);
+            // Each operand as it is, as a transposed view of its transpose, and as a view of
+            // the leading columns of a wider array; the output row- and column-major.
+            let at = a.t().to_owned();
+            let bt = b.t().to_owned();
+            let mut wide_a = Array2::<f32>::zeros((m, k + 5));
+            wide_a.slice_mut(ndarray::s![.., ..k]).assign(&a);
+            let a_views = [a.view(), at.t(), wide_a.slice(ndarray::s![.., ..k])];
+            let b_views = [b.view(), bt.t()];
+            for (i, a_view) in a_views.iter().enumerate() {
+                for (j, b_view) in b_views.iter().enumerate() {
+                    for column_major in [false, true] {
+                        for threads in [Threads::One, Threads::Pool(&pool)] {
+                            let shape = (m, n).set_f(column_major);
+                            let mut c = Array2::<f32>::from_elem(shape, f32::NAN);
+                            matmul_with(
+                                a_view,
+                                b_view,
+                                &mut c.view_mut(),
+                                false,
+                                threads,
+                                Some(openblas),
+                            );
+                            matmul_with(
+                                a_view,
+                                b_view,
+                                &mut c.view_mut(),
+                                true,
+                                threads,
+                                Some(openblas),
+                            );
+                            for ((x, y), s) in c.iter().zip(&want).zip(&scale) {
+                                assert!(
+                                    (x - 2.0 * y).abs() <= 2e-5 * s.max(1.0),
+                                    "{m}x{k}x{n}, a {i}, b {j}, column-major {column_major}: \
+                                     {x} vs 2 x {y}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // float64, and an operand CBLAS cannot take (no contiguous axis): `gemm` multiplies it.
+        let a = filled(300, 600, 1);
+        let b = filled(1200, 400, 2);
+        let strided = b.slice(ndarray::s![..;2, ..;2]);
+        let mut c = Array2::<f64>::zeros((300, 200));
+        matmul_with(
+            &a.view(),
+            &strided,
+            &mut c.view_mut(),
+            false,
+            Threads::Pool(&pool),
+            Some(openblas),
+        );
+        assert_eq!(c, a.dot(&strided), "integers multiply exactly in float64");
     }
 }

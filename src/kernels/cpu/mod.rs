@@ -118,6 +118,7 @@ mod activation;
 mod approx;
 mod array;
 mod batch_norm;
+mod blas;
 pub mod broadcast;
 mod cast;
 pub mod collective;
