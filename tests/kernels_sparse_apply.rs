@@ -1,7 +1,7 @@
 //! The sparse optimizer updates, `SparseApplyX` on reference variables and
 //! `ResourceSparseApplyX` on resource variables, against stock TensorFlow 2.21:
 //! `tests/kernels_sparse_apply_tf.py` runs every rule (and its attr variants) in both forms for
-//! two steps on seeded inputs whose indices repeat and come out of order, on 1-D, 2-D and 3-D
+//! three steps on seeded inputs whose indices repeat and come out of order, on 1-D, 2-D and 3-D
 //! variables in float32 and float64 with int32 and int64 indices, live (skipped without
 //! TensorFlow, a failure under CI); tessera runs the same inputs and every value of the
 //! variable and of each slot must agree. The dense `ApplyAdagradDA`, whose rule the sparse

@@ -1,6 +1,6 @@
 """TensorFlow's side of tests/kernels_sparse_apply.rs: every sparse optimizer update, in both
 forms (SparseApplyX on reference variables, ResourceSparseApplyX on resource variables), run by
-stock TensorFlow for two steps on seeded inputs whose indices repeat and are out of order, and
+stock TensorFlow for three steps on seeded inputs whose indices repeat and are out of order, and
 printed with those inputs as one JSON line. Also the dense ApplyAdagradDA / ResourceApplyAdagradDA,
 whose rule the sparse AdagradDA shares.
 
@@ -71,8 +71,9 @@ RULES = {
     ]),
 }
 
-# Two steps; indices repeat and are unsorted. The 1-D variables take TensorFlow's scalar path.
-STEP_INDICES = [[3, 0, 3, 1], [4, 1, 4, 4, 0]]
+# Three steps; indices repeat and are unsorted, and the third has more than the rows a sparse
+# update prefetches ahead. The 1-D variables take TensorFlow's scalar path.
+STEP_INDICES = [[3, 0, 3, 1], [4, 1, 4, 4, 0], [2, 0, 4, 1, 3, 3, 0, 2, 4, 1, 0, 2]]
 SHAPES = [[5, 3], [6], [5, 2, 2]]
 
 
@@ -163,7 +164,7 @@ def run_dense_adagrad_da(dtype, shape):
 
 
 def cluster_case(rule, slots, params, attrs, use_resource, target, spec):
-    """One sparse update, two steps, with the variables on the ps: in TensorFlow alone
+    """One sparse update, three steps, with the variables on the ps: in TensorFlow alone
     (`target` None) or through the session at `target`. Returns the values after the steps."""
     shape, dtype = [5, 3], tf.float32
     seeded = np.random.default_rng(len(rule) * 7 + len(slots) + int(use_resource))

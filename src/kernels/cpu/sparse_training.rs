@@ -219,6 +219,14 @@ impl SparseUpdate {
         with_elements::<T, _>(values, |vals| {
             let n = vals.len();
             for (i, &row) in rows.rows.iter().enumerate() {
+                // The rows are scattered over the variable: each is a cache miss in the
+                // variable and in each slot, which the loop would otherwise wait for one
+                // row at a time.
+                if let Some(&ahead) = rows.rows.get(i + PREFETCH_ROWS_AHEAD) {
+                    for v in vals.iter() {
+                        prefetch(&v[ahead * inner..(ahead + 1) * inner]);
+                    }
+                }
                 // The variable and at most three slots: no allocation per row.
                 let mut slices: [&mut [T]; 4] = Default::default();
                 for (slice, v) in slices.iter_mut().zip(vals.iter_mut()) {
@@ -229,6 +237,29 @@ impl SparseUpdate {
             }
         })
     }
+}
+
+/// How many rows ahead of the one it updates a sparse update asks for the next rows' lines.
+const PREFETCH_ROWS_AHEAD: usize = 8;
+
+/// The bytes of a row asked for ahead: the hardware's own prefetcher follows a longer row.
+const PREFETCH_BYTES: usize = 256;
+
+/// Asks the CPU to start loading the first cache lines of `row`, without waiting for them.
+#[inline(always)]
+fn prefetch<T>(row: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let start = row.as_ptr().cast::<i8>();
+        for offset in (0..std::mem::size_of_val(row).min(PREFETCH_BYTES)).step_by(64) {
+            // SAFETY: the address lies within `row`; a prefetch reads nothing and cannot
+            // fault.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
 }
 
 impl OpKernel for SparseUpdate {
