@@ -151,6 +151,7 @@ mod numeric;
 mod pad;
 mod parsing;
 pub(crate) mod pool;
+mod prefetch;
 mod printf;
 mod queue;
 pub mod random;

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use super::int_values;
 use super::numeric::Float;
+use super::prefetch::{prefetch, ROWS_AHEAD};
 use super::ref_variable::read_modify_write_rows;
 use super::training::{check_like, with_elements, Form, Rule, Update};
 use crate::error::{Result, Status};
@@ -222,7 +223,7 @@ impl SparseUpdate {
                 // The rows are scattered over the variable: each is a cache miss in the
                 // variable and in each slot, which the loop would otherwise wait for one
                 // row at a time.
-                if let Some(&ahead) = rows.rows.get(i + PREFETCH_ROWS_AHEAD) {
+                if let Some(&ahead) = rows.rows.get(i + ROWS_AHEAD) {
                     for v in vals.iter() {
                         prefetch(&v[ahead * inner..(ahead + 1) * inner]);
                     }
@@ -237,29 +238,6 @@ impl SparseUpdate {
             }
         })
     }
-}
-
-/// How many rows ahead of the one it updates a sparse update asks for the next rows' lines.
-const PREFETCH_ROWS_AHEAD: usize = 8;
-
-/// The bytes of a row asked for ahead: the hardware's own prefetcher follows a longer row.
-const PREFETCH_BYTES: usize = 256;
-
-/// Asks the CPU to start loading the first cache lines of `row`, without waiting for them.
-#[inline(always)]
-fn prefetch<T>(row: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let start = row.as_ptr().cast::<i8>();
-        for offset in (0..std::mem::size_of_val(row).min(PREFETCH_BYTES)).step_by(64) {
-            // SAFETY: the address lies within `row`; a prefetch reads nothing and cannot
-            // fault.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = row;
 }
 
 impl OpKernel for SparseUpdate {
