@@ -28,7 +28,9 @@ use support::{free_address, median, root, tensorflow_or_skip, Task};
 const DEADLINE: Duration = Duration::from_secs(600);
 
 /// A model of the bench: its name, timed steps per run, warm-up steps, goal (tessera's
-/// steps/s over TensorFlow's) and fp32 FLOP per step (when counted).
+/// steps/s over TensorFlow's) and fp32 FLOP per step (when counted). Each run times two
+/// seconds or more of steps: on the shared 2-core machine shorter runs swung by 20 % and more
+/// from round to round.
 struct Model {
     name: &'static str,
     steps: u32,
@@ -51,42 +53,42 @@ fn models() -> Vec<Model> {
     vec![
         Model {
             name: "mlp",
-            steps: 40,
+            steps: 200,
             warm_up: 5,
             goal: 1.0,
             flop: Some(dense_flop(256.0, &[784.0, 1024.0, 10.0])),
         },
         Model {
             name: "mlp_data",
-            steps: 40,
+            steps: 200,
             warm_up: 5,
             goal: 1.0,
             flop: Some(dense_flop(256.0, &[784.0, 1024.0, 10.0])),
         },
         Model {
             name: "wide_mlp",
-            steps: 6,
+            steps: 8,
             warm_up: 2,
             goal: 1.0,
             flop: Some(dense_flop(512.0, &[1024.0, 4096.0, 4096.0, 10.0])),
         },
         Model {
             name: "cnn",
-            steps: 15,
+            steps: 20,
             warm_up: 3,
             goal: 1.0,
             flop: None,
         },
         Model {
             name: "wide_deep",
-            steps: 40,
+            steps: 300,
             warm_up: 5,
             goal: 1.2,
             flop: None,
         },
         Model {
             name: "rnn",
-            steps: 15,
+            steps: 60,
             warm_up: 3,
             goal: 1.2,
             flop: None,
