@@ -1,5 +1,5 @@
 //! OpenBLAS, loaded at run time where the host has it, for the large float products: its
-//! kernels ran the bench models' large products 15-25 % faster than the `gemm` crate's on the
+//! kernels ran the bench models' large products about 20 % faster than the `gemm` crate's on the
 //! development machine (BENCHES.md, GEMM). Nothing is linked at build time, so a build needs no
 //! BLAS and a host without one multiplies with `gemm`.
 //!
