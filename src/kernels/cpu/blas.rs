@@ -12,9 +12,9 @@ use std::ffi::c_int;
 use std::sync::OnceLock;
 
 /// The environment variable that picks the BLAS library.
-pub(crate) const BLAS_VARIABLE: &str = "TESSERA_BLAS";
+const BLAS_VARIABLE: &str = "TESSERA_BLAS";
 
-/// The library tried when `TESSERA_BLAS` is unset.
+/// The library tried when `TESSERA_BLAS` is unset or empty.
 const DEFAULT_LIBRARY: &str = "libopenblas.so.0";
 
 /// CBLAS's enums (`cblas.h`).
@@ -22,44 +22,29 @@ const ROW_MAJOR: c_int = 101;
 const NO_TRANSPOSE: c_int = 111;
 const TRANSPOSE: c_int = 112;
 
-type Sgemm = unsafe extern "C" fn(
+/// `cblas_?gemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)`.
+type Gemm<T> = unsafe extern "C" fn(
     c_int,
     c_int,
     c_int,
     c_int,
     c_int,
     c_int,
-    f32,
-    *const f32,
+    T,
+    *const T,
     c_int,
-    *const f32,
+    *const T,
     c_int,
-    f32,
-    *mut f32,
-    c_int,
-);
-type Dgemm = unsafe extern "C" fn(
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    f64,
-    *const f64,
-    c_int,
-    *const f64,
-    c_int,
-    f64,
-    *mut f64,
+    T,
+    *mut T,
     c_int,
 );
 
 /// A loaded BLAS: its `cblas_sgemm` and `cblas_dgemm`.
 pub(crate) struct Blas {
     name: String,
-    sgemm: Sgemm,
-    dgemm: Dgemm,
+    sgemm: Gemm<f32>,
+    dgemm: Gemm<f64>,
     /// Keeps the functions' code mapped.
     _library: libloading::Library,
 }
@@ -75,9 +60,12 @@ impl std::fmt::Debug for Blas {
 pub(crate) fn get() -> Option<&'static Blas> {
     static BLAS: OnceLock<Option<Blas>> = OnceLock::new();
     BLAS.get_or_init(|| {
-        let chosen = std::env::var(BLAS_VARIABLE).ok();
-        let library = match chosen.as_deref().map(str::trim) {
-            Some("off" | "none" | "") => {
+        let chosen = std::env::var(BLAS_VARIABLE)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        let library = match chosen.as_deref() {
+            Some("off" | "none") => {
                 tracing::info!("{BLAS_VARIABLE}=off: matrix products use the gemm crate");
                 return None;
             }
@@ -112,17 +100,17 @@ impl Blas {
     /// Loads `library` (a path, or a name the dynamic loader searches for) and sets its own
     /// threads to one where it has them (OpenBLAS's `openblas_set_num_threads`).
     pub(crate) fn load(library: &str) -> Result<Blas, String> {
-        // SAFETY: loading runs the library's initialisers; a BLAS's only set up its tables
-        // and, for a threaded OpenBLAS, its threads, which the call below stops using.
+        // SAFETY: loading runs the library's initialisers; a BLAS's set up its tables and,
+        // for a threaded OpenBLAS, its threads, which the call below stops using.
         let loaded = unsafe { libloading::Library::new(library) }.map_err(|e| e.to_string())?;
         // SAFETY: the symbols have CBLAS's signatures (`cblas.h`), and OpenBLAS's
         // `openblas_set_num_threads(int)`.
         unsafe {
             let sgemm = *loaded
-                .get::<Sgemm>(b"cblas_sgemm\0")
+                .get::<Gemm<f32>>(b"cblas_sgemm\0")
                 .map_err(|e| e.to_string())?;
             let dgemm = *loaded
-                .get::<Dgemm>(b"cblas_dgemm\0")
+                .get::<Gemm<f64>>(b"cblas_dgemm\0")
                 .map_err(|e| e.to_string())?;
             if let Ok(set_threads) =
                 loaded.get::<unsafe extern "C" fn(c_int)>(b"openblas_set_num_threads\0")
