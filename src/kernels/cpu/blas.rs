@@ -179,40 +179,41 @@ pub(crate) struct Call {
     pub accumulate: bool,
 }
 
-/// How CBLAS reads a call, in row-major order: `swapped` when the output is column-major and
-/// so written as its transpose, `C^T = B^T A^T` (`first` is then B^T, `second` A^T).
+/// A call as CBLAS takes it, in row-major order: a `rows` x `cols` output of `first · second`,
+/// each operand its address and how it is read. A column-major output is written as its
+/// transpose, `C^T = B^T A^T`: `first` is then B^T and `second` A^T.
 pub(crate) struct Layout {
-    swapped: bool,
-    first: Operand,
-    second: Operand,
+    rows: c_int,
+    cols: c_int,
+    first: (usize, Operand),
+    second: (usize, Operand),
     ldc: c_int,
 }
 
 /// The layout of a call; `None` when a dimension is too large for an `int` or an operand has
 /// no contiguous axis.
 fn layout(call: &Call) -> Option<Layout> {
-    if [call.m, call.n, call.k]
-        .iter()
-        .any(|&d| c_int::try_from(d).is_err())
-    {
-        return None;
-    }
-    let (_, a_rs, a_cs) = call.a;
-    let (_, b_rs, b_cs) = call.b;
+    let int = |d: usize| c_int::try_from(d).ok();
+    let (m, n) = (int(call.m)?, int(call.n)?);
+    int(call.k)?;
+    let (a, a_rs, a_cs) = call.a;
+    let (b, b_rs, b_cs) = call.b;
     let (_, c_rs, c_cs) = call.c;
     let c = row_major(call.m, call.n, c_rs, c_cs)?;
     Some(if c.transpose {
         Layout {
-            swapped: true,
-            first: row_major(call.n, call.k, b_cs, b_rs)?,
-            second: row_major(call.k, call.m, a_cs, a_rs)?,
+            rows: n,
+            cols: m,
+            first: (b, row_major(call.n, call.k, b_cs, b_rs)?),
+            second: (a, row_major(call.k, call.m, a_cs, a_rs)?),
             ldc: c.leading,
         }
     } else {
         Layout {
-            swapped: false,
-            first: row_major(call.m, call.k, a_rs, a_cs)?,
-            second: row_major(call.k, call.n, b_rs, b_cs)?,
+            rows: m,
+            cols: n,
+            first: (a, row_major(call.m, call.k, a_rs, a_cs)?),
+            second: (b, row_major(call.k, call.n, b_rs, b_cs)?),
             ldc: c.leading,
         }
     })
@@ -237,23 +238,19 @@ macro_rules! blas_float {
     ($t:ty, $field:ident) => {
         impl BlasFloat for $t {
             unsafe fn gemm(blas: &Blas, layout: &Layout, call: &Call) {
-                let (rows, cols, first, second) = if layout.swapped {
-                    (call.n, call.m, call.b.0, call.a.0)
-                } else {
-                    (call.m, call.n, call.a.0, call.b.0)
-                };
+                let ((first, a), (second, b)) = (layout.first, layout.second);
                 (blas.$field)(
                     ROW_MAJOR,
-                    flag(layout.first),
-                    flag(layout.second),
-                    rows as c_int,
-                    cols as c_int,
+                    flag(a),
+                    flag(b),
+                    layout.rows,
+                    layout.cols,
                     call.k as c_int,
                     1.0,
                     first as *const $t,
-                    layout.first.leading,
+                    a.leading,
                     second as *const $t,
-                    layout.second.leading,
+                    b.leading,
                     if call.accumulate { 1.0 } else { 0.0 },
                     call.c.0 as *mut $t,
                     layout.ldc,

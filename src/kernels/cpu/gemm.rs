@@ -407,22 +407,16 @@ mod tests {
                         for threads in [Threads::One, Threads::Pool(&pool)] {
                             let shape = (m, n).set_f(column_major);
                             let mut c = Array2::<f32>::from_elem(shape, f32::NAN);
-                            matmul_with(
-                                a_view,
-                                b_view,
-                                &mut c.view_mut(),
-                                false,
-                                threads,
-                                Some(openblas),
-                            );
-                            matmul_with(
-                                a_view,
-                                b_view,
-                                &mut c.view_mut(),
-                                true,
-                                threads,
-                                Some(openblas),
-                            );
+                            for accumulate in [false, true] {
+                                matmul_with(
+                                    a_view,
+                                    b_view,
+                                    &mut c.view_mut(),
+                                    accumulate,
+                                    threads,
+                                    Some(openblas),
+                                );
+                            }
                             for ((x, y), s) in c.iter().zip(&want).zip(&scale) {
                                 assert!(
                                     (x - 2.0 * y).abs() <= 2e-5 * s.max(1.0),
