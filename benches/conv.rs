@@ -1,8 +1,10 @@
-//! Conv2D forward and both backprops: tessera's CPU kernels beside TensorFlow's own CPU kernels
-//! (oneDNN, from the venv's TensorFlow) on the same shapes, interleaved in one run.
+//! Conv2D and DepthwiseConv2dNative, forward and both backprops: tessera's CPU kernels beside
+//! TensorFlow's own CPU kernels (oneDNN, from the venv's TensorFlow) on the same shapes,
+//! interleaved in one run.
 //!
-//! Shapes (NHWC input, HWIO filter, stride 1, `SAME`): [32,28,28,1] x [5,5,1,32],
-//! [32,14,14,32] x [5,5,32,64], [32,32,32,64] x [3,3,64,64]. Each measurement is the best of
+//! Shapes (NHWC input, stride 1, `SAME`): Conv2D (HWIO filter) [32,28,28,1] x [5,5,1,32],
+//! [32,14,14,32] x [5,5,32,64], [32,32,32,64] x [3,3,64,64]; depthwise (HWCM filter, as in
+//! MobileNet's blocks) [32,28,28,128] x [3,3,128,1] and [32,28,28,32] x [3,3,32,2]. Each measurement is the best of
 //! three timings of enough calls to take about 0.2 s, per call; tessera's and TensorFlow's
 //! alternate three times per case and pass, and the table shows each side's median and the
 //! ratio (tessera / TensorFlow; the goal: forward within 2x, backprops within 3x).
@@ -23,10 +25,14 @@ use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};
 
 const DEVICE: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
-const CASES: [(&str, [usize; 4], [usize; 4]); 3] = [
-    ("28x28x1_5x5x32", [32, 28, 28, 1], [5, 5, 1, 32]),
-    ("14x14x32_5x5x64", [32, 14, 14, 32], [5, 5, 32, 64]),
-    ("32x32x64_3x3x64", [32, 32, 32, 64], [3, 3, 64, 64]),
+/// Each case: its name, the forward op (its backprops are the op's name + `BackpropInput` and
+/// `BackpropFilter`), the input's dims and the filter's.
+const CASES: [(&str, &str, [usize; 4], [usize; 4]); 5] = [
+    ("28x28x1_5x5x32", "Conv2D", [32, 28, 28, 1], [5, 5, 1, 32]),
+    ("14x14x32_5x5x64", "Conv2D", [32, 14, 14, 32], [5, 5, 32, 64]),
+    ("32x32x64_3x3x64", "Conv2D", [32, 32, 32, 64], [3, 3, 64, 64]),
+    ("dw_28x28x128_3x3x1", "DepthwiseConv2dNative", [32, 28, 28, 128], [3, 3, 128, 1]),
+    ("dw_28x28x32_3x3x2", "DepthwiseConv2dNative", [32, 28, 28, 32], [3, 3, 32, 2]),
 ];
 const PASSES: [&str; 3] = ["forward", "backprop_input", "backprop_filter"];
 /// How long one timing runs.
@@ -76,11 +82,16 @@ impl Call {
     }
 }
 
-fn calls(x_dims: [usize; 4], f_dims: [usize; 4]) -> Vec<Call> {
+fn calls(op: &str, x_dims: [usize; 4], f_dims: [usize; 4]) -> Vec<Call> {
     let n = |d: &[usize]| d.iter().product::<usize>();
     let x = Tensor::from_vec(x_dims.to_vec(), values(n(&x_dims), 1)).unwrap();
     let f = Tensor::from_vec(f_dims.to_vec(), values(n(&f_dims), 2)).unwrap();
-    let y_dims = [x_dims[0], x_dims[1], x_dims[2], f_dims[3]];
+    // A depthwise filter is [kh, kw, in, multiplier]: in * multiplier output channels.
+    let out_c = match op {
+        "Conv2D" => f_dims[3],
+        _ => f_dims[2] * f_dims[3],
+    };
+    let y_dims = [x_dims[0], x_dims[1], x_dims[2], out_c];
     let dy = Tensor::from_vec(y_dims.to_vec(), values(n(&y_dims), 3)).unwrap();
     let sizes = |d: [usize; 4]| Tensor::from_vec(vec![4], d.map(|v| v as i32).to_vec()).unwrap();
     let make = |op: &str, inputs: Vec<Tensor>| {
@@ -93,9 +104,9 @@ fn calls(x_dims: [usize; 4], f_dims: [usize; 4]) -> Vec<Call> {
         }
     };
     vec![
-        make("Conv2D", vec![x.clone(), f.clone()]),
-        make("Conv2DBackpropInput", vec![sizes(x_dims), f, dy.clone()]),
-        make("Conv2DBackpropFilter", vec![x, sizes(f_dims), dy]),
+        make(op, vec![x.clone(), f.clone()]),
+        make(&format!("{op}BackpropInput"), vec![sizes(x_dims), f, dy.clone()]),
+        make(&format!("{op}BackpropFilter"), vec![x, sizes(f_dims), dy]),
     ]
 }
 
@@ -128,9 +139,9 @@ impl TensorFlow {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/conv_tf.py");
         let args: Vec<String> = CASES
             .iter()
-            .map(|(name, x, f)| {
+            .map(|(name, op, x, f)| {
                 let join = |d: &[usize; 4]| d.map(|v| v.to_string()).join(",");
-                format!("{name}:{}:{}", join(x), join(f))
+                format!("{name}:{op}:{}:{}", join(x), join(f))
             })
             .collect();
         let mut child = match Command::new(&python)
@@ -204,8 +215,8 @@ fn main() {
     let mut tf = TensorFlow::start();
     println!("| case | pass | tessera ms (runs) | TensorFlow ms (runs) | tessera / TensorFlow |");
     println!("|---|---|---|---|---|");
-    for (name, x, f) in CASES {
-        for (call, pass) in calls(x, f).iter().zip(PASSES) {
+    for (name, op, x, f) in CASES {
+        for (call, pass) in calls(op, x, f).iter().zip(PASSES) {
             // Calls per timing, from one call's time.
             let once = time(1, || drop(call.run(&resources)));
             let n = (TIMING.as_secs_f64() / once.as_secs_f64()).clamp(1.0, 1000.0) as usize;

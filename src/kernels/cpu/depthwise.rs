@@ -7,17 +7,32 @@
 //! `multiplier` filters into output channels `c * multiplier .. (c + 1) * multiplier`. That is
 //! a grouped convolution with one input channel per group, but each group's matrix product
 //! would be `kh * kw` deep, too thin for a GEMM to pay off, so the loops here are direct: per
-//! output pixel and tap, one pass over the channels, contiguous in `NHWC` (a vectorizable
-//! multiply-add when the multiplier is 1, as in MobileNet). The geometry, attr checks and
-//! layout transposes are the ones [`super::conv`] uses ([`crate::graph::window`]).
+//! output pixel and tap, one multiply-add over the channels, contiguous in `NHWC`, compiled for
+//! AVX2 where the CPU has it ([`lanes`]). With several filters per channel the input's
+//! channels are first repeated once per filter, so the loop is the same one. The geometry, attr checks and layout transposes are the ones
+//! [`super::conv`] uses ([`crate::graph::window`]).
+//!
+//! Each pass splits over the intra-op pool by what its pieces write apart: the forward pass by
+//! rows of output pixels, the input gradient by images (an output row's taps reach several
+//! input rows), and the filter gradient by images too, each range of images summing a
+//! gradient of its own that are then added, as the convolution's filter gradient does.
+
+use std::borrow::Cow;
+use std::ops::Range;
 
 use super::checked_elements;
 use super::conv::{check_rank4, from_nhwc, sizes_of, to_nhwc, Convolution, Pass};
 use super::numeric::Real;
+use super::split::lanes;
+use crate::runtime::intra::split;
 use crate::error::Result;
 use crate::graph::window::{ConvAttrs, WindowDim};
 use crate::kernels::OpContext;
 use crate::tensor::{Shape, Tensor};
+
+/// Cycles one multiply-add of a depthwise convolution costs, for the pool's cost model: the
+/// loads and store around it, over a tap's few channels.
+const CYCLES_PER_MULTIPLY_ADD: f64 = 0.5;
 
 /// `DepthwiseConv2dNative` or one of its backprops, with its checked attrs.
 pub(super) struct Depthwise {
@@ -52,30 +67,67 @@ impl Geometry {
         ]
     }
 
+    /// The same convolution with each input channel repeated once per filter: one filter per
+    /// channel, so every pass is one multiply-add per output channel, contiguous.
+    fn expanded(&self) -> Geometry {
+        Geometry {
+            in_c: self.out_c(),
+            multiplier: 1,
+            ..*self
+        }
+    }
+
+    /// `x` (`NHWC`) and the geometry to convolve it with: as they are with one filter per
+    /// channel, else with each channel repeated once per filter ([`Self::expanded`]).
+    fn one_filter_per_channel<'a, T: Copy>(&self, x: Cow<'a, [T]>) -> (Cow<'a, [T]>, Geometry) {
+        let m = self.multiplier;
+        if m <= 1 {
+            return (x, *self);
+        }
+        let repeated = x.iter().flat_map(|&v| std::iter::repeat_n(v, m)).collect();
+        (Cow::Owned(repeated), self.expanded())
+    }
+
+    /// Values of one image of the input.
+    fn in_image(&self) -> usize {
+        self.in_h * self.in_w * self.in_c
+    }
+
+    /// Values of one row of output pixels.
+    fn out_row(&self) -> usize {
+        self.dims[1].output * self.out_c()
+    }
+
+    /// The pool's cost of one row of output pixels: its multiply-adds.
+    fn row_cycles(&self) -> f64 {
+        (self.out_row() * self.kh * self.kw) as f64 * CYCLES_PER_MULTIPLY_ADD
+    }
+
     /// Calls `f(x_offset, y_offset, filter_offset)` for every (output pixel, tap inside the
-    /// input) pair: the offsets of the input pixel's channels, the output pixel's channels and
-    /// the tap's filter row, in `NHWC` / `HWIM` order.
-    fn for_each_tap(&self, mut f: impl FnMut(usize, usize, usize)) {
+    /// input) pair of the output pixel rows `rows` (numbered over the batch): the offsets of
+    /// the input pixel's channels, the output pixel's channels and the tap's filter row, in
+    /// `NHWC` / `HWIM` order.
+    #[inline(always)]
+    fn for_each_tap(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, usize)) {
         let (oh, ow, oc) = (self.dims[0].output, self.dims[1].output, self.out_c());
-        if oc == 0 {
+        if oc == 0 || oh == 0 {
             // No channels (or a multiplier of 0): nothing to add, and no chunks to cut.
             return;
         }
-        for n in 0..self.batch {
-            for y in 0..oh {
-                for x in 0..ow {
-                    let out = ((n * oh + y) * ow + x) * oc;
-                    for i in 0..self.kh {
-                        let Some(ih) = self.dims[0].tap(y, i) else {
+        for row in rows {
+            let (n, y) = (row / oh, row % oh);
+            for x in 0..ow {
+                let out = (row * ow + x) * oc;
+                for i in 0..self.kh {
+                    let Some(ih) = self.dims[0].tap(y, i) else {
+                        continue;
+                    };
+                    for j in 0..self.kw {
+                        let Some(iw) = self.dims[1].tap(x, j) else {
                             continue;
                         };
-                        for j in 0..self.kw {
-                            let Some(iw) = self.dims[1].tap(x, j) else {
-                                continue;
-                            };
-                            let src = ((n * self.in_h + ih) * self.in_w + iw) * self.in_c;
-                            f(src, out, (i * self.kw + j) * oc);
-                        }
+                        let src = ((n * self.in_h + ih) * self.in_w + iw) * self.in_c;
+                        f(src, out, (i * self.kw + j) * oc);
                     }
                 }
             }
@@ -169,25 +221,25 @@ impl Convolution for Depthwise {
         let nhwc = g.output_nhwc();
         checked_elements(ctx, &nhwc)?;
         let xv = x.values::<T>()?;
-        let xs = to_nhwc(format, x.dims(), &xv);
         let fv = f.values::<T>()?;
-        let (c, m, oc) = (g.in_c, g.multiplier, g.out_c());
+        let (xs, g) = g.one_filter_per_channel(to_nhwc(format, x.dims(), &xv));
+        let oc = g.out_c();
         let mut out = vec![T::zero(); nhwc.iter().product()];
-        g.for_each_tap(|src, dst, tap| {
-            let (xr, fr) = (&xs[src..src + c], &fv[tap..tap + oc]);
-            let or = &mut out[dst..dst + oc];
-            if m == 1 {
-                for ((o, &xv), &fv) in or.iter_mut().zip(xr).zip(fr) {
-                    *o = *o + xv * fv;
-                }
-            } else {
-                for ((o, &xv), fr) in or.chunks_exact_mut(m).zip(xr).zip(fr.chunks_exact(m)) {
-                    for (o, &fv) in o.iter_mut().zip(fr) {
-                        *o = *o + xv * fv;
-                    }
-                }
-            }
-        });
+        let row = g.out_row();
+        if !out.is_empty() {
+            // Pieces of whole output rows; `dst` counts over the batch, `part` starts at row
+            // `first`.
+            ctx.intra()
+                .for_chunks(&mut out, row, g.row_cycles(), |first, part| {
+                    let (rows, base) = (first..first + part.len() / row, first * row);
+                    lanes(|| {
+                        g.for_each_tap(rows, |src, dst, tap| {
+                            let out = &mut part[dst - base..dst - base + oc];
+                            multiply_add(out, &xs[src..src + oc], &fv[tap..tap + oc]);
+                        })
+                    })
+                });
+        }
         Tensor::from_vec(
             Shape::new(format.from_nhwc(nhwc).to_vec()),
             from_nhwc(format, nhwc, out),
@@ -218,26 +270,34 @@ impl Convolution for Depthwise {
         let fv = f.values::<T>()?;
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
-        let (c, m, oc) = (g.in_c, g.multiplier, g.out_c());
-        let mut dx = vec![T::zero(); g.batch * g.in_h * g.in_w * c];
-        g.for_each_tap(|src, dst, tap| {
-            let (dr, fr) = (&dys[dst..dst + oc], &fv[tap..tap + oc]);
-            let xr = &mut dx[src..src + c];
-            if m == 1 {
-                for ((x, &d), &fv) in xr.iter_mut().zip(dr).zip(fr) {
-                    *x = *x + d * fv;
-                }
-            } else {
-                for ((x, d), fr) in xr
-                    .iter_mut()
-                    .zip(dr.chunks_exact(m))
-                    .zip(fr.chunks_exact(m))
-                {
-                    *x = d.iter().zip(fr).fold(*x, |s, (&d, &fv)| s + d * fv);
-                }
-            }
-        });
-        let nhwc = [g.batch, g.in_h, g.in_w, c];
+        let (m, nhwc) = (g.multiplier, [g.batch, g.in_h, g.in_w, g.in_c]);
+        // With several filters per channel, each filter's share of the gradient first, then
+        // the channel's shares added.
+        let g = if m > 1 { g.expanded() } else { g };
+        let oc = g.out_c();
+        let (image, oh) = (g.in_image(), g.dims[0].output);
+        let mut dx = vec![T::zero(); g.batch * image];
+        if !dx.is_empty() {
+            // Pieces of whole images: an output row's taps reach the rows above and below it.
+            let cycles = oh as f64 * g.row_cycles();
+            ctx.intra()
+                .for_chunks(&mut dx, image, cycles, |first, part| {
+                    let images = first..first + part.len() / image;
+                    let (rows, base) = (images.start * oh..images.end * oh, first * image);
+                    lanes(|| {
+                        g.for_each_tap(rows, |src, dst, tap| {
+                            let dx = &mut part[src - base..src - base + oc];
+                            multiply_add(dx, &dys[dst..dst + oc], &fv[tap..tap + oc]);
+                        })
+                    })
+                });
+        }
+        if m > 1 {
+            dx = dx
+                .chunks_exact(m)
+                .map(|shares| shares.iter().fold(T::zero(), |s, &v| s + v))
+                .collect();
+        }
         Tensor::from_vec(Shape::new(input_dims), from_nhwc(format, nhwc, dx))
     }
 
@@ -263,26 +323,134 @@ impl Convolution for Depthwise {
         let g = self.geometry(ctx, format.nhwc(x.dims()), &filter_dims, what)?;
         self.check_out_backprop(ctx, &g, dy, what)?;
         let xv = x.values::<T>()?;
-        let xs = to_nhwc(format, x.dims(), &xv);
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
-        let (c, m, oc) = (g.in_c, g.multiplier, g.out_c());
-        let mut df = vec![T::zero(); g.kh * g.kw * oc];
-        g.for_each_tap(|src, dst, tap| {
-            let (xr, dr) = (&xs[src..src + c], &dys[dst..dst + oc]);
-            let fr = &mut df[tap..tap + oc];
-            if m == 1 {
-                for ((f, &xv), &d) in fr.iter_mut().zip(xr).zip(dr) {
-                    *f = *f + xv * d;
-                }
-            } else {
-                for ((f, &xv), d) in fr.chunks_exact_mut(m).zip(xr).zip(dr.chunks_exact(m)) {
-                    for (f, &d) in f.iter_mut().zip(d) {
-                        *f = *f + xv * d;
-                    }
+        let (xs, g) = g.one_filter_per_channel(to_nhwc(format, x.dims(), &xv));
+        let (oc, oh) = (g.out_c(), g.dims[0].output);
+        // Each range of images sums its part of the gradient; the parts are added.
+        let intra = ctx.intra();
+        let pieces = intra.pieces(g.batch, oh as f64 * g.row_cycles());
+        let ranges: Vec<Range<usize>> = split(g.batch, pieces).collect();
+        let mut parts = intra.map(ranges, |images| {
+            let mut df = vec![T::zero(); g.kh * g.kw * oc];
+            lanes(|| {
+                g.for_each_tap(images.start * oh..images.end * oh, |src, dst, tap| {
+                    let df = &mut df[tap..tap + oc];
+                    multiply_add(df, &xs[src..src + oc], &dys[dst..dst + oc]);
+                })
+            });
+            df
+        });
+        let mut df = parts.swap_remove(0);
+        for part in parts {
+            for (total, v) in df.iter_mut().zip(part) {
+                *total = *total + v;
+            }
+        }
+        Tensor::from_vec(Shape::new(filter_dims), df)
+    }
+}
+
+/// `acc[i] += a[i] * b[i]` over one pixel's channels: the inner loop of every pass, inlined into
+/// the AVX2 copy [`lanes`] compiles.
+#[inline(always)]
+fn multiply_add<T: Real>(acc: &mut [T], a: &[T], b: &[T]) {
+    for ((acc, &a), &b) in acc.iter_mut().zip(a).zip(b) {
+        *acc = *acc + a * b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{float32_bits, run_alone};
+    use super::*;
+    use crate::graph::attr::value;
+    use crate::proto::NodeDef;
+    use crate::runtime::intra::IntraPool;
+
+    fn node(op: &str, format: &str, padding: &str, stride: i64) -> NodeDef {
+        let strides = match format {
+            "NHWC" => vec![1, stride, stride, 1],
+            _ => vec![1, 1, stride, stride],
+        };
+        NodeDef {
+            name: op.into(),
+            op: op.into(),
+            attr: [
+                ("T".to_string(), value::dtype(crate::tensor::DType::Float)),
+                ("strides".to_string(), value::int_list(strides)),
+                ("padding".to_string(), value::string(padding)),
+                ("data_format".to_string(), value::string(format)),
+            ]
+            .into(),
+            ..Default::default()
+        }
+    }
+
+    /// Whole numbers in [-4, 4] over 8: every product and sum below is exact in float32, so
+    /// each pass's values do not depend on the order it adds them in.
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7 + seed * 13) % 9) as f32 / 8.0 - 0.5)
+            .collect()
+    }
+
+    /// Every pass split over three threads gives one thread's values: by output rows (the
+    /// forward pass), by images (the input's gradient), and by images summed apart (the
+    /// filter's), with one filter per channel and with three, in both layouts and strides.
+    #[test]
+    fn every_pass_split_over_the_pool_gives_one_threads_values() {
+        let (one, three) = (IntraPool::new("dw-one", 1), IntraPool::new("dw-three", 3));
+        let (batch, h, w, c, k) = (7usize, 20usize, 18usize, 16usize, 3usize);
+        for (format, padding, stride) in [("NHWC", "SAME", 1), ("NCHW", "VALID", 2)] {
+            for m in [1usize, 3] {
+                let x_dims = match format {
+                    "NHWC" => vec![batch, h, w, c],
+                    _ => vec![batch, c, h, w],
+                };
+                let f_dims = vec![k, k, c, m];
+                let x = Tensor::from_vec(x_dims.clone(), values(batch * h * w * c, 1)).unwrap();
+                let f = Tensor::from_vec(f_dims.clone(), values(k * k * c * m, 2)).unwrap();
+                let forward = node("DepthwiseConv2dNative", format, padding, stride);
+                let y = run_alone(&forward, vec![x.clone(), f.clone()], Some(&one)).unwrap();
+                let y_dims = y[0].dims().to_vec();
+                let rows = y_dims[0] * if format == "NHWC" { y_dims[1] } else { y_dims[2] };
+                let row = (y_dims.iter().product::<usize>() / rows) as f64;
+                assert!(
+                    three.pieces(rows, row * (k * k) as f64 * CYCLES_PER_MULTIPLY_ADD) > 1,
+                    "it must split"
+                );
+                let dy = Tensor::from_vec(
+                    y_dims.clone(),
+                    values(y_dims.iter().product(), 3),
+                )
+                .unwrap();
+                let sizes = |d: &[usize]| {
+                    Tensor::from_vec(vec![4], d.iter().map(|&v| v as i32).collect()).unwrap()
+                };
+                let cases = [
+                    (forward, vec![x.clone(), f.clone()]),
+                    (
+                        node("DepthwiseConv2dNativeBackpropInput", format, padding, stride),
+                        vec![sizes(&x_dims), f.clone(), dy.clone()],
+                    ),
+                    (
+                        node("DepthwiseConv2dNativeBackpropFilter", format, padding, stride),
+                        vec![x.clone(), sizes(&f_dims), dy.clone()],
+                    ),
+                ];
+                for (node, inputs) in cases {
+                    let whole = run_alone(&node, inputs.clone(), Some(&one)).unwrap();
+                    let split = run_alone(&node, inputs, Some(&three)).unwrap();
+                    let what = format!("{} {format} {padding} stride {stride} m {m}", node.op);
+                    assert_eq!(whole[0].dims(), split[0].dims(), "{what}");
+                    assert_eq!(float32_bits(&whole[0]), float32_bits(&split[0]), "{what}");
+                    assert!(
+                        whole[0].values::<f32>().unwrap().iter().any(|&v| v != 0.0),
+                        "{what}: all zeros"
+                    );
                 }
             }
-        });
-        Tensor::from_vec(Shape::new(filter_dims), df)
+        }
     }
 }
