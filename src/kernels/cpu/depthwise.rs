@@ -401,7 +401,7 @@ mod tests {
     #[test]
     fn every_pass_split_over_the_pool_gives_one_threads_values() {
         let (one, three) = (IntraPool::new("dw-one", 1), IntraPool::new("dw-three", 3));
-        let (batch, h, w, c, k) = (7usize, 20usize, 18usize, 16usize, 3usize);
+        let (batch, h, w, c, k) = (7usize, 32usize, 30usize, 16usize, 3usize);
         for (format, padding, stride) in [("NHWC", "SAME", 1), ("NCHW", "VALID", 2)] {
             for m in [1usize, 3] {
                 let x_dims = match format {
