@@ -9,6 +9,8 @@
 //! alternate three times per case and pass, and the table shows each side's median and the
 //! ratio (tessera / TensorFlow; the goal: forward within 2x, backprops within 3x).
 //!
+//! tessera's side allocates as the `tessera` binary does (the host pool).
+//!
 //! TensorFlow's side is `benches/conv_tf.py`, run by `$TESSERA_TF_PYTHON` or
 //! `target/tf-venv/bin/python` (what `scripts/test --setup` installs); without it only
 //! tessera's times are printed, saying so.
@@ -24,15 +26,41 @@ use tessera::proto::NodeDef;
 use tessera::runtime::resource::ResourceMgr;
 use tessera::tensor::{DType, Tensor};
 
+/// The daemon's allocator: a kernel's output and scratch come from the host pool, as in a
+/// `tessera` task, instead of fresh pages faulted in on every call.
+#[global_allocator]
+static ALLOCATOR: tessera::device::host_pool::PooledAllocator =
+    tessera::device::host_pool::PooledAllocator;
+
 const DEVICE: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
 /// Each case: its name, the forward op (its backprops are the op's name + `BackpropInput` and
 /// `BackpropFilter`), the input's dims and the filter's.
 const CASES: [(&str, &str, [usize; 4], [usize; 4]); 5] = [
     ("28x28x1_5x5x32", "Conv2D", [32, 28, 28, 1], [5, 5, 1, 32]),
-    ("14x14x32_5x5x64", "Conv2D", [32, 14, 14, 32], [5, 5, 32, 64]),
-    ("32x32x64_3x3x64", "Conv2D", [32, 32, 32, 64], [3, 3, 64, 64]),
-    ("dw_28x28x128_3x3x1", "DepthwiseConv2dNative", [32, 28, 28, 128], [3, 3, 128, 1]),
-    ("dw_28x28x32_3x3x2", "DepthwiseConv2dNative", [32, 28, 28, 32], [3, 3, 32, 2]),
+    (
+        "14x14x32_5x5x64",
+        "Conv2D",
+        [32, 14, 14, 32],
+        [5, 5, 32, 64],
+    ),
+    (
+        "32x32x64_3x3x64",
+        "Conv2D",
+        [32, 32, 32, 64],
+        [3, 3, 64, 64],
+    ),
+    (
+        "dw_28x28x128_3x3x1",
+        "DepthwiseConv2dNative",
+        [32, 28, 28, 128],
+        [3, 3, 128, 1],
+    ),
+    (
+        "dw_28x28x32_3x3x2",
+        "DepthwiseConv2dNative",
+        [32, 28, 28, 32],
+        [3, 3, 32, 2],
+    ),
 ];
 const PASSES: [&str; 3] = ["forward", "backprop_input", "backprop_filter"];
 /// How long one timing runs.
@@ -105,7 +133,10 @@ fn calls(op: &str, x_dims: [usize; 4], f_dims: [usize; 4]) -> Vec<Call> {
     };
     vec![
         make(op, vec![x.clone(), f.clone()]),
-        make(&format!("{op}BackpropInput"), vec![sizes(x_dims), f, dy.clone()]),
+        make(
+            &format!("{op}BackpropInput"),
+            vec![sizes(x_dims), f, dy.clone()],
+        ),
         make(&format!("{op}BackpropFilter"), vec![x, sizes(f_dims), dy]),
     ]
 }

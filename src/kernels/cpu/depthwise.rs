@@ -24,10 +24,10 @@ use super::checked_elements;
 use super::conv::{check_rank4, from_nhwc, sizes_of, to_nhwc, Convolution, Pass};
 use super::numeric::Real;
 use super::split::lanes;
-use crate::runtime::intra::split;
 use crate::error::Result;
 use crate::graph::window::{ConvAttrs, WindowDim};
 use crate::kernels::OpContext;
+use crate::runtime::intra::{split, IntraPool};
 use crate::tensor::{Shape, Tensor};
 
 /// Cycles one multiply-add of a depthwise convolution costs, for the pool's cost model: the
@@ -78,13 +78,23 @@ impl Geometry {
     }
 
     /// `x` (`NHWC`) and the geometry to convolve it with: as they are with one filter per
-    /// channel, else with each channel repeated once per filter ([`Self::expanded`]).
-    fn one_filter_per_channel<'a, T: Copy>(&self, x: Cow<'a, [T]>) -> (Cow<'a, [T]>, Geometry) {
+    /// channel, else with each channel repeated once per filter ([`Self::expanded`]), copied
+    /// over the pool.
+    fn one_filter_per_channel<'a, T: Real>(
+        &self,
+        intra: &IntraPool,
+        x: Cow<'a, [T]>,
+    ) -> (Cow<'a, [T]>, Geometry) {
         let m = self.multiplier;
         if m <= 1 {
             return (x, *self);
         }
-        let repeated = x.iter().flat_map(|&v| std::iter::repeat_n(v, m)).collect();
+        let mut repeated = vec![T::zero(); x.len() * m];
+        intra.for_chunks(&mut repeated, m, m as f64, |first, part| {
+            for (copies, &v) in part.chunks_exact_mut(m).zip(&x[first..]) {
+                copies.fill(v);
+            }
+        });
         (Cow::Owned(repeated), self.expanded())
     }
 
@@ -222,7 +232,7 @@ impl Convolution for Depthwise {
         checked_elements(ctx, &nhwc)?;
         let xv = x.values::<T>()?;
         let fv = f.values::<T>()?;
-        let (xs, g) = g.one_filter_per_channel(to_nhwc(format, x.dims(), &xv));
+        let (xs, g) = g.one_filter_per_channel(ctx.intra(), to_nhwc(format, x.dims(), &xv));
         let oc = g.out_c();
         let mut out = vec![T::zero(); nhwc.iter().product()];
         let row = g.out_row();
@@ -293,10 +303,13 @@ impl Convolution for Depthwise {
                 });
         }
         if m > 1 {
-            dx = dx
-                .chunks_exact(m)
-                .map(|shares| shares.iter().fold(T::zero(), |s, &v| s + v))
-                .collect();
+            let shares = dx;
+            dx = vec![T::zero(); shares.len() / m];
+            ctx.intra().for_chunks(&mut dx, 1, m as f64, |first, part| {
+                for (x, shares) in part.iter_mut().zip(shares[first * m..].chunks_exact(m)) {
+                    *x = shares.iter().fold(T::zero(), |s, &v| s + v);
+                }
+            });
         }
         Tensor::from_vec(Shape::new(input_dims), from_nhwc(format, nhwc, dx))
     }
@@ -325,7 +338,7 @@ impl Convolution for Depthwise {
         let xv = x.values::<T>()?;
         let dyv = dy.values::<T>()?;
         let dys = to_nhwc(format, dy.dims(), &dyv);
-        let (xs, g) = g.one_filter_per_channel(to_nhwc(format, x.dims(), &xv));
+        let (xs, g) = g.one_filter_per_channel(ctx.intra(), to_nhwc(format, x.dims(), &xv));
         let (oc, oh) = (g.out_c(), g.dims[0].output);
         // Each range of images sums its part of the gradient; the parts are added.
         let intra = ctx.intra();
@@ -414,28 +427,40 @@ mod tests {
                 let forward = node("DepthwiseConv2dNative", format, padding, stride);
                 let y = run_alone(&forward, vec![x.clone(), f.clone()], Some(&one)).unwrap();
                 let y_dims = y[0].dims().to_vec();
-                let rows = y_dims[0] * if format == "NHWC" { y_dims[1] } else { y_dims[2] };
+                let rows = y_dims[0]
+                    * if format == "NHWC" {
+                        y_dims[1]
+                    } else {
+                        y_dims[2]
+                    };
                 let row = (y_dims.iter().product::<usize>() / rows) as f64;
                 assert!(
                     three.pieces(rows, row * (k * k) as f64 * CYCLES_PER_MULTIPLY_ADD) > 1,
                     "it must split"
                 );
-                let dy = Tensor::from_vec(
-                    y_dims.clone(),
-                    values(y_dims.iter().product(), 3),
-                )
-                .unwrap();
+                let dy =
+                    Tensor::from_vec(y_dims.clone(), values(y_dims.iter().product(), 3)).unwrap();
                 let sizes = |d: &[usize]| {
                     Tensor::from_vec(vec![4], d.iter().map(|&v| v as i32).collect()).unwrap()
                 };
                 let cases = [
                     (forward, vec![x.clone(), f.clone()]),
                     (
-                        node("DepthwiseConv2dNativeBackpropInput", format, padding, stride),
+                        node(
+                            "DepthwiseConv2dNativeBackpropInput",
+                            format,
+                            padding,
+                            stride,
+                        ),
                         vec![sizes(&x_dims), f.clone(), dy.clone()],
                     ),
                     (
-                        node("DepthwiseConv2dNativeBackpropFilter", format, padding, stride),
+                        node(
+                            "DepthwiseConv2dNativeBackpropFilter",
+                            format,
+                            padding,
+                            stride,
+                        ),
                         vec![x.clone(), sizes(&f_dims), dy.clone()],
                     ),
                 ];
