@@ -35,32 +35,13 @@ static ALLOCATOR: tessera::device::host_pool::PooledAllocator =
 const DEVICE: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
 /// Each case: its name, the forward op (its backprops are the op's name + `BackpropInput` and
 /// `BackpropFilter`), the input's dims and the filter's.
+#[rustfmt::skip]
 const CASES: [(&str, &str, [usize; 4], [usize; 4]); 5] = [
     ("28x28x1_5x5x32", "Conv2D", [32, 28, 28, 1], [5, 5, 1, 32]),
-    (
-        "14x14x32_5x5x64",
-        "Conv2D",
-        [32, 14, 14, 32],
-        [5, 5, 32, 64],
-    ),
-    (
-        "32x32x64_3x3x64",
-        "Conv2D",
-        [32, 32, 32, 64],
-        [3, 3, 64, 64],
-    ),
-    (
-        "dw_28x28x128_3x3x1",
-        "DepthwiseConv2dNative",
-        [32, 28, 28, 128],
-        [3, 3, 128, 1],
-    ),
-    (
-        "dw_28x28x32_3x3x2",
-        "DepthwiseConv2dNative",
-        [32, 28, 28, 32],
-        [3, 3, 32, 2],
-    ),
+    ("14x14x32_5x5x64", "Conv2D", [32, 14, 14, 32], [5, 5, 32, 64]),
+    ("32x32x64_3x3x64", "Conv2D", [32, 32, 32, 64], [3, 3, 64, 64]),
+    ("dw_28x28x128_3x3x1", "DepthwiseConv2dNative", [32, 28, 28, 128], [3, 3, 128, 1]),
+    ("dw_28x28x32_3x3x2", "DepthwiseConv2dNative", [32, 28, 28, 32], [3, 3, 32, 2]),
 ];
 const PASSES: [&str; 3] = ["forward", "backprop_input", "backprop_filter"];
 /// How long one timing runs.

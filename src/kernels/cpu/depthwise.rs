@@ -9,8 +9,9 @@
 //! would be `kh * kw` deep, too thin for a GEMM to pay off, so the loops here are direct: per
 //! output pixel and tap, one multiply-add over the channels, contiguous in `NHWC`, compiled for
 //! AVX2 where the CPU has it ([`lanes`]). With several filters per channel the input's
-//! channels are first repeated once per filter, so the loop is the same one. The geometry, attr checks and layout transposes are the ones
-//! [`super::conv`] uses ([`crate::graph::window`]).
+//! channels are first repeated once per filter, so the loop is the same one. The geometry,
+//! attr checks and layout transposes are the ones [`super::conv`] uses
+//! ([`crate::graph::window`]).
 //!
 //! Each pass splits over the intra-op pool by what its pieces write apart: the forward pass by
 //! rows of output pixels, the input gradient by images (an output row's taps reach several
@@ -379,7 +380,6 @@ mod tests {
     use super::*;
     use crate::graph::attr::value;
     use crate::proto::NodeDef;
-    use crate::runtime::intra::IntraPool;
 
     fn node(op: &str, format: &str, padding: &str, stride: i64) -> NodeDef {
         let strides = match format {
