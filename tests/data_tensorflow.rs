@@ -49,7 +49,7 @@ fn assert_same_examples(data: &Dataset, python: &Trained) {
 fn trains(data_args: &[&str], accuracy: f64) {
     let runs = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
-        .args(["local", "--steps", "300", "--timeout", "150s", "--logdir"])
+        .args(["local", "--steps", "600", "--timeout", "150s", "--logdir"])
         .arg(runs.path())
         .args(data_args)
         .env("RUST_LOG", "warn")
