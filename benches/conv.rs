@@ -4,10 +4,11 @@
 //!
 //! Shapes (NHWC input, stride 1, `SAME`): Conv2D (HWIO filter) [32,28,28,1] x [5,5,1,32],
 //! [32,14,14,32] x [5,5,32,64], [32,32,32,64] x [3,3,64,64]; depthwise (HWCM filter, as in
-//! MobileNet's blocks) [32,28,28,128] x [3,3,128,1] and [32,28,28,32] x [3,3,32,2]. Each measurement is the best of
-//! three timings of enough calls to take about 0.2 s, per call; tessera's and TensorFlow's
-//! alternate three times per case and pass, and the table shows each side's median and the
-//! ratio (tessera / TensorFlow; the goal: forward within 2x, backprops within 3x).
+//! MobileNet's blocks) [32,28,28,128] x [3,3,128,1] and [32,28,28,32] x [3,3,32,2]. Each
+//! measurement is the best of three timings of enough calls to take about 0.2 s, per call;
+//! tessera's and TensorFlow's alternate three times per case and pass, and the table shows each
+//! side's median and the ratio (tessera / TensorFlow; the goal: forward within 2x, backprops
+//! within 3x).
 //!
 //! tessera's side allocates as the `tessera` binary does (the host pool).
 //!
