@@ -272,7 +272,7 @@ impl Convolution for Conv2D {
         // Each range of images sums its part of the gradient; the parts are added.
         let intra = ctx.intra();
         let threads = product_threads(&g, intra);
-        let mut parts = map_pieces(&g, intra, |n0, n1| {
+        let parts = map_pieces(&g, intra, |n0, n1| {
             let mut dw = vec![T::zero(); k * oc];
             let mut patches = Vec::new();
             for_blocks(&g, n0, n1, FILTER_PATCH_ELEMENTS, |r0, r1| {
@@ -290,14 +290,19 @@ impl Convolution for Conv2D {
             });
             dw
         });
-        let mut dw = parts.swap_remove(0);
-        for part in parts {
-            for (total, v) in dw.iter_mut().zip(part) {
-                *total = Real::add(*total, v);
-            }
-        }
-        Tensor::from_vec(Shape::new(filter_dims), dw)
+        Tensor::from_vec(Shape::new(filter_dims), sum_parts(parts))
     }
+}
+
+/// The element-wise sum of a filter gradient's parts (one per range of images, at least one).
+pub(super) fn sum_parts<T: Real>(mut parts: Vec<Vec<T>>) -> Vec<T> {
+    let mut sum = parts.swap_remove(0);
+    for part in parts {
+        for (total, v) in sum.iter_mut().zip(part) {
+            *total = Real::add(*total, v);
+        }
+    }
+    sum
 }
 
 /// Checks `Conv2D`'s input and filter as TensorFlow does, in its words; returns the

@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::checked_elements;
-use super::conv::{check_rank4, from_nhwc, sizes_of, to_nhwc, Convolution, Pass};
+use super::conv::{check_rank4, from_nhwc, sizes_of, sum_parts, to_nhwc, Convolution, Pass};
 use super::numeric::Real;
 use super::split::lanes;
 use crate::error::Result;
@@ -345,7 +345,7 @@ impl Convolution for Depthwise {
         let intra = ctx.intra();
         let pieces = intra.pieces(g.batch, oh as f64 * g.row_cycles());
         let ranges: Vec<Range<usize>> = split(g.batch, pieces).collect();
-        let mut parts = intra.map(ranges, |images| {
+        let parts = intra.map(ranges, |images| {
             let mut df = vec![T::zero(); g.kh * g.kw * oc];
             lanes(|| {
                 g.for_each_tap(images.start * oh..images.end * oh, |src, dst, tap| {
@@ -355,13 +355,7 @@ impl Convolution for Depthwise {
             });
             df
         });
-        let mut df = parts.swap_remove(0);
-        for part in parts {
-            for (total, v) in df.iter_mut().zip(part) {
-                *total = *total + v;
-            }
-        }
-        Tensor::from_vec(Shape::new(filter_dims), df)
+        Tensor::from_vec(Shape::new(filter_dims), sum_parts(parts))
     }
 }
 
